@@ -1,0 +1,257 @@
+// AArch64 support: traps, PSCI, the generic timer, exits, backtraces.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/fdt.h>
+#include <kernel/format.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <cstddef>
+#include "sysregs.h"
+#include "trap.h"
+
+static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+
+extern "C" char arm64_vectors[], secondary_entry[];
+extern "C" char __boot_stack_top[], __boot_stack_bottom[];
+
+namespace arch {
+void mmu_live();
+}
+
+namespace {
+
+struct ExtableEntry {
+  uint64_t insn, fixup;
+};
+extern "C" const ExtableEntry __extable_start[], __extable_end[];
+
+enum class Conduit { kNone, kHvc, kSmc };
+Conduit g_psci = Conduit::kNone;
+unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
+
+uint64_t psci_call(uint64_t fn, uint64_t a1, uint64_t a2, uint64_t a3) {
+  register uint64_t x0 asm("x0") = fn;
+  register uint64_t x1 asm("x1") = a1;
+  register uint64_t x2 asm("x2") = a2;
+  register uint64_t x3 asm("x3") = a3;
+  if (g_psci == Conduit::kHvc)
+    asm volatile("hvc #0" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x3) : "memory");
+  else if (g_psci == Conduit::kSmc)
+    asm volatile("smc #0" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x3) : "memory");
+  else
+    return static_cast<uint64_t>(-1);
+  return x0;
+}
+
+constexpr uint64_t kPsciCpuOn64 = 0xC4000003;
+constexpr uint64_t kPsciSystemOff = 0x84000008;
+
+void semihost_exit(int code) {
+  // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
+  static uint64_t block[2];
+  block[0] = 0x20026;
+  block[1] = static_cast<uint64_t>(code);
+  register uint64_t x0 asm("x0") = 0x20;
+  register uint64_t x1 asm("x1") = reinterpret_cast<uintptr_t>(block);
+  asm volatile("hlt #0xf000" : "+r"(x0) : "r"(x1) : "memory");
+}
+
+const char* fault_status(uint64_t dfsc) {
+  switch (dfsc & 0x3c) {
+    case 0x04: return "translation fault";
+    case 0x08: return "access flag fault";
+    case 0x0c: return "permission fault";
+    case 0x00: return "address size fault";
+    case 0x10: return dfsc == 0x10 ? "synchronous external abort" : "external abort on walk";
+    case 0x20: return dfsc == 0x21 ? "alignment fault" : "fault";
+    case 0x30: return "TLB conflict";
+  }
+  return "fault";
+}
+
+const char* exception_class(uint64_t ec) {
+  switch (ec) {
+    case 0x00: return "undefined instruction";
+    case 0x01: return "WFI/WFE trap";
+    case 0x07: return "FP/SIMD access trap";
+    case 0x0e: return "illegal execution state";
+    case 0x15: return "SVC";
+    case 0x16: return "HVC";
+    case 0x17: return "SMC";
+    case 0x18: return "system register trap";
+    case 0x20: return "instruction abort from lower EL";
+    case 0x21: return "instruction abort";
+    case 0x22: return "PC alignment fault";
+    case 0x24: return "data abort from lower EL";
+    case 0x25: return "data abort";
+    case 0x26: return "SP alignment fault";
+    case 0x2f: return "SError";
+    case 0x3c: return "BRK instruction";
+  }
+  return "unknown exception";
+}
+
+// Builds "data abort: write, permission fault (level 3)" into buf.
+const char* describe_sync(uint64_t esr, char* buf, size_t size) {
+  uint64_t ec = esr >> 26;
+  if (ec == 0x25 || ec == 0x24 || ec == 0x21 || ec == 0x20) {
+    uint64_t dfsc = esr & 0x3f;
+    bool write = (ec == 0x25 || ec == 0x24) && (esr & (1u << 6));
+    ksnprintf(buf, size, "%s: %s%s (level %u)", exception_class(ec),
+              (ec == 0x25 || ec == 0x24) ? (write ? "write, " : "read, ") : "", fault_status(dfsc),
+              static_cast<unsigned>(dfsc & 3));
+    return buf;
+  }
+  ksnprintf(buf, size, "%s (ESR 0x%llx)", exception_class(ec), static_cast<unsigned long long>(esr));
+  return buf;
+}
+
+}  // namespace
+
+extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
+  PerCpu& cpu = this_cpu();
+  if (kind == TRAP_IRQ) {
+    cpu.irq_depth++;
+    irq::dispatch();
+    cpu.irq_depth--;
+    return;
+  }
+  char buf[96];
+  if (kind == TRAP_SYNC) {
+    uint64_t ec = f->esr >> 26;
+    if (ec == 0x25) {
+      for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
+        if (e->insn == f->elr) {
+          cpu.last_fault.address = f->far;
+          cpu.last_fault.pc = f->elr;
+          cpu.last_fault.cause = "data abort";
+          kprintf("fault (expected) on cpu %u: %s at pc 0x%llx, address 0x%llx\n", cpu.index,
+                  describe_sync(f->esr, buf, sizeof buf), static_cast<unsigned long long>(f->elr),
+                  static_cast<unsigned long long>(f->far));
+          f->elr = e->fixup;
+          return;
+        }
+      }
+    }
+    bool has_far = ec == 0x25 || ec == 0x24 || ec == 0x21 || ec == 0x20 || ec == 0x22;
+    fatal_exception(describe_sync(f->esr, buf, sizeof buf), has_far ? f->far : 0, f);
+  }
+  const char* what = kind == TRAP_FIQ ? "FIQ" : kind == TRAP_SERROR ? "SError" : "exception from an unexpected vector";
+  fatal_exception(what, 0, f);
+}
+
+namespace arch {
+
+void init_boot_cpu(PerCpu& cpu) {
+  mmu_live();
+  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
+  set_this_cpu(&cpu);
+  asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory");
+}
+
+void init_from_dtb(const fdt::Tree& t) {
+  fdt::Node psci = t.find("/psci");
+  fdt::Property p;
+  if (psci != fdt::kNoNode && t.prop(psci, "method", p) && p.str()) {
+    const char* m = p.str();
+    if (m[0] == 'h') g_psci = Conduit::kHvc;
+    else if (m[0] == 's') g_psci = Conduit::kSmc;
+  }
+  fdt::Node timer = t.find_compatible("arm,armv8-timer");
+  unsigned irq;
+  if (timer != fdt::kNoNode && irq::from_dtb(t, timer, 2, irq)) g_timer_irq = irq;
+}
+
+bool start_cpu(PerCpu& cpu) {
+  uint64_t r = psci_call(kPsciCpuOn64, cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
+                         reinterpret_cast<uintptr_t>(&cpu));
+  if (r != 0) kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %lld\n", cpu.index,
+                      static_cast<unsigned long long>(cpu.hwid), static_cast<long long>(r));
+  return r == 0;
+}
+
+void init_secondary_cpu(PerCpu&) { asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory"); }
+
+namespace {
+void timer_irq(unsigned, void*) { timer_interrupt(); }
+}  // namespace
+
+void timer_init_cpu() {
+  if (cpu_id() == 0) irq::register_handler(g_timer_irq, timer_irq, nullptr);
+  irq::enable(g_timer_irq, cpu_id());
+}
+
+void timer_arm(uint64_t ticks) {
+  asm volatile("msr cntv_tval_el0, %0\n msr cntv_ctl_el0, %1\n isb" ::"r"(ticks), "r"(1ull) : "memory");
+}
+
+void poweroff() {
+  psci_call(kPsciSystemOff, 0, 0, 0);
+  for (;;) asm volatile("wfi");
+}
+
+void exit(int code) {
+  if (code == 0) poweroff();
+  semihost_exit(code);
+  poweroff();
+}
+
+void dump_registers(const TrapFrame* f) {
+  TrapFrame now;
+  if (!f) {
+    // No exception: snapshot the registers as they are here.
+    asm volatile(
+        "stp x0, x1, [%0, #0]\n stp x2, x3, [%0, #16]\n stp x4, x5, [%0, #32]\n"
+        "stp x6, x7, [%0, #48]\n stp x8, x9, [%0, #64]\n stp x10, x11, [%0, #80]\n"
+        "stp x12, x13, [%0, #96]\n stp x14, x15, [%0, #112]\n stp x16, x17, [%0, #128]\n"
+        "stp x18, x19, [%0, #144]\n stp x20, x21, [%0, #160]\n stp x22, x23, [%0, #176]\n"
+        "stp x24, x25, [%0, #192]\n stp x26, x27, [%0, #208]\n stp x28, x29, [%0, #224]\n"
+        "str x30, [%0, #240]\n mov x1, sp\n str x1, [%0, #248]\n adr x1, .\n str x1, [%0, #256]\n"
+        "mrs x1, spsr_el1\n str x1, [%0, #264]\n"
+        :
+        : "r"(&now)
+        : "x1", "memory");
+    now.esr = 0;
+    now.far = 0;
+    f = &now;
+  }
+  for (int i = 0; i < 31; i += 3) {
+    for (int j = i; j < i + 3 && j < 31; j++)
+      kprintf("  x%-2d %016llx", j, static_cast<unsigned long long>(f->x[j]));
+    kprintf("\n");
+  }
+  kprintf("  sp  %016llx  pc  %016llx  spsr %08llx\n  esr %016llx  far %016llx\n",
+          static_cast<unsigned long long>(f->sp), static_cast<unsigned long long>(f->elr),
+          static_cast<unsigned long long>(f->spsr), static_cast<unsigned long long>(f->esr),
+          static_cast<unsigned long long>(f->far));
+}
+
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t top = ::this_cpu().stack_top;
+  uintptr_t bottom = top - kKernelStackSize;
+  size_t n = 0;
+  while (n < max && fp >= bottom && fp + 16 <= top && (fp & 7) == 0) {
+    auto* rec = reinterpret_cast<const uintptr_t*>(fp);
+    if (!rec[1]) break;
+    pcs[n++] = rec[1];
+    if (rec[0] <= fp) break;  // frames grow toward the stack top
+    fp = rec[0];
+  }
+  return n;
+}
+
+uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->x[29] : 0; }
+uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->elr : 0; }
+
+void send_ipi(const PerCpu& cpu) {
+  const IrqChip* c = irq::chip();
+  if (c && c->send_ipi) c->send_ipi(cpu.index);
+}
+
+}  // namespace arch
+
+namespace arch {
+bool cpu_usable(const fdt::Tree&, int) { return true; }
+}  // namespace arch

@@ -1,0 +1,50 @@
+// AArch64 inline operations for portable code (see kernel/arch.h).
+#pragma once
+#include <cstdint>
+
+struct PerCpu;
+
+namespace arch {
+
+using IrqState = uint64_t;
+
+inline IrqState irq_save() {
+  uint64_t daif;
+  asm volatile("mrs %0, daif\n msr daifset, #2" : "=r"(daif)::"memory");
+  return daif;
+}
+inline void irq_restore(IrqState s) { asm volatile("msr daif, %0" ::"r"(s) : "memory"); }
+inline void irq_enable() { asm volatile("msr daifclr, #2" ::: "memory"); }
+inline void irq_disable() { asm volatile("msr daifset, #2" ::: "memory"); }
+inline bool irqs_enabled() {
+  uint64_t daif;
+  asm volatile("mrs %0, daif" : "=r"(daif));
+  return !(daif & (1u << 7));
+}
+
+// Spin-wait hint; under QEMU's icount it also lets another vCPU run.
+inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
+inline void wait_for_interrupt() { asm volatile("dsb sy\n wfi" ::: "memory"); }
+
+inline PerCpu* this_cpu() {
+  PerCpu* p;
+  asm("mrs %0, tpidr_el1" : "=r"(p));  // not volatile: constant for a thread of control
+  return p;
+}
+inline void set_this_cpu(PerCpu* p) { asm volatile("msr tpidr_el1, %0" ::"r"(p) : "memory"); }
+
+// The generic timer's virtual counter and its frequency.
+inline uint64_t counter() {
+  uint64_t v;
+  asm volatile("isb\n mrs %0, cntvct_el0" : "=r"(v)::"memory");
+  return v;
+}
+inline uint64_t counter_frequency() {
+  uint64_t v;
+  asm volatile("mrs %0, cntfrq_el0" : "=r"(v));
+  return v;
+}
+
+inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
+
+}  // namespace arch

@@ -1,0 +1,217 @@
+// AArch64 page tables: 4 KiB granule, 39-bit virtual addresses, walks start
+// at level 1 (1 GiB blocks), level 2 (2 MiB blocks), level 3 (4 KiB pages).
+//
+// 1. The kernel runs on an identity map (virtual = physical) of every RAM
+//    bank and of the devices it uses. The image is mapped W^X: text RX,
+//    rodata R, data/bss/stacks/tables RW and never executable.
+// 2. arm64_early_mmu() builds the tables with the MMU off, before .bss is
+//    cleared, so everything it touches lives in the .noinit area (invalidated
+//    by start.S before use) or on the boot stack. It reads the DTB's memory
+//    nodes to learn where RAM is.
+// 3. After boot, arch::map() adds mappings (devices, later the kernel heap).
+//    Turning a valid entry into another one follows break-before-make.
+//    Callers serialise: map() takes g_map_lock.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/config.h>
+#include <kernel/fdt.h>
+#include <kernel/spinlock.h>
+#include "sysregs.h"
+
+namespace {
+
+constexpr uint64_t kDescValid = 1;
+constexpr uint64_t kDescTable = 3;    // levels 1-2: next-level table
+constexpr uint64_t kDescBlock = 1;    // levels 1-2: block
+constexpr uint64_t kDescPage = 3;     // level 3: page
+constexpr uint64_t kAttrIdxShift = 2;
+constexpr uint64_t kApReadOnly = 1ull << 7;
+constexpr uint64_t kShInner = 3ull << 8;
+constexpr uint64_t kAccessFlag = 1ull << 10;
+constexpr uint64_t kPxn = 1ull << 53;
+constexpr uint64_t kUxn = 1ull << 54;
+constexpr uint64_t kOutputMask = 0x0000fffffffff000ull;
+constexpr uint64_t kAttrMask = ~kOutputMask & ~3ull;
+constexpr unsigned kEntries = 512;
+constexpr unsigned kPoolPages = 48;
+constexpr uint64_t kMaxDtbSize = 2 << 20;
+
+// Everything here lives in .noinit: written with the MMU off.
+struct alignas(4096) Table {
+  uint64_t e[kEntries];
+};
+}  // namespace
+
+extern "C" {
+__attribute__((section(".pgtables"))) Table arm64_root_table;
+}
+
+namespace {
+__attribute__((section(".pgtables"))) Table g_pool[kPoolPages];
+__attribute__((section(".pgtables"))) unsigned g_pool_used;
+__attribute__((section(".pgtables"))) bool g_mmu_live;
+
+arch::TableAllocator g_table_alloc;  // .bss: only used after boot
+SpinLock g_map_lock;
+
+void zero_table(Table* t) {
+  for (auto& e : t->e) e = 0;
+}
+
+Table* new_table() {
+  if (g_pool_used < kPoolPages) {
+    Table* t = &g_pool[g_pool_used++];
+    zero_table(t);
+    return t;
+  }
+  if (g_mmu_live && g_table_alloc) {
+    uintptr_t pa = g_table_alloc();
+    return reinterpret_cast<Table*>(pa);  // identity map; comes zeroed
+  }
+  return nullptr;
+}
+
+uint64_t leaf_attrs(unsigned flags) {
+  uint64_t a = kAccessFlag;
+  if (flags & arch::kMapDevice) {
+    a |= uint64_t{MAIR_IDX_DEVICE} << kAttrIdxShift;
+  } else {
+    a |= (uint64_t{MAIR_IDX_NORMAL} << kAttrIdxShift) | kShInner;
+  }
+  if (!(flags & arch::kMapWrite)) a |= kApReadOnly;
+  a |= kUxn;
+  if (!(flags & arch::kMapExec)) a |= kPxn;
+  return a;
+}
+
+void sync_entry_change(uint64_t va) {
+  if (!g_mmu_live) return;
+  asm volatile("dsb ishst\n tlbi vaae1is, %0\n dsb ish\n isb" ::"r"(va >> 12) : "memory");
+}
+
+// Writes entry *slot = v, with break-before-make if a valid entry changes.
+void set_entry(uint64_t* slot, uint64_t v, uint64_t va) {
+  uint64_t old = *slot;
+  if ((old & kDescValid) && old != v) {
+    *slot = 0;
+    sync_entry_change(va);
+  }
+  *slot = v;
+  if (g_mmu_live) asm volatile("dsb ishst\n isb" ::: "memory");
+}
+
+bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
+  while (size) {
+    Table* t = &arm64_root_table;
+    for (unsigned level = 1;; level++) {
+      unsigned shift = 39 - 9 * level;  // 30, 21, 12
+      uint64_t block = 1ull << shift;
+      uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
+      if (level == 3) {
+        set_entry(slot, (pa & kOutputMask) | attrs | kDescPage, va);
+        va += block;
+        pa += block;
+        size -= block;
+        break;
+      }
+      bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
+      bool is_table = (*slot & 3) == kDescTable;
+      if (fits && !is_table && level >= 2) {
+        set_entry(slot, (pa & kOutputMask) | attrs | kDescBlock, va);
+        va += block;
+        pa += block;
+        size -= block;
+        break;
+      }
+      if (!is_table) {
+        Table* next = new_table();
+        if (!next) return false;
+        if (*slot & kDescValid) {
+          // Split an existing block into the next level's blocks or pages.
+          uint64_t base = *slot & kOutputMask & ~(block - 1);
+          uint64_t old_attrs = *slot & kAttrMask;
+          uint64_t sub = block >> 9;
+          for (unsigned i = 0; i < kEntries; i++)
+            next->e[i] = (base + i * sub) | old_attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
+        }
+        set_entry(slot, reinterpret_cast<uintptr_t>(next) | kDescTable, va);
+      }
+      t = reinterpret_cast<Table*>(*slot & kOutputMask);
+    }
+  }
+  return true;
+}
+
+uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+void map_flags(uint64_t start, uint64_t end, unsigned flags) {
+  start = align_down(start, kPageSize);
+  end = align_up(end, kPageSize);
+  if (end > start) map_range(start, start, end - start, leaf_attrs(flags));
+}
+
+}  // namespace
+
+// Runs with the MMU off: see the design statement above.
+extern "C" void arm64_early_mmu(uintptr_t dtb) {
+  g_pool_used = 0;
+  g_mmu_live = false;
+  zero_table(&arm64_root_table);
+
+  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
+  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
+  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
+
+  fdt::Tree tree;
+  bool dtb_ok = false;
+  if (dtb && (dtb & 7) == 0) {
+    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
+    dtb_ok = tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) ==
+             fdt::Error::kOk;
+  }
+  if (dtb_ok) {
+    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
+         n = tree.find_device_type("memory", n)) {
+      uint64_t base, size;
+      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
+        if (!size) continue;
+        map_flags(base, base + size, kRamFlags);
+      }
+    }
+  }
+  // Whatever the DTB said, the image and the DTB itself must be reachable:
+  // kernel_main reports a bad DTB from there.
+  if (dtb) map_flags(dtb, dtb + kMaxDtbSize, arch::kMapRead);
+  map_flags(kstart, kend, kRamFlags);
+  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
+            arch::kMapRead | arch::kMapExec);
+  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
+            arch::kMapRead);
+  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+  // Tables written with the MMU off: make sure no stale line shadows them.
+  asm volatile("dsb sy" ::: "memory");
+}
+
+namespace arch {
+
+void mmu_live() { g_mmu_live = true; }
+
+bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t start = align_down(va, kPageSize);
+  uint64_t pstart = align_down(pa, kPageSize);
+  uint64_t end = align_up(va + size, kPageSize);
+  return map_range(start, pstart, end - start, leaf_attrs(flags));
+}
+
+uintptr_t map_device(uint64_t pa, size_t size) {
+  if (!map(pa, pa, size, kMapRead | kMapWrite | kMapDevice)) return 0;
+  return pa;
+}
+
+void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
+
+const char* mmu_description() { return "AArch64 4K granule, 39-bit VA, 3 levels"; }
+
+}  // namespace arch

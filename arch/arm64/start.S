@@ -1,0 +1,153 @@
+// AArch64 entry: the Linux arm64 boot protocol.
+//
+// The bootloader (QEMU, U-Boot booti, the Raspberry Pi firmware) loads this
+// raw Image at a 2 MiB-aligned base + text_offset and jumps to its first
+// byte with x0 = physical address of the DTB, MMU off, at EL2 or EL1.
+//
+// Primary core:
+//   1. drop from EL2 to EL1 if needed;
+//   2. invalidate the cache lines over the boot stack and page-table pool
+//      (written with the MMU off, they must not meet stale lines later);
+//   3. build the page tables in C with the MMU off (arm64_early_mmu);
+//   4. turn on the MMU and caches, then clear .bss with caches on;
+//   5. call kernel_main(dtb, mpidr).
+// Secondary cores enter at secondary_entry (PSCI CPU_ON) with x0 = their
+// PerCpu; they turn the MMU on with the same tables before touching memory.
+
+#include "sysregs.h"
+
+.section .text.boot, "ax"
+.global _start
+_start:
+    // Linux arm64 Image header (Documentation/arch/arm64/booting.rst).
+    b       primary_entry               // code0
+    .long   0                           // code1
+    .quad   TEXT_OFFSET                 // text_offset
+    .quad   __image_size                // image_size (from the linker script)
+    .quad   0x2                         // flags: little endian, 4K pages, 2 MiB-aligned base
+    .quad   0, 0, 0                     // reserved
+    .ascii  "ARM\x64"                   // magic
+    .long   0                           // reserved (PE header offset)
+
+primary_entry:
+    mov     x19, x0                     // DTB
+    bl      drop_to_el1
+    mrs     x20, mpidr_el1
+
+    // Invalidate [__noinit_start, __noinit_end): boot stack and page tables.
+    adrp    x0, __noinit_start
+    add     x0, x0, :lo12:__noinit_start
+    adrp    x1, __noinit_end
+    add     x1, x1, :lo12:__noinit_end
+    bl      dcache_invalidate_range
+
+    adrp    x0, __boot_stack_top
+    add     x0, x0, :lo12:__boot_stack_top
+    mov     sp, x0
+    mov     x29, #0
+    mov     x0, x19
+    bl      arm64_early_mmu             // builds the tables, MMU still off
+    bl      enable_mmu
+
+    // .bss is cleared with the caches on so no stale line can survive.
+    adrp    x0, __bss_start
+    add     x0, x0, :lo12:__bss_start
+    adrp    x1, __bss_end
+    add     x1, x1, :lo12:__bss_end
+1:  cmp     x0, x1
+    b.hs    2f
+    stp     xzr, xzr, [x0], #16
+    b       1b
+2:
+    mov     x0, x19
+    ldr     x1, =0xff00ffffff           // MPIDR affinity fields
+    and     x1, x20, x1
+    bl      kernel_main
+3:  wfe
+    b       3b
+
+.global secondary_entry
+secondary_entry:
+    mov     x19, x0                     // PerCpu*
+    bl      drop_to_el1
+    bl      enable_mmu
+    msr     tpidr_el1, x19
+    ldr     x0, [x19, #PERCPU_STACK_TOP]
+    mov     sp, x0
+    mov     x29, #0
+    mov     x0, x19
+    bl      secondary_main
+1:  wfe
+    b       1b
+
+// If entered at EL2, configure EL1 as AArch64 with access to the counters
+// and return to the caller at EL1h with interrupts masked. Clobbers x0-x2.
+drop_to_el1:
+    mrs     x0, CurrentEL
+    lsr     x0, x0, #2
+    cmp     x0, #2
+    b.ne    1f
+    mov     x0, #HCR_EL2_RW
+    msr     hcr_el2, x0
+    mrs     x0, cnthctl_el2
+    orr     x0, x0, #3                  // EL1PCEN | EL1PCTEN
+    msr     cnthctl_el2, x0
+    msr     cntvoff_el2, xzr
+    mrs     x0, midr_el1
+    msr     vpidr_el2, x0
+    mrs     x0, mpidr_el1
+    msr     vmpidr_el2, x0
+    ldr     x0, =SCTLR_EL1_RES1
+    msr     sctlr_el1, x0
+    mov     x0, #0x3c5                  // EL1h, DAIF masked
+    msr     spsr_el2, x0
+    msr     elr_el2, lr
+    eret
+1:  msr     daifset, #0xf
+    ret
+
+// Invalidates data cache lines over [x0, x1). Clobbers x0-x3.
+.global dcache_invalidate_range
+dcache_invalidate_range:
+    mrs     x3, ctr_el0
+    ubfx    x3, x3, #16, #4             // DminLine: log2(words)
+    mov     x2, #4
+    lsl     x2, x2, x3                  // line size in bytes
+    sub     x3, x2, #1
+    bic     x0, x0, x3
+1:  cmp     x0, x1
+    b.hs    2f
+    dc      ivac, x0
+    add     x0, x0, x2
+    b       1b
+2:  dsb     sy
+    ret
+
+// Turns on the MMU and caches with the tables arm64_early_mmu built.
+// Same on every core; touches no memory. Clobbers x0-x1.
+enable_mmu:
+    ldr     x0, =MAIR_VALUE
+    msr     mair_el1, x0
+    mrs     x0, id_aa64mmfr0_el1
+    and     x0, x0, #0xf                // PARange
+    cmp     x0, #5
+    mov     x1, #5
+    csel    x0, x0, x1, ls              // at most 48-bit physical addresses
+    lsl     x0, x0, #32                 // TCR.IPS
+    ldr     x1, =TCR_VALUE
+    orr     x0, x0, x1
+    msr     tcr_el1, x0
+    adrp    x0, arm64_root_table
+    add     x0, x0, :lo12:arm64_root_table
+    msr     ttbr0_el1, x0
+    msr     ttbr1_el1, xzr
+    isb
+    tlbi    vmalle1
+    dsb     nsh
+    ic      iallu
+    dsb     nsh
+    isb
+    ldr     x0, =(SCTLR_EL1_RES1 | SCTLR_M | SCTLR_C | SCTLR_SA | SCTLR_I)
+    msr     sctlr_el1, x0
+    isb
+    ret

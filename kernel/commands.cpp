@@ -1,0 +1,75 @@
+// Basic shell commands: version, cpus, uptime, meminfo, poweroff.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/shell.h>
+#include <kernel/timer.h>
+
+namespace {
+
+int no_args(int argc, char** argv) {
+  if (argc == 1) return 0;
+  return shell::usage_error(argv[0], "takes no arguments");
+}
+
+int cmd_version(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  kprintf("Magpie %s, board %s, arch %s, built with GCC %s\n", MAGPIE_VERSION, MAGPIE_BOARD, MAGPIE_ARCH,
+          __VERSION__);
+  return 0;
+}
+
+int cmd_cpus(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  for_each_cpu([](PerCpu& c) {
+    kprintf("cpu %u: hwid 0x%llx %s, %llu timer ticks\n", c.index, static_cast<unsigned long long>(c.hwid),
+            c.online.load() ? "online" : "offline", static_cast<unsigned long long>(c.ticks.load()));
+  });
+  return 0;
+}
+
+int cmd_uptime(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  uint64_t ns = timer::now_ns();
+  uint64_t s = ns / 1000000000ull;
+  kprintf("up %llu.%03llu s (counter %llu Hz)\n", static_cast<unsigned long long>(s),
+          static_cast<unsigned long long>(ns / 1000000ull % 1000), static_cast<unsigned long long>(timer::frequency_hz()));
+  return 0;
+}
+
+void print_range(const char* label, uint64_t base, uint64_t size, const char* what) {
+  kprintf("  %-9s 0x%010llx-0x%010llx %8llu KiB  %s\n", label, static_cast<unsigned long long>(base),
+          static_cast<unsigned long long>(base + size - 1), static_cast<unsigned long long>(size >> 10), what);
+}
+
+int cmd_meminfo(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  uint64_t total = 0;
+  for (unsigned i = 0; i < g_boot.mem_count; i++) {
+    print_range("ram", g_boot.mem[i].base, g_boot.mem[i].size, g_boot.mem[i].what);
+    total += g_boot.mem[i].size;
+  }
+  for (unsigned i = 0; i < g_boot.reserved_count; i++)
+    print_range("reserved", g_boot.reserved[i].base, g_boot.reserved[i].size, g_boot.reserved[i].what);
+  auto at = [](char* p) { return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)); };
+  kprintf("  kernel    text 0x%llx-0x%llx rodata 0x%llx-0x%llx data+bss 0x%llx-0x%llx end 0x%llx\n",
+          at(__text_start), at(__text_end), at(__rodata_start), at(__rodata_end), at(__data_start), at(__bss_end),
+          at(__kernel_end));
+  kprintf("  total RAM %llu KiB in %u bank(s); MMU: %s\n", static_cast<unsigned long long>(total >> 10),
+          g_boot.mem_count, arch::mmu_description());
+  return 0;
+}
+
+int cmd_poweroff(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  kprintf("powering off\n");
+  arch::poweroff();
+}
+
+}  // namespace
+
+SHELL_COMMAND(version, "kernel version, board and compiler", cmd_version);
+SHELL_COMMAND(cpus, "one line per core: id, hardware id, state", cmd_cpus);
+SHELL_COMMAND(uptime, "time since boot", cmd_uptime);
+SHELL_COMMAND(meminfo, "RAM banks, reserved ranges and the kernel image", cmd_meminfo);
+SHELL_COMMAND(poweroff, "turn the machine off (QEMU exits with status 0)", cmd_poweroff);

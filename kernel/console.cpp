@@ -1,0 +1,124 @@
+// Serial console: output under a lock with IRQs masked, input through a
+// ring buffer filled by the UART's receive interrupt.
+//
+// Locking: g_out_lock serialises writers on all cores so lines do not
+// interleave mid-line. In panic context the lock is skipped (the panicking
+// core may hold it, or another core may be stuck while holding it).
+// The input ring has one producer (the UART interrupt, on the boot core) and
+// one consumer (the shell, also on the boot core).
+#include <kernel/console.h>
+#include <kernel/format.h>
+#include <kernel/panic.h>
+#include <kernel/spinlock.h>
+#include <arch/ops.h>
+#include <atomic>
+
+namespace {
+const UartOps* g_uart;
+uintptr_t g_uart_base;
+SpinLock g_out_lock;
+
+constexpr unsigned kRxSize = 256;  // power of two
+char g_rx[kRxSize];
+std::atomic<unsigned> g_rx_head{0}, g_rx_tail{0};
+std::atomic<unsigned> g_rx_dropped{0};
+
+void put_locked(const char* s, size_t n) {
+  if (!g_uart) return;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\n') g_uart->putc(g_uart_base, '\r');
+    g_uart->putc(g_uart_base, s[i]);
+  }
+}
+
+void sink(void*, const char* s, size_t n) { put_locked(s, n); }
+}  // namespace
+
+namespace console {
+
+void attach(const UartOps* ops, uintptr_t base) {
+  g_uart_base = base;
+  g_uart = ops;
+}
+
+const UartOps* uart() { return g_uart; }
+
+void write(const char* s, size_t n) {
+  if (in_panic()) {
+    put_locked(s, n);
+    return;
+  }
+  Guard<SpinLock, IrqSave> g(g_out_lock);
+  put_locked(s, n);
+}
+
+void write_raw(const void* data, size_t n) {
+  Guard<SpinLock, IrqSave> g(g_out_lock);
+  const char* p = static_cast<const char*>(data);
+  for (size_t i = 0; i < n; i++) g_uart->putc(g_uart_base, p[i]);
+}
+
+void rx_interrupt() {
+  for (;;) {
+    int c = g_uart->getc(g_uart_base);
+    if (c < 0) break;
+    unsigned head = g_rx_head.load(std::memory_order_relaxed);
+    if (head - g_rx_tail.load(std::memory_order_acquire) == kRxSize) {
+      g_rx_dropped.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    g_rx[head % kRxSize] = static_cast<char>(c);
+    g_rx_head.store(head + 1, std::memory_order_release);
+  }
+}
+
+int try_getc() {
+  unsigned tail = g_rx_tail.load(std::memory_order_relaxed);
+  if (tail == g_rx_head.load(std::memory_order_acquire)) {
+    // Fall back to polling if the receive interrupt is not wired up.
+    return g_uart ? g_uart->getc(g_uart_base) : -1;
+  }
+  char c = g_rx[tail % kRxSize];
+  g_rx_tail.store(tail + 1, std::memory_order_release);
+  return static_cast<unsigned char>(c);
+}
+
+int getc() {
+  for (;;) {
+    arch::IrqState s = arch::irq_save();
+    int c = try_getc();
+    if (c >= 0) {
+      arch::irq_restore(s);
+      return c;
+    }
+    // Sleep with interrupts masked: wfi still wakes on a pending interrupt,
+    // which is taken once they are restored, so no wake-up is lost.
+    arch::wait_for_interrupt();
+    arch::irq_restore(s);
+  }
+}
+
+}  // namespace console
+
+void kvprintf(const char* f, va_list ap) {
+  if (in_panic()) {
+    fmt::vformat(sink, nullptr, f, ap);
+    return;
+  }
+  Guard<SpinLock, IrqSave> g(g_out_lock);
+  fmt::vformat(sink, nullptr, f, ap);
+}
+
+void kprintf(const char* f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  kvprintf(f, ap);
+  va_end(ap);
+}
+
+void kputs(const char* s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  console::write(s, n);
+  console::write("\n", 1);
+}

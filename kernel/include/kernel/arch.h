@@ -1,0 +1,95 @@
+// The contract between portable kernel code and each arch/<name>/.
+//
+// Inline, hot operations (interrupt masking, the per-CPU register, counters,
+// spin-wait hints) live in <arch/ops.h>, which every arch provides under
+// arch/<name>/include/arch/ops.h. The out-of-line operations below are
+// implemented in arch/<name>/*.cpp. Unless noted, they run on the calling core
+// with no locks held.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <kernel/percpu.h>
+
+namespace fdt {
+class Tree;
+}
+
+// Saved registers of an exception, as the arch's trap entry pushed them.
+struct TrapFrame;
+
+namespace arch {
+
+// Boot core, after the MMU is on and .bss is clear: install exception vectors
+// and per-core state of the boot core. Called once from kernel_main.
+void init_boot_cpu(PerCpu& cpu);
+
+// Secondary core, first thing in secondary_main (MMU on, stack and per-CPU
+// register set by the entry code): install exception vectors.
+void init_secondary_cpu(PerCpu& cpu);
+
+// Reads the arch's boot-time facts from the DTB (PSCI conduit, timer
+// interrupt numbers, ISA extensions). Called once, on the boot core.
+void init_from_dtb(const fdt::Tree& tree);
+
+// Whether the kernel can run on the /cpus node n (RISC-V: it needs S-mode
+// and an MMU; a monitor core such as the E51 is skipped).
+bool cpu_usable(const fdt::Tree& tree, int node);
+
+// Starts the core with hardware id hwid (MPIDR or hart id) at the kernel's
+// secondary entry; it calls secondary_main(cpu) with its own stack. Returns
+// false if the firmware refused.
+[[nodiscard]] bool start_cpu(PerCpu& cpu);
+
+// Per-core timer: program the next interrupt `ticks` counter ticks from now.
+// The arch calls timer_interrupt() (kernel/timer.cpp) when it fires.
+void timer_init_cpu();
+void timer_arm(uint64_t ticks);
+
+// Power. poweroff() asks the firmware to turn the machine off (QEMU exits
+// with status 0). exit() ends a QEMU run with a status code (semihosting or
+// the virt test device); on hardware it falls back to poweroff().
+[[noreturn]] void poweroff();
+[[noreturn]] void exit(int code);
+
+// Prints the registers of a trap frame, or of the caller when frame is null.
+void dump_registers(const TrapFrame* frame);
+// Frame-pointer chain walk: fills pcs with return addresses, starting at the
+// frame fp (0: the caller's frame). Stops at the stack's end. Returns count.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max);
+uintptr_t trap_frame_fp(const TrapFrame* frame);
+uintptr_t trap_frame_pc(const TrapFrame* frame);
+
+// Writes value to addr and reports whether it faulted (the write is expected
+// to fault: the trap handler resumes after it and fills cpu.last_fault).
+[[nodiscard]] bool probe_write(uintptr_t addr, uint32_t value);
+
+// Sends an inter-processor wake-up to cpu (it runs its mailbox).
+void send_ipi(const PerCpu& cpu);
+
+// Memory map. Kernel virtual addresses equal physical ones for RAM and
+// devices (an identity map); map() adds mappings later on (mm/ uses it for
+// the heap). Pages for page tables come from a boot pool until mm/ offers
+// a page source through set_table_allocator().
+enum MapFlags : unsigned {
+  kMapRead = 1,
+  kMapWrite = 2,
+  kMapExec = 4,
+  kMapDevice = 8,  // device memory: uncached, no speculation, no merging
+};
+[[nodiscard]] bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags);
+// Device MMIO: returns the kernel virtual address of [pa, pa + size).
+uintptr_t map_device(uint64_t pa, size_t size);
+using TableAllocator = uintptr_t (*)();  // returns a zeroed page's physical address or 0
+void set_table_allocator(TableAllocator alloc);
+// Name of the page-table format, for meminfo.
+const char* mmu_description();
+
+}  // namespace arch
+
+// Kernel entry points the arch calls.
+extern "C" [[noreturn]] void kernel_main(uintptr_t dtb, uintptr_t boot_hwid);
+extern "C" [[noreturn]] void secondary_main(PerCpu* cpu);
+void timer_interrupt();          // from the arch's timer interrupt
+void ipi_interrupt();            // from the arch's IPI interrupt
+// Reports an unexpected exception and panics (cause names the exception).
+[[noreturn]] void fatal_exception(const char* cause, uintptr_t fault_addr, const TrapFrame* frame);

@@ -1,0 +1,41 @@
+// What the kernel learnt at boot: RAM, reserved ranges, cores, bootargs.
+// Filled from the device tree by kernel/platform.cpp; nothing here is
+// hard-coded per board.
+#pragma once
+#include <cstdint>
+#include <kernel/config.h>
+#include <kernel/fdt.h>
+
+struct MemRange {
+  uint64_t base;
+  uint64_t size;
+  const char* what;  // for reserved ranges: "dtb", "kernel", "memreserve", node name
+};
+
+struct BootInfo {
+  fdt::Tree dtb;
+  uintptr_t dtb_addr;
+  MemRange mem[kMaxMemBanks];
+  unsigned mem_count;
+  MemRange reserved[kMaxReserved];
+  unsigned reserved_count;
+  uint64_t cpu_hwid[kMaxCpus];
+  unsigned cpu_count;
+  unsigned cpus_ignored;       // listed in the DTB beyond kMaxCpus
+  uint64_t boot_hwid;
+  const char* bootargs;
+  const char* model;
+};
+
+extern BootInfo g_boot;
+
+// Linker-script symbols bounding the kernel image and its sections.
+extern "C" char __kernel_start[], __text_start[], __text_end[], __rodata_start[], __rodata_end[],
+    __data_start[], __data_end[], __bss_start[], __bss_end[], __kernel_end[];
+
+namespace boot {
+// True if the bootargs contain word (as "word" or "word=...").
+bool has_arg(const char* word);
+// The value of "key=value" in bootargs, copied to buf; false if absent.
+bool arg_value(const char* key, char* buf, unsigned size);
+}  // namespace boot

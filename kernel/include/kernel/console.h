@@ -1,0 +1,42 @@
+// The serial console. Output is serialised by a lock with interrupts masked;
+// in panic context the lock is bypassed so the last words always get out.
+// Input arrives through the UART's receive interrupt into a ring buffer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdarg>
+#include <kernel/compiler.h>
+
+struct UartOps {
+  const char* name;
+  void (*putc)(uintptr_t base, char c);
+  int (*getc)(uintptr_t base);              // -1 when nothing is waiting
+  void (*enable_rx_irq)(uintptr_t base);   // received bytes raise an interrupt
+};
+
+// UART drivers register by DTB compatible.
+struct UartDriver {
+  const char* compatible;
+  const UartOps* ops;
+};
+#define UART_DRIVER(name, compat, ops_ptr) \
+  extern const UartDriver name __attribute__((section(".drivers.uart"), used)) = {compat, ops_ptr}
+
+namespace console {
+// Use uart at base (already mapped) from now on.
+void attach(const UartOps* ops, uintptr_t base);
+const UartOps* uart();
+void write(const char* s, size_t n);
+// Called from the UART's interrupt: drains the UART into the input ring.
+void rx_interrupt();
+// Next input byte, or -1 if none is waiting.
+int try_getc();
+// Blocks (wfi) until a byte arrives.
+int getc();
+// True when a raw byte writer (kmemtrace dump) may bypass line discipline.
+void write_raw(const void* data, size_t n);
+}  // namespace console
+
+void kprintf(const char* fmt, ...) PRINTF_LIKE(1, 2);
+void kvprintf(const char* fmt, va_list ap);
+void kputs(const char* s);

@@ -1,0 +1,46 @@
+// Per-CPU data: one PerCpu per core, reached in O(1) through a register the
+// arch reserves for it (TPIDR_EL1 on arm64, TPIDRPRW on arm, tp on riscv64).
+// Fields that other cores read are atomics; the rest belong to their core.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <kernel/config.h>
+
+struct TrapFrame;
+
+// Registers a fault-expecting probe (see arch_probe_write) fills in.
+struct FaultRecord {
+  uintptr_t address = 0;   // faulting data address
+  uintptr_t pc = 0;        // faulting instruction
+  const char* cause = nullptr;
+};
+
+struct PerCpu {
+  unsigned index;          // dense 0..cpu_count-1, 0 is the boot core
+  uint64_t hwid;           // MPIDR affinity or RISC-V hart id
+  uintptr_t stack_top;
+  std::atomic<uint64_t> ticks;      // timer interrupts taken on this core
+  std::atomic<bool> online;
+  // Cross-call mailbox: another core posts fn/arg, this core runs it.
+  std::atomic<void (*)(void*)> call_fn;
+  void* call_arg;
+  std::atomic<unsigned> call_done;
+  // Set by the exception path when a probing access faulted.
+  FaultRecord last_fault;
+  unsigned irq_depth;
+  uintptr_t arch_scratch[4];        // for the arch's trap entry
+};
+
+extern PerCpu g_percpu[kMaxCpus];
+extern unsigned g_cpu_count;        // cores described by the DTB and started
+
+#include <arch/ops.h>  // arch::this_cpu()
+
+inline PerCpu& this_cpu() { return *arch::this_cpu(); }
+inline unsigned cpu_id() { return arch::this_cpu()->index; }
+unsigned cpus_online();
+
+template <typename F>
+void for_each_cpu(F&& f) {
+  for (unsigned i = 0; i < g_cpu_count; i++) f(g_percpu[i]);
+}

@@ -1,0 +1,16 @@
+// Running work on other cores.
+#pragma once
+#include <kernel/percpu.h>
+
+namespace smp {
+// Starts every core the DTB lists (boot core excluded) and waits for them.
+void start_secondaries();
+// Runs fn(arg) on cpu and waits for it to finish. On the calling core it is
+// a plain call.
+void call_on(unsigned cpu, void (*fn)(void*), void* arg);
+// Runs fn(arg) on every online core at once (the caller's included) and
+// waits for all of them.
+void call_on_all(void (*fn)(void*), void* arg);
+// The idle loop of a secondary core: waits for calls.
+[[noreturn]] void idle_loop();
+}  // namespace smp

@@ -1,0 +1,49 @@
+// Interrupt dispatch: the active controller's claim/complete around a table
+// of handlers indexed by interrupt number. Handlers are registered at boot
+// (before interrupts are enabled) and never change afterwards.
+#include <kernel/fdt.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <atomic>
+
+namespace {
+struct Slot {
+  irq::Handler fn;
+  void* arg;
+  std::atomic<uint64_t> count;
+};
+Slot g_slots[irq::kMaxIrq];
+const IrqChip* g_chip;
+}  // namespace
+
+namespace irq {
+
+void set_chip(const IrqChip* chip) { g_chip = chip; }
+const IrqChip* chip() { return g_chip; }
+
+void register_handler(unsigned irq, Handler h, void* arg) {
+  ASSERT(irq < kMaxIrq);
+  g_slots[irq].arg = arg;
+  g_slots[irq].fn = h;
+}
+
+void enable(unsigned irq, unsigned cpu) {
+  if (g_chip) g_chip->enable(irq, cpu);
+}
+
+void dispatch() {
+  if (!g_chip) return;
+  for (;;) {
+    unsigned n = g_chip->claim();
+    if (n == kNoIrq) return;
+    if (n < kMaxIrq && g_slots[n].fn) {
+      g_slots[n].count.fetch_add(1, std::memory_order_relaxed);
+      g_slots[n].fn(n, g_slots[n].arg);
+    }
+    g_chip->complete(n);
+  }
+}
+
+uint64_t count(unsigned irq) { return irq < kMaxIrq ? g_slots[irq].count.load(std::memory_order_relaxed) : 0; }
+
+}  // namespace irq

@@ -1,0 +1,59 @@
+// panic(): stop everything and say why, with registers and a backtrace of
+// raw return addresses ("bt: 0x..." lines, which tools/symbolize resolves
+// against build/<board>/kernel.elf).
+#include <kernel/arch.h>
+#include <kernel/console.h>
+#include <kernel/panic.h>
+#include <arch/ops.h>
+#include <atomic>
+#include <cstdarg>
+
+namespace {
+std::atomic<int> g_panicking{0};
+
+[[noreturn]] void finish(uintptr_t fp, const TrapFrame* frame) {
+  arch::dump_registers(frame);
+  uintptr_t pcs[24];
+  size_t n = arch::backtrace(fp, pcs, 24);
+  kprintf("backtrace (%zu frames; symbolize with tools/symbolize):\n", n);
+  if (frame) kprintf("bt: 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
+  for (size_t i = 0; i < n; i++) kprintf("bt: 0x%lx\n", static_cast<unsigned long>(pcs[i]));
+  kprintf("System halted.\n");
+  arch::exit(3);
+}
+
+// Only the first core to panic reports; others stop quietly.
+void enter() {
+  arch::irq_disable();
+  if (g_panicking.fetch_add(1) != 0) {
+    for (;;) arch::wait_for_interrupt();
+  }
+}
+}  // namespace
+
+bool in_panic() { return g_panicking.load(std::memory_order_relaxed) != 0; }
+
+void panic(const char* f, ...) {
+  enter();
+  va_list ap;
+  va_start(ap, f);
+  kprintf("\nPANIC on cpu %u: ", cpu_id());
+  kvprintf(f, ap);
+  va_end(ap);
+  kprintf("\n");
+  finish(0, nullptr);
+}
+
+void panic_assert(const char* expr, const char* file, int line) {
+  enter();
+  kprintf("\nPANIC on cpu %u: ASSERT failed: %s at %s:%d\n", cpu_id(), expr, file, line);
+  finish(0, nullptr);
+}
+
+void fatal_exception(const char* cause, uintptr_t addr, const TrapFrame* frame) {
+  enter();
+  kprintf("\nPANIC on cpu %u: unexpected exception: %s", cpu_id(), cause);
+  if (addr) kprintf(" at address 0x%lx", static_cast<unsigned long>(addr));
+  kprintf(", pc 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
+  finish(arch::trap_frame_fp(frame), frame);
+}

@@ -1,0 +1,216 @@
+// Reads the device tree into BootInfo, finds the interrupt controller and
+// the console UART among the drivers linked in, and translates interrupt
+// specifiers for drivers.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <kernel/string.h>
+
+BootInfo g_boot;
+
+extern "C" const IrqChipDriver __drivers_irqchip_start[], __drivers_irqchip_end[];
+extern "C" const UartDriver __drivers_uart_start[], __drivers_uart_end[];
+
+namespace {
+const IrqChipDriver* g_irq_driver;
+fdt::Node g_irq_node = fdt::kNoNode;
+
+void add_reserved(uint64_t base, uint64_t size, const char* what) {
+  if (!size) return;
+  if (g_boot.reserved_count == kMaxReserved) {
+    kprintf("dtb: more than %u reserved ranges; ignoring %s at 0x%llx\n", kMaxReserved, what,
+            static_cast<unsigned long long>(base));
+    return;
+  }
+  g_boot.reserved[g_boot.reserved_count++] = {base, size, what};
+}
+
+bool status_okay(const fdt::Tree& t, fdt::Node n) {
+  fdt::Property p;
+  if (!t.prop(n, "status", p) || !p.str()) return true;
+  return strcmp(p.str(), "okay") == 0 || strcmp(p.str(), "ok") == 0;
+}
+
+// The interrupt parent of n: its own or an ancestor's interrupt-parent.
+fdt::Node interrupt_parent(const fdt::Tree& t, fdt::Node n) {
+  for (fdt::Node cur = n; cur != fdt::kNoNode; cur = t.parent(cur)) {
+    fdt::Property p;
+    if (t.prop(cur, "interrupt-parent", p) && p.len == 4) return t.find_phandle(p.u32());
+  }
+  return fdt::kNoNode;
+}
+}  // namespace
+
+namespace platform {
+
+// Fills g_boot from the DTB at dtb (already validated into g_boot.dtb).
+void read_boot_info() {
+  const fdt::Tree& t = g_boot.dtb;
+  fdt::Property p;
+  g_boot.model = t.prop(t.root(), "model", p) && p.str() ? p.str() : "unknown";
+  fdt::Node chosen = t.find("/chosen");
+  g_boot.bootargs = chosen != fdt::kNoNode && t.prop(chosen, "bootargs", p) && p.str() ? p.str() : "";
+
+  for (fdt::Node n = t.find_device_type("memory"); n != fdt::kNoNode; n = t.find_device_type("memory", n)) {
+    if (!status_okay(t, n)) continue;
+    uint64_t base, size;
+    for (uint32_t i = 0; t.reg(n, i, base, size); i++) {
+      if (!size) continue;
+      if (g_boot.mem_count == kMaxMemBanks) {
+        kprintf("dtb: more than %u memory banks; ignoring 0x%llx\n", kMaxMemBanks, static_cast<unsigned long long>(base));
+        break;
+      }
+      g_boot.mem[g_boot.mem_count++] = {base, size, t.name(n)};
+    }
+  }
+  if (g_boot.mem_count == 0) panic("device tree describes no memory (no /memory node with a reg)");
+
+  add_reserved(reinterpret_cast<uintptr_t>(__kernel_start),
+               reinterpret_cast<uintptr_t>(__kernel_end) - reinterpret_cast<uintptr_t>(__kernel_start), "kernel");
+  add_reserved(g_boot.dtb_addr, t.total_size(), "dtb");
+  for (uint32_t i = 0; i < t.memreserve_count(); i++) {
+    uint64_t base, size;
+    if (t.memreserve(i, base, size)) add_reserved(base, size, "memreserve");
+  }
+  fdt::Node rm = t.find("/reserved-memory");
+  for (fdt::Node n = t.first_child(rm); n != fdt::kNoNode; n = t.next_sibling(n)) {
+    uint64_t base, size;
+    for (uint32_t i = 0; t.reg(n, i, base, size); i++) add_reserved(base, size, t.name(n));
+  }
+
+  fdt::Node cpus = t.find("/cpus");
+  if (cpus == fdt::kNoNode) panic("device tree has no /cpus node");
+  // The boot core is index 0; the others follow in DTB order.
+  g_boot.cpu_hwid[0] = g_boot.boot_hwid;
+  g_boot.cpu_count = 1;
+  bool saw_boot = false;
+  uint32_t ac = t.address_cells(cpus);
+  for (fdt::Node n = t.first_child(cpus); n != fdt::kNoNode; n = t.next_sibling(n)) {
+    if (!t.prop(n, "device_type", p) || !p.str() || strcmp(p.str(), "cpu") != 0) continue;
+    if (!status_okay(t, n) || !arch::cpu_usable(t, n)) continue;
+    uint64_t hwid;
+    if (!t.prop(n, "reg", p) || !p.cells(0, ac, hwid)) continue;
+    if (hwid == g_boot.boot_hwid) {
+      saw_boot = true;
+      continue;
+    }
+    if (g_boot.cpu_count == kMaxCpus) {
+      g_boot.cpus_ignored++;
+      continue;
+    }
+    g_boot.cpu_hwid[g_boot.cpu_count++] = hwid;
+  }
+  if (!saw_boot)
+    kprintf("dtb: boot core (hwid 0x%llx) is not listed under /cpus\n", static_cast<unsigned long long>(g_boot.boot_hwid));
+  if (g_boot.cpus_ignored) kprintf("dtb: %u cores beyond the limit of %u are left off\n", g_boot.cpus_ignored, kMaxCpus);
+}
+
+void probe_irqchip() {
+  const fdt::Tree& t = g_boot.dtb;
+  for (const IrqChipDriver* d = __drivers_irqchip_start; d < __drivers_irqchip_end; d++) {
+    for (fdt::Node n = t.find_compatible(d->compatible); n != fdt::kNoNode; n = t.find_compatible(d->compatible, n)) {
+      if (!status_okay(t, n)) continue;
+      if (d->probe(t, n)) {
+        g_irq_driver = d;
+        g_irq_node = n;
+        kprintf("irq: %s (%s)\n", irq::chip()->name, t.name(n));
+        return;
+      }
+    }
+  }
+  kprintf("irq: no supported interrupt controller in the device tree; no interrupts\n");
+}
+
+// The UART named by /chosen/stdout-path, else the first one a driver knows.
+bool probe_console(uint64_t& base_out, fdt::Node& node_out, const UartOps*& ops_out) {
+  const fdt::Tree& t = g_boot.dtb;
+  fdt::Node want = fdt::kNoNode;
+  fdt::Property p;
+  fdt::Node chosen = t.find("/chosen");
+  if (chosen != fdt::kNoNode && t.prop(chosen, "stdout-path", p) && p.str()) {
+    char path[96];
+    size_t i = 0;
+    for (const char* s = p.str(); *s && *s != ':' && i + 1 < sizeof path; s++) path[i++] = *s;
+    path[i] = 0;
+    if (path[0] == '/') {
+      want = t.find(path);
+    } else {
+      fdt::Node aliases = t.find("/aliases");
+      if (aliases != fdt::kNoNode && t.prop(aliases, path, p) && p.str()) want = t.find(p.str());
+    }
+  }
+  for (const UartDriver* d = __drivers_uart_start; d < __drivers_uart_end; d++) {
+    for (fdt::Node n = t.find_compatible(d->compatible); n != fdt::kNoNode; n = t.find_compatible(d->compatible, n)) {
+      if (want != fdt::kNoNode && n != want) continue;
+      uint64_t base, size;
+      if (!t.reg(n, 0, base, size)) continue;
+      base_out = base;
+      node_out = n;
+      ops_out = d->ops;
+      return true;
+    }
+  }
+  if (want != fdt::kNoNode) {
+    // stdout-path names a UART no driver handles: take any we know.
+    for (const UartDriver* d = __drivers_uart_start; d < __drivers_uart_end; d++) {
+      fdt::Node n = t.find_compatible(d->compatible);
+      uint64_t base, size;
+      if (n != fdt::kNoNode && t.reg(n, 0, base, size)) {
+        base_out = base;
+        node_out = n;
+        ops_out = d->ops;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace platform
+
+namespace irq {
+
+bool from_dtb(const fdt::Tree& t, int node, unsigned i, unsigned& out) {
+  if (!g_irq_driver) return false;
+  fdt::Node parent = interrupt_parent(t, node);
+  if (parent != g_irq_node) return false;
+  fdt::Property cells_p, ints;
+  if (!t.prop(parent, "#interrupt-cells", cells_p) || cells_p.len != 4) return false;
+  uint32_t nc = cells_p.u32();
+  if (nc == 0 || nc > 4 || !t.prop(node, "interrupts", ints)) return false;
+  if ((i + 1) * nc * 4 > ints.len) return false;
+  uint32_t cells[4];
+  for (uint32_t k = 0; k < nc; k++) cells[k] = ints.u32(i * nc + k);
+  return g_irq_driver->translate(cells, nc, out);
+}
+
+}  // namespace irq
+
+namespace boot {
+
+bool arg_value(const char* key, char* buf, unsigned size) {
+  size_t kl = strlen(key);
+  const char* s = g_boot.bootargs ? g_boot.bootargs : "";
+  while (*s) {
+    while (*s == ' ') s++;
+    const char* w = s;
+    while (*s && *s != ' ') s++;
+    size_t wl = static_cast<size_t>(s - w);
+    if (wl >= kl && strncmp(w, key, kl) == 0 && (wl == kl || w[kl] == '=')) {
+      if (buf && size) {
+        const char* v = wl == kl ? w + kl : w + kl + 1;
+        unsigned n = 0;
+        while (v < s && n + 1 < size) buf[n++] = *v++;
+        buf[n] = 0;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+bool has_arg(const char* word) { return arg_value(word, nullptr, 0); }
+
+}  // namespace boot

@@ -1,0 +1,117 @@
+// Bringing up secondary cores and running calls on them.
+//
+// Each secondary runs smp::idle_loop(): with interrupts masked it looks at
+// its mailbox (PerCpu::call_fn); if empty it waits for an interrupt (an IPI
+// or its timer tick), takes it, and looks again. Masking around the check
+// means an IPI that lands between the check and wfi still wakes it.
+// Calls are serialised by g_call_lock: one caller posts at a time.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <kernel/smp.h>
+#include <kernel/spinlock.h>
+#include <kernel/timer.h>
+
+PerCpu g_percpu[kMaxCpus];
+unsigned g_cpu_count = 1;
+
+namespace {
+alignas(16) char g_stacks[kMaxCpus][kKernelStackSize];
+SpinLock g_call_lock;
+
+bool run_mailbox(PerCpu& cpu) {
+  void (*fn)(void*) = cpu.call_fn.load(std::memory_order_acquire);
+  if (!fn) return false;
+  fn(cpu.call_arg);
+  cpu.call_fn.store(nullptr, std::memory_order_relaxed);
+  cpu.call_done.store(1, std::memory_order_release);
+  return true;
+}
+
+void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
+  cpu.call_arg = arg;
+  cpu.call_done.store(0, std::memory_order_relaxed);
+  cpu.call_fn.store(fn, std::memory_order_release);
+  arch::send_ipi(cpu);
+}
+
+void wait_done(PerCpu& cpu) {
+  while (!cpu.call_done.load(std::memory_order_acquire)) arch::cpu_relax();
+}
+}  // namespace
+
+unsigned cpus_online() {
+  unsigned n = 0;
+  for_each_cpu([&](PerCpu& c) { n += c.online.load(std::memory_order_acquire) ? 1 : 0; });
+  return n;
+}
+
+void ipi_interrupt() {}  // waking the core is all it takes: idle_loop checks the mailbox
+
+extern "C" void secondary_main(PerCpu* cpu) {
+  arch::init_secondary_cpu(*cpu);
+  if (irq::chip()) irq::chip()->init_cpu();
+  timer::init_cpu();
+  cpu->online.store(true, std::memory_order_release);
+  smp::idle_loop();
+}
+
+namespace smp {
+
+void start_secondaries() {
+  g_cpu_count = g_boot.cpu_count;
+  for (unsigned i = 1; i < g_cpu_count; i++) {
+    PerCpu& c = g_percpu[i];
+    c.index = i;
+    c.hwid = g_boot.cpu_hwid[i];
+    c.stack_top = reinterpret_cast<uintptr_t>(g_stacks[i]) + kKernelStackSize;
+    if (!arch::start_cpu(c)) continue;
+    uint64_t deadline = timer::now_ns() + 1000000000ull;
+    while (!c.online.load(std::memory_order_acquire)) {
+      if (timer::now_ns() > deadline) {
+        kprintf("smp: cpu %u (hwid 0x%llx) did not come online\n", i, static_cast<unsigned long long>(c.hwid));
+        break;
+      }
+      arch::cpu_relax();
+    }
+  }
+}
+
+void call_on(unsigned cpu, void (*fn)(void*), void* arg) {
+  ASSERT(cpu < g_cpu_count);
+  if (cpu == cpu_id()) {
+    fn(arg);
+    return;
+  }
+  ASSERT(g_percpu[cpu].online.load());
+  Guard<SpinLock, NoIrqSave> g(g_call_lock);
+  post(g_percpu[cpu], fn, arg);
+  wait_done(g_percpu[cpu]);
+}
+
+void call_on_all(void (*fn)(void*), void* arg) {
+  Guard<SpinLock, NoIrqSave> g(g_call_lock);
+  unsigned self = cpu_id();
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index != self && c.online.load(std::memory_order_acquire)) post(c, fn, arg);
+  });
+  fn(arg);
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index != self && c.online.load(std::memory_order_acquire)) wait_done(c);
+  });
+}
+
+void idle_loop() {
+  PerCpu& cpu = this_cpu();
+  arch::irq_enable();
+  for (;;) {
+    arch::IrqState s = arch::irq_save();
+    if (!cpu.call_fn.load(std::memory_order_acquire)) arch::wait_for_interrupt();
+    arch::irq_restore(s);
+    run_mailbox(cpu);  // with interrupts on: calls may wait for ticks
+  }
+}
+
+}  // namespace smp
