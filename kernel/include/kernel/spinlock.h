@@ -1,5 +1,10 @@
-// Spinlocks: a ticket lock (fair under contention) plus an RAII guard with an
+// Spinlocks: a test-and-test-and-set lock plus an RAII guard with an
 // interrupt policy.
+//
+// Why not a ticket lock: under virtualisation (QEMU with more vCPUs than
+// host cores, the CI case) a fair lock hands the lock to a waiter whose vCPU
+// may not be running, and every other waiter stalls behind it. TTAS lets
+// whichever core is running take it; waiters spin on a plain load.
 //
 //   SpinLock lock;
 //   { Guard<SpinLock, IrqSave> g(lock); ... }   // masks IRQs on this core
@@ -20,33 +25,28 @@ class SpinLock {
   SpinLock& operator=(const SpinLock&) = delete;
 
   void lock() {
-    uint32_t me = next_.fetch_add(1, std::memory_order_relaxed);
-    while (serving_.load(std::memory_order_acquire) != me) arch::cpu_relax();
+    while (locked_.exchange(1, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) arch::cpu_relax();
+    }
     owner_.store(cpu_id(), std::memory_order_relaxed);
   }
   [[nodiscard]] bool try_lock() {
-    uint32_t s = serving_.load(std::memory_order_relaxed);
-    uint32_t expect = s;
-    if (!next_.compare_exchange_strong(expect, s + 1, std::memory_order_acquire, std::memory_order_relaxed))
-      return false;
+    if (locked_.load(std::memory_order_relaxed) || locked_.exchange(1, std::memory_order_acquire)) return false;
     owner_.store(cpu_id(), std::memory_order_relaxed);
     return true;
   }
   void unlock() {
     owner_.store(kNoOwner, std::memory_order_relaxed);
-    serving_.store(serving_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    locked_.store(0, std::memory_order_release);
   }
-  bool is_locked() const {
-    return next_.load(std::memory_order_relaxed) != serving_.load(std::memory_order_relaxed);
-  }
+  bool is_locked() const { return locked_.load(std::memory_order_relaxed) != 0; }
   // Held by the calling core (cheap, for ASSERTs).
   bool held() const { return is_locked() && owner_.load(std::memory_order_relaxed) == cpu_id(); }
   void assert_held() const { ASSERT(held()); }
 
  private:
   static constexpr uint32_t kNoOwner = ~0u;
-  std::atomic<uint32_t> next_{0};
-  std::atomic<uint32_t> serving_{0};
+  std::atomic<uint32_t> locked_{0};
   std::atomic<uint32_t> owner_{kNoOwner};
 };
 
