@@ -76,7 +76,7 @@ bool gic_probe(const fdt::Tree& t, int node) {
   for (unsigned i = 32; i < g_lines; i += 16) d32(kGicdIcfgr + i / 4) = 0;  // level-triggered
   d32(kGicdCtlr) = 1;
   irq::set_chip(&kGicV2);
-  irq::register_handler(kIpiSgi, ipi_handler, nullptr);
+  irq::register_handler(kIpiSgi, ipi_handler, nullptr, "ipi");
   return true;
 }
 

@@ -4,12 +4,15 @@
 #include <kernel/fdt.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/console.h>
+#include <kernel/shell.h>
 #include <atomic>
 
 namespace {
 struct Slot {
   irq::Handler fn;
   void* arg;
+  const char* name;
   std::atomic<uint64_t> count;
 };
 Slot g_slots[irq::kMaxIrq];
@@ -21,9 +24,10 @@ namespace irq {
 void set_chip(const IrqChip* chip) { g_chip = chip; }
 const IrqChip* chip() { return g_chip; }
 
-void register_handler(unsigned irq, Handler h, void* arg) {
+void register_handler(unsigned irq, Handler h, void* arg, const char* name) {
   ASSERT(irq < kMaxIrq);
   g_slots[irq].arg = arg;
+  g_slots[irq].name = name ? name : "?";
   g_slots[irq].fn = h;
 }
 
@@ -47,3 +51,17 @@ void dispatch() {
 uint64_t count(unsigned irq) { return irq < kMaxIrq ? g_slots[irq].count.load(std::memory_order_relaxed) : 0; }
 
 }  // namespace irq
+
+namespace {
+int cmd_irqs(int argc, char** argv) {
+  if (argc != 1) return shell::usage_error(argv[0], "takes no arguments");
+  kprintf("controller: %s\n", g_chip ? g_chip->name : "none");
+  for (unsigned i = 0; i < irq::kMaxIrq; i++) {
+    if (!g_slots[i].fn) continue;
+    kprintf("  irq %4u %-10s %llu\n", i, g_slots[i].name,
+            static_cast<unsigned long long>(g_slots[i].count.load(std::memory_order_relaxed)));
+  }
+  return 0;
+}
+}  // namespace
+SHELL_COMMAND(irqs, "interrupts with handlers and how often each fired", cmd_irqs);

@@ -36,7 +36,7 @@ void setup_console() {
   console::attach(ops, va);
   unsigned irq;
   if (irq::from_dtb(g_boot.dtb, node, 0, irq)) {
-    irq::register_handler(irq, rx_irq, nullptr);
+    irq::register_handler(irq, rx_irq, nullptr, "uart");
     irq::enable(irq, 0);
     ops->enable_rx_irq(va);
   } else {
@@ -63,11 +63,11 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   platform::read_boot_info();
   arch::init_from_dtb(g_boot.dtb);
   platform::probe_irqchip();
+  if (irq::chip()) irq::chip()->init_cpu();  // before any irq is routed to this core
   setup_console();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,
           g_boot.bootargs);
 
-  if (irq::chip()) irq::chip()->init_cpu();
   timer::init_cpu();
   boot.online.store(true, std::memory_order_release);
   arch::irq_enable();

@@ -178,7 +178,7 @@ void timer_irq(unsigned, void*) { timer_interrupt(); }
 }  // namespace
 
 void timer_init_cpu() {
-  if (cpu_id() == 0) irq::register_handler(g_timer_irq, timer_irq, nullptr);
+  if (cpu_id() == 0) irq::register_handler(g_timer_irq, timer_irq, nullptr, "timer");
   irq::enable(g_timer_irq, cpu_id());
 }
 

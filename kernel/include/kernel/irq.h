@@ -27,7 +27,8 @@ using Handler = void (*)(unsigned irq, void* arg);
 
 void set_chip(const IrqChip* chip);
 const IrqChip* chip();
-void register_handler(unsigned irq, Handler h, void* arg);
+// name shows in the shell's `irqs` listing.
+void register_handler(unsigned irq, Handler h, void* arg, const char* name = nullptr);
 void enable(unsigned irq, unsigned cpu);
 // Claims and handles every pending interrupt of the controller.
 void dispatch();
