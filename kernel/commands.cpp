@@ -4,6 +4,8 @@
 #include <kernel/console.h>
 #include <kernel/shell.h>
 #include <kernel/timer.h>
+#include <kernel/panic.h>
+#include <kernel/string.h>
 
 namespace {
 
@@ -66,10 +68,29 @@ int cmd_poweroff(int argc, char** argv) {
   arch::poweroff();
 }
 
+// Deliberate failures, to see (and test) what a user gets on the console.
+NOINLINE void crash_null() {
+  volatile uintptr_t zero = 0;  // hide the null from the optimiser
+  *reinterpret_cast<volatile int*>(zero) = 1;
+}
+NOINLINE void crash_text() { *reinterpret_cast<volatile uint32_t*>(&cmd_version) = 0; }
+NOINLINE void crash_assert(int v) { ASSERT(v == 42); }
+
+int cmd_crash(int argc, char** argv) {
+  if (argc != 2) return shell::usage_error(argv[0], "usage: crash panic|assert|null|text");
+  const char* how = argv[1];
+  if (strcmp(how, "panic") == 0) panic("crash command: deliberate panic");
+  if (strcmp(how, "assert") == 0) crash_assert(argc);
+  if (strcmp(how, "null") == 0) crash_null();
+  if (strcmp(how, "text") == 0) crash_text();
+  return shell::usage_error(argv[0], "unknown way to crash '%s' (panic, assert, null, text)", how);
+}
+
 }  // namespace
 
 SHELL_COMMAND(version, "kernel version, board and compiler", cmd_version);
 SHELL_COMMAND(cpus, "one line per core: id, hardware id, state", cmd_cpus);
 SHELL_COMMAND(uptime, "time since boot", cmd_uptime);
 SHELL_COMMAND(meminfo, "RAM banks, reserved ranges and the kernel image", cmd_meminfo);
+SHELL_COMMAND(crash, "deliberately fail: crash panic|assert|null|text (halts)", cmd_crash);
 SHELL_COMMAND(poweroff, "turn the machine off (QEMU exits with status 0)", cmd_poweroff);

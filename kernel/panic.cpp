@@ -4,6 +4,7 @@
 #include <kernel/arch.h>
 #include <kernel/console.h>
 #include <kernel/panic.h>
+#include <kernel/string.h>
 #include <arch/ops.h>
 #include <atomic>
 #include <cstdarg>
@@ -16,7 +17,7 @@ std::atomic<int> g_panicking{0};
   uintptr_t pcs[24];
   size_t n = arch::backtrace(fp, pcs, 24);
   kprintf("backtrace (%zu frames; symbolize with tools/symbolize):\n", n);
-  if (frame) kprintf("bt: 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
+  if (frame) kprintf("pc: 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
   for (size_t i = 0; i < n; i++) kprintf("bt: 0x%lx\n", static_cast<unsigned long>(pcs[i]));
   kprintf("System halted.\n");
   arch::exit(3);
@@ -53,7 +54,8 @@ void panic_assert(const char* expr, const char* file, int line) {
 void fatal_exception(const char* cause, uintptr_t addr, const TrapFrame* frame) {
   enter();
   kprintf("\nPANIC on cpu %u: unexpected exception: %s", cpu_id(), cause);
-  if (addr) kprintf(" at address 0x%lx", static_cast<unsigned long>(addr));
+  if (addr || strstr(cause, "fault") || strstr(cause, "abort"))
+    kprintf(" at address 0x%lx", static_cast<unsigned long>(addr));
   kprintf(", pc 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
   finish(arch::trap_frame_fp(frame), frame);
 }

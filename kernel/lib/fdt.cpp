@@ -56,8 +56,8 @@ bool Property::cells(uint32_t i, uint32_t ncells, uint64_t& out) const {
     out = 0;
     return true;
   }
-  if (ncells > 2 || (i + ncells) * 4 > len) return false;
-  out = ncells == 2 ? be64(data + 4 * i) : be32(data + 4 * i);
+  if (ncells > 2 || (uint64_t{i} + ncells) * 4 > len) return false;  // 64-bit: no wrap
+  out = ncells == 2 ? be64(data + 4 * uint64_t{i}) : be32(data + 4 * uint64_t{i});
   return true;
 }
 
@@ -349,6 +349,7 @@ bool Tree::reg(Node n, uint32_t i, uint64_t& base, uint64_t& size) const {
   Property p;
   if (!prop(n, "reg", p)) return false;
   uint32_t stride = ac + sc;
+  if ((uint64_t{i} + 1) * stride * 4 > p.len) return false;  // also keeps i * stride from wrapping
   return p.cells(i * stride, ac, base) && p.cells(i * stride + ac, sc, size);
 }
 

@@ -54,5 +54,19 @@ boot "${garbage}\n${long}\nversion\npoweroff\n"; st=$?
 [[ $st -eq 0 ]] && grep -q '^Magpie ' "$log" && grep -q 'line too long' "$log"
 check "random bytes and over-long lines do not crash or hang the shell" $?
 
-echo "$((6 - fails)) passed, $fails failed"
+# 6. A fault is reported by cause and address with a backtrace that
+#    tools/symbolize resolves to the functions involved; QEMU exits 3.
+symbolize=$(dirname "$run")/symbolize
+boot 'crash text\n'; st=$?
+sym=$("$symbolize" "$board" "$log" --elf "$build/kernel.elf" 2>&1)
+[[ $st -eq 3 ]] && grep -q 'PANIC on cpu 0: unexpected exception: .*write.*at address 0x' "$log" &&
+  grep -Eq '^pc: 0x[0-9a-f]+ .*crash_text' <<<"$sym" && grep -Eq '^bt: 0x[0-9a-f]+ .*shell::execute' <<<"$sym" &&
+  grep -Eq '^bt: 0x[0-9a-f]+ .*kernel_main' <<<"$sym"
+check "a write to kernel text panics with cause, address and a symbolizable backtrace" $?
+
+boot 'crash assert\n'; st=$?
+[[ $st -eq 3 ]] && grep -q 'ASSERT failed: v == 42 at .*commands.cpp' "$log" && grep -q '^bt: 0x' "$log"
+check "ASSERT prints expression, file:line and a backtrace" $?
+
+echo "$((8 - fails)) passed, $fails failed"
 exit $(( fails > 0 ))

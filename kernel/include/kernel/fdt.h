@@ -43,7 +43,9 @@ struct Property {
   uint32_t len = 0;
 
   // Cell i (a big-endian u32) or 0 when out of range.
-  uint32_t u32(uint32_t i = 0) const { return (i + 1) * 4 <= len ? be32(data + 4 * i) : 0; }
+  uint32_t u32(uint32_t i = 0) const {
+    return (uint64_t{i} + 1) * 4 <= len ? be32(data + 4 * uint64_t{i}) : 0;
+  }
   // A number of ncells (1 or 2) cells starting at cell i; false if out of range.
   bool cells(uint32_t i, uint32_t ncells, uint64_t& out) const;
   // The value as one NUL-terminated string (nullptr if it is not one).
