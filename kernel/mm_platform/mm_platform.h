@@ -1,0 +1,26 @@
+// mm/'s inline platform operations in the kernel (see mm/platform.h).
+#pragma once
+#include <kernel/config.h>
+#include <kernel/percpu.h>
+#include <kernel/spinlock.h>
+#include <arch/ops.h>
+
+namespace mm::plat {
+
+constexpr unsigned kMaxCpus = ::kMaxCpus;
+inline unsigned cpu_id() { return arch::this_cpu()->index; }
+inline unsigned cpu_count() { return g_cpu_count; }
+
+using IrqState = arch::IrqState;
+inline IrqState irq_save() { return arch::irq_save(); }
+inline void irq_restore(IrqState s) { arch::irq_restore(s); }
+
+using Lock = SpinLock;
+
+inline uint64_t cycles() { return arch::cycles(); }
+
+// RAM is identity-mapped in the kernel.
+inline void* phys_to_virt(uint64_t pa) { return reinterpret_cast<void*>(static_cast<uintptr_t>(pa)); }
+inline uint64_t virt_to_phys(const void* va) { return reinterpret_cast<uintptr_t>(va); }
+
+}  // namespace mm::plat

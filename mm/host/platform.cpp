@@ -1,0 +1,152 @@
+// mm/'s platform on the host (see mm/platform.h and mm_platform.h).
+//
+// "Physical memory" is a memfd of MM_HOST_MEMORY bytes (default 256 MiB):
+// the direct map is one shared mapping of all of it, and map_heap() maps
+// pages of it again inside a reserved heap window (MAP_FIXED over a
+// PROT_NONE reservation), as the kernel's page tables would. A flat table
+// remembers which physical page backs each heap page.
+#include <mm/host.h>
+#include <mm/platform.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace mm::plat {
+
+thread_local int t_cpu = -1;
+uint8_t* g_direct_map;
+uint64_t g_phys_base;
+
+namespace {
+std::atomic<bool> g_slot_used[kMaxCpus];
+std::atomic<unsigned> g_slots_high{0};
+
+// Frees the thread's CPU slot when it exits, so threads can come and go.
+struct SlotRelease {
+  ~SlotRelease() {
+    if (t_cpu >= 0) g_slot_used[t_cpu].store(false, std::memory_order_release);
+  }
+};
+thread_local SlotRelease t_release;
+
+uint8_t* g_heap_base;
+size_t g_heap_size;
+uint64_t* g_heap_pt;  // physical address per heap page, 0 = unmapped
+int g_memfd = -1;
+uint64_t g_phys_size;
+}  // namespace
+
+unsigned claim_cpu_slot() {
+  for (unsigned i = 0; i < kMaxCpus; i++) {
+    bool expect = false;
+    if (g_slot_used[i].compare_exchange_strong(expect, true, std::memory_order_acq_rel)) {
+      t_cpu = static_cast<int>(i);
+      (void)&t_release;  // make sure the thread_local destructor is registered
+      unsigned high = g_slots_high.load(std::memory_order_relaxed);
+      while (high < i + 1 && !g_slots_high.compare_exchange_weak(high, i + 1)) {
+      }
+      return i;
+    }
+  }
+  fatal("more than %u threads use the allocator at once", kMaxCpus);
+}
+
+unsigned cpu_count() {
+  unsigned n = g_slots_high.load(std::memory_order_acquire);
+  return n ? n : 1;
+}
+
+bool map_heap(uintptr_t va, uint64_t pa, size_t size) {
+  auto* p = reinterpret_cast<uint8_t*>(va);
+  if (p < g_heap_base || p + size > g_heap_base + g_heap_size || pa < g_phys_base ||
+      pa + size > g_phys_base + g_phys_size)
+    fatal("map_heap(%p, 0x%llx, %zu) outside the heap window or physical memory", p,
+          static_cast<unsigned long long>(pa), size);
+  void* r = mmap(p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, g_memfd,
+                 static_cast<off_t>(pa - g_phys_base));
+  if (r == MAP_FAILED) return false;
+  for (size_t off = 0; off < size; off += 4096) g_heap_pt[(va + off - reinterpret_cast<uintptr_t>(g_heap_base)) >> 12] = pa + off;
+  return true;
+}
+
+void unmap_heap(uintptr_t va, size_t size) {
+  auto* p = reinterpret_cast<uint8_t*>(va);
+  if (mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    fatal("unmap_heap: %s", strerror(errno));
+  for (size_t off = 0; off < size; off += 4096) g_heap_pt[(va + off - reinterpret_cast<uintptr_t>(g_heap_base)) >> 12] = 0;
+}
+
+uint64_t heap_to_phys(uintptr_t va) {
+  uintptr_t base = reinterpret_cast<uintptr_t>(g_heap_base);
+  if (va < base || va >= base + g_heap_size) return 0;
+  uint64_t pa = g_heap_pt[(va - base) >> 12];
+  return pa ? pa + (va & 4095) : 0;
+}
+
+void wait_for_memory() { sched_yield(); }
+
+void log(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+void fatal(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("mm: fatal: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  abort();
+}
+
+}  // namespace mm::plat
+
+namespace mm::host {
+
+namespace {
+std::once_flag g_once;
+HostMemory g_mem;
+}
+
+const HostMemory& memory() { return g_mem; }
+
+void init_memory(size_t phys_bytes, size_t heap_bytes) {
+  std::call_once(g_once, [&] {
+    using namespace mm::plat;
+    if (const char* env = getenv("MM_HOST_MEMORY")) {
+      char* end;
+      unsigned long long v = strtoull(env, &end, 0);
+      if (*end == 'M' || *end == 'm') v <<= 20;
+      else if (*end == 'G' || *end == 'g') v <<= 30;
+      if (v >= (4u << 20)) phys_bytes = v;
+    }
+    phys_bytes &= ~size_t{4095};
+    g_memfd = memfd_create("mm-phys", 0);
+    if (g_memfd < 0 || ftruncate(g_memfd, static_cast<off_t>(phys_bytes)) != 0)
+      fatal("cannot create %zu bytes of host 'physical' memory: %s", phys_bytes, strerror(errno));
+    void* dm = mmap(nullptr, phys_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, g_memfd, 0);
+    void* heap = mmap(nullptr, heap_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    g_heap_pt = static_cast<uint64_t*>(calloc(heap_bytes >> 12, sizeof(uint64_t)));
+    if (dm == MAP_FAILED || heap == MAP_FAILED || !g_heap_pt) fatal("cannot map host memory: %s", strerror(errno));
+    // A physical base that is not zero, so a 0 return can mean "none".
+    g_phys_base = 0x40000000;
+    g_direct_map = static_cast<uint8_t*>(dm);
+    g_phys_size = phys_bytes;
+    g_heap_base = static_cast<uint8_t*>(heap);
+    g_heap_size = heap_bytes;
+    g_mem = {g_phys_base, phys_bytes, reinterpret_cast<uintptr_t>(heap), heap_bytes};
+  });
+}
+
+}  // namespace mm::host

@@ -1,0 +1,97 @@
+// The kernel memory allocator: object caches with per-CPU magazines, after
+// Bonwick, "The Slab Allocator" (1994) and Bonwick & Adams, "Magazines and
+// Vmem" (2001), with the Solaris kmem_cache_create(9F) interface.
+//
+// A host program can use it like libumem: #include <mm/kmem.h>, link the
+// CMake target `mm`. The allocator sets itself up on first use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mm/flags.h>
+#include <mm/vmem.h>
+
+struct kmem_cache;
+typedef struct kmem_cache kmem_cache_t;
+
+typedef enum kmem_cbrc {
+  KMEM_CBRC_YES,
+  KMEM_CBRC_NO,
+  KMEM_CBRC_LATER,
+  KMEM_CBRC_DONT_NEED,
+  KMEM_CBRC_DONT_KNOW
+} kmem_cbrc_t;
+
+// kmem_cache_create cflags (Solaris values).
+#define KMC_NOTOUCH 0x00010000     // do not touch free buffers (no poisoning)
+#define KMC_NODEBUG 0x00020000     // exclude from debugging features
+#define KMC_NOMAGAZINE 0x00040000  // no per-CPU magazine layer
+#define KMC_NOHASH 0x00080000      // (internal) bookkeeping inside the slab
+#define KMC_QCACHE 0x00100000      // (internal) a vmem quantum cache
+#define KMC_KMEM_ALLOC 0x00200000  // (internal) a kmem_alloc size cache
+
+kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align,
+                                int (*constructor)(void* buf, void* priv, int kmflags),
+                                void (*destructor)(void* buf, void* priv), void (*reclaim)(void* priv),
+                                void* priv, vmem_t* vmp, int cflags);
+// Destroying a cache with live objects is reported (name, count) and
+// refused: returns false.
+bool kmem_cache_destroy(kmem_cache_t* cp);
+void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag);
+void kmem_cache_free(kmem_cache_t* cp, void* obj);
+void kmem_cache_set_move(kmem_cache_t* cp, kmem_cbrc_t (*move)(void* old, void* new_, size_t size, void* priv));
+void kmem_cache_move_notify(kmem_cache_t* cp, void* obj);
+
+void* kmem_alloc(size_t size, int kmflag);
+void* kmem_zalloc(size_t size, int kmflag);
+void kmem_free(void* buf, size_t size);
+
+namespace mm {
+
+struct KmemCacheStats {
+  char name[32];
+  uint64_t bufsize, align, chunksize;
+  uint64_t buf_inuse, buf_total, buf_constructed;
+  uint64_t slabs, slab_size, objs_per_slab, color_max;
+  uint64_t allocs, frees, alloc_fail, ctor_fail;
+  uint64_t slab_creates, slab_destroys;
+  uint64_t magazine_size, depot_full, depot_empty, depot_contention;
+  uint64_t reaps, moves_yes, moves_no, moves_later, moves_dont_need, moves_dont_know;
+  uint64_t cpu_rounds;        // objects held in per-CPU magazines
+  uint64_t pages;             // pages held by the cache's slabs
+  bool offslab;               // bookkeeping kept outside the slab
+  const char* arena;
+};
+void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out);
+void kmem_cache_walk(void (*fn)(const kmem_cache_t* cp, void* arg), void* arg);
+
+// Reaping: every cache gives back its depot's unused working set, empty
+// slabs and (with `all`) every magazine, so pages return to the page
+// allocator. Called periodically and under memory pressure.
+void kmem_reap(bool all = false);
+// One pass of the consolidator over caches with a move callback.
+void kmem_move_pass();
+// Bytes held by all slabs of all caches.
+uint64_t kmem_slab_bytes();
+
+// Errors kmem and vmem detect on bad input (double free, foreign pointer,
+// wrong cache, wrong size, destroy with live objects...). The default hook
+// logs the report and the bad operation is refused; tests may install their
+// own to capture it.
+struct MemError {
+  const char* kind;      // "double free", "free of unallocated buffer", ...
+  const char* where;     // cache or arena name
+  uintptr_t address;
+  uintptr_t caller;
+  uint64_t detail;       // size passed, count outstanding, ...
+};
+using MemErrorHook = void (*)(const MemError& e);
+MemErrorHook set_error_hook(MemErrorHook hook);
+void report_error(const MemError& e);
+uint64_t error_count();
+
+// Brings up vmem and kmem over the page allocator (page_init first). The
+// kernel calls it at boot; on the host it runs on first use.
+void kmem_init();
+bool kmem_ready();
+
+}  // namespace mm

@@ -1,0 +1,93 @@
+// Page frames: a binary buddy allocator over the RAM the device tree
+// describes, with one small descriptor per frame.
+//
+// Design statement (details in mm/page.cpp):
+//  1. RAM banks minus reserved ranges (kernel image, DTB, /reserved-memory)
+//     are split into naturally aligned power-of-two blocks of frames, orders
+//     0..kMaxOrder, each on a free list per order.
+//  2. Every frame has a Page descriptor, in one array per bank carved out of
+//     that bank at init; any physical address (and, through mm::page_of, any
+//     kernel address: direct map or heap) finds its Page in O(1). kmem keeps
+//     its slab pointer in the descriptor, so address -> page -> slab -> cache.
+//  3. Single pages go through a per-CPU cache (a small stack per CPU, filled
+//     and drained in batches) so the common case takes no lock.
+//  4. A reserve of free pages is kept back for KM_PUSHPAGE callers, so
+//     code that frees memory can make progress when memory is exhausted.
+//  5. Locking: one lock for the buddy lists (IRQs masked); the per-CPU
+//     caches are touched only by their CPU with IRQs masked.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mm/flags.h>
+
+namespace mm {
+
+constexpr size_t kPageShift = 12;
+constexpr size_t kPageBytes = size_t{1} << kPageShift;
+constexpr unsigned kMaxOrder = 10;  // blocks of up to 4 MiB
+
+enum PageFlags : uint16_t {
+  kPageFree = 1 << 0,      // head of a free buddy block (order valid)
+  kPageReserved = 1 << 1,  // never allocatable (reserved range, descriptor array, hole)
+  kPageSlab = 1 << 2,      // owned by a kmem slab (owner = slab)
+  kPageHead = 1 << 3,      // first page of an allocated block (order valid)
+  kPageTail = 1 << 4,      // a later page of an allocated block
+  kPagePcp = 1 << 5,       // sitting in a per-CPU page cache
+  kPageVmem = 1 << 6,      // backs a vmem/heap span (owner = arena or span)
+};
+
+// One per physical frame; 32 bytes on 64-bit.
+struct Page {
+  uint16_t flags;
+  uint8_t order;     // block order, valid for heads and free heads
+  uint8_t reserved_;
+  uint32_t count;    // owner's use (kmem: objects in use on a slab)
+  Page* next;        // free-list links (or the owner's)
+  union {
+    Page* prev;
+    void* owner;     // kmem slab, vmem arena, ...
+  };
+};
+
+struct PhysRange {
+  uint64_t base;
+  uint64_t size;
+};
+
+struct PageStats {
+  uint64_t total_pages;          // usable frames (RAM minus reserved ranges)
+  uint64_t free_pages;           // in buddy lists + per-CPU caches
+  uint64_t reserve_pages;        // target size of the KM_PUSHPAGE reserve
+  uint64_t pcp_pages;            // of free_pages: held in per-CPU caches
+  uint64_t descriptor_pages;     // frames used by the Page arrays themselves
+  uint64_t free_blocks[kMaxOrder + 1];
+  uint64_t allocs, frees, failures, pushpage_allocs;
+};
+
+// Sets the allocator up over banks minus reserved ranges (both in physical
+// addresses, any order, may overlap). Returns false (and logs why) if no
+// usable memory remains. Called once, before any other function.
+bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserved, unsigned nreserved);
+
+// 2^order contiguous frames, naturally aligned; returns the physical address
+// or 0. KM_NOSLEEP fails at once when only the reserve is left; KM_PUSHPAGE
+// may take from the reserve; KM_SLEEP waits (plat::wait_for_memory) until it
+// succeeds.
+uint64_t page_alloc(unsigned order, int kmflag);
+void page_free(uint64_t pa, unsigned order);
+
+// The same through the direct map, for callers that want pointers.
+void* page_alloc_va(unsigned order, int kmflag);
+void page_free_va(void* va, unsigned order);
+
+Page* page_of_phys(uint64_t pa);  // nullptr if pa is not RAM we manage
+Page* page_of(const void* va);    // direct-map or heap address; nullptr if neither
+uint64_t page_to_phys(const Page* p);
+
+// Returns every per-CPU cached page to the buddy lists (reaping, tests).
+void page_drain_cpu_caches();
+void page_stats(PageStats& out);
+// Sum of the sizes of the usable ranges and the reserved ranges seen at init.
+uint64_t page_ram_bytes();
+
+}  // namespace mm

@@ -1,0 +1,49 @@
+// The platform interface mm/ is written against. mm/ is portable C++: the
+// same sources build into the kernel on every board and natively on the host
+// (unit tests, benchmarks, and a user-space allocator library).
+//
+// Two halves:
+//   - inline operations, from <mm_platform.h>, which each platform provides
+//     on its include path (kernel/mm_platform/ or mm/host/): they sit on the
+//     allocation fast path;
+//   - out-of-line operations, declared below, implemented by the platform
+//     (kernel/mm_glue.cpp, mm/host/platform.cpp).
+//
+// Inline contract (namespace mm::plat):
+//   constexpr unsigned kMaxCpus;          upper bound of cpu_id()
+//   unsigned cpu_id();                    current CPU; stable while irq_save()d
+//                                         (kernel) or for the thread (host)
+//   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
+//   using IrqState; IrqState irq_save(); void irq_restore(IrqState);
+//                                         masks what could preempt per-CPU
+//                                         work (kernel: IRQs; host: nothing)
+//   class Lock { lock(); unlock(); try_lock(); is_locked(); }
+//                                         a spinlock; kernel: IRQs must be
+//                                         masked by the caller where the lock
+//                                         is also taken in interrupt context
+//   uint64_t cycles();                    cycle (or instruction) counter
+//   void* phys_to_virt(uint64_t pa);      the direct map of RAM
+//   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mm_platform.h>
+
+namespace mm::plat {
+
+// Maps [va, va + size) to physical [pa, pa + size) as normal, writable,
+// non-executable memory (the kernel heap). False if page tables ran out.
+[[nodiscard]] bool map_heap(uintptr_t va, uint64_t pa, size_t size);
+void unmap_heap(uintptr_t va, size_t size);
+// The physical address behind a heap virtual address, 0 if unmapped.
+uint64_t heap_to_phys(uintptr_t va);
+
+// KM_SLEEP / VM_SLEEP: wait until memory may have been freed (kernel: until
+// an interrupt; host: yields the thread).
+void wait_for_memory();
+
+// Diagnostics: a line for the console (kernel) or stderr (host).
+void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace mm::plat

@@ -1,0 +1,82 @@
+// vmem: resource arenas after Bonwick & Adams, "Magazines and Vmem" (2001),
+// with the illumos interface. "An arena is nothing more than a set of
+// integers": address ranges, ids, anything with a base, a size and a quantum.
+//
+// Design statement (details in mm/vmem.cpp):
+//  1. Boundary tags: every span and segment of an arena is a vmem_seg on one
+//     address-ordered list; adjacent free segments coalesce on free.
+//  2. Free segments sit on power-of-two free lists (list i holds sizes in
+//     [2^i, 2^(i+1))) with a bitmap of the non-empty lists. VM_INSTANTFIT
+//     (the default) takes the first segment of the smallest list that is
+//     guaranteed to fit: constant time. VM_BESTFIT searches for the smallest
+//     fit; VM_NEXTFIT walks on from the last allocation (a rotor).
+//  3. Allocated segments are found on free through a hash table keyed by
+//     address, which grows as the arena does.
+//  4. Quantum caches: for sizes up to qcache_max, per-arena kmem caches of
+//     1..n quanta front the arena, so small allocations get magazines.
+//  5. Importing: an arena with a source calls afunc(source, size, flags) to
+//     get a new span when it runs dry, and gives a span back with ffunc when
+//     all of it is free again.
+//  6. Segment reserve: boundary tags come from a per-system pool refilled
+//     with whole pages from the page allocator, never from vmem itself, and
+//     a minimum is kept in reserve so a free (which may need tags to split)
+//     cannot fail.
+//  7. Locking: one lock per arena (IRQs masked). afunc/ffunc are called with
+//     it dropped.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mm/flags.h>
+
+struct vmem;
+typedef struct vmem vmem_t;
+typedef void* vmem_alloc_t(vmem_t*, size_t, int);
+typedef void vmem_free_t(vmem_t*, void*, size_t);
+
+#define VMEM_ALLOC 0x01
+#define VMEM_FREE 0x02
+#define VMEM_SPAN 0x10
+#define VMEM_NAMELEN 32
+
+vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, vmem_alloc_t* afunc,
+                    vmem_free_t* ffunc, vmem_t* source, size_t qcache_max, int vmflag);
+// Destroying an arena with live allocations, or one another arena imports
+// from, is reported (name and what is outstanding) and refused: returns
+// false. (illumos returns void and panics.)
+bool vmem_destroy(vmem_t* vmp);
+void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag);
+void vmem_free(vmem_t* vmp, void* vaddr, size_t size);
+void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                  void* maxaddr, int vmflag);
+void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size);
+void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag);
+// Bytes allocated (VMEM_ALLOC), free (VMEM_FREE) or both.
+size_t vmem_size(vmem_t* vmp, int typemask);
+
+namespace mm {
+
+struct VmemStats {
+  char name[VMEM_NAMELEN];
+  uint64_t quantum;
+  uint64_t span_bytes;        // total of all spans (added + imported)
+  uint64_t imported_bytes;    // of span_bytes: imported from the source
+  uint64_t alloc_bytes;       // currently allocated
+  uint64_t free_bytes;
+  uint64_t spans, segs_alloc, segs_free;
+  uint64_t allocs, frees, failures, imports, span_returns;
+  uint64_t hash_buckets, hash_rescales;
+  uint64_t qcache_max;
+  const char* source;         // source arena name or nullptr
+};
+void vmem_stats(const vmem_t* vmp, VmemStats& out);
+// Visits every arena in creation order.
+void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg);
+// Boundary-tag pool usage: tags held, free, and pages taken for them.
+void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pages);
+// Called by kmem once it is ready: creates quantum caches for arenas that
+// asked for them before kmem existed.
+void vmem_kmem_ready();
+// Releases the quantum caches' unused magazines and slabs (kmem reaping).
+void vmem_qcache_reap();
+
+}  // namespace mm
