@@ -1,0 +1,293 @@
+// ARMv7-A support: traps, PSCI, the generic timer, exits, backtraces.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/fdt.h>
+#include <kernel/format.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <cstddef>
+#include "sysregs.h"
+#include "trap.h"
+
+static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+
+extern "C" char arm_vectors[], secondary_entry[];
+extern "C" char __boot_stack_top[], __boot_stack_bottom[];
+
+namespace arch {
+void mmu_live();
+}
+
+namespace {
+
+struct ExtableEntry {
+  uint32_t insn, fixup;
+};
+extern "C" const ExtableEntry __extable_start[], __extable_end[];
+
+enum class Conduit { kNone, kHvc, kSmc };
+Conduit g_psci = Conduit::kNone;
+unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
+
+// PSCI over the SMC Calling Convention, 32-bit: r0 = function, r1-r3
+// arguments, result in r0; r0-r3 may be clobbered.
+int32_t psci_call(uint32_t fn, uint32_t a1, uint32_t a2, uint32_t a3) {
+  register uint32_t r0 asm("r0") = fn;
+  register uint32_t r1 asm("r1") = a1;
+  register uint32_t r2 asm("r2") = a2;
+  register uint32_t r3 asm("r3") = a3;
+  if (g_psci == Conduit::kHvc)
+    asm volatile(".arch_extension virt\n hvc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
+  else if (g_psci == Conduit::kSmc)
+    asm volatile(".arch_extension sec\n smc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
+  else
+    return -1;
+  return static_cast<int32_t>(r0);
+}
+
+constexpr uint32_t kPsciCpuOn32 = 0x84000003;
+constexpr uint32_t kPsciSystemOff = 0x84000008;
+
+constexpr uint32_t kSemihostingSvc = 0x123456;  // ARM-state semihosting trap
+
+void semihost_exit(int code) {
+  // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
+  static uint32_t block[2];
+  block[0] = 0x20026;
+  block[1] = static_cast<uint32_t>(code);
+  register uint32_t r0 asm("r0") = 0x20;
+  register uint32_t r1 asm("r1") = reinterpret_cast<uintptr_t>(block);
+  // Without a debugger behind it, the svc traps (and clobbers lr_svc).
+  asm volatile("svc %2" : "+r"(r0) : "r"(r1), "i"(kSemihostingSvc) : "lr", "memory");
+}
+
+// Short-descriptor fault status: FS = FSR[10]:FSR[3:0].
+const char* fault_status(uint32_t fsr, bool& has_level, const char*& level) {
+  unsigned fs = ((fsr >> 6) & 0x10) | (fsr & 0xf);
+  has_level = true;
+  level = (fs & 2) ? "page" : "section";
+  switch (fs) {
+    case 0x05: case 0x07: return "translation fault";
+    case 0x03: case 0x06:
+      level = fs == 0x06 ? "page" : "section";
+      return "access flag fault";
+    case 0x09: case 0x0b: return "domain fault";
+    case 0x0d: case 0x0f: return "permission fault";
+    case 0x0c: case 0x0e:
+      level = fs == 0x0e ? "level 2" : "level 1";
+      return "external abort on table walk";
+    case 0x1c: case 0x1e:
+      level = fs == 0x1e ? "level 2" : "level 1";
+      return "parity error on table walk";
+  }
+  has_level = false;
+  switch (fs) {
+    case 0x01: return "alignment fault";
+    case 0x02: return "debug event";
+    case 0x04: return "fault on instruction cache maintenance";
+    case 0x08: return "synchronous external abort";
+    case 0x10: return "TLB conflict abort";
+    case 0x16: return "asynchronous external abort";
+    case 0x18: return "asynchronous parity error";
+    case 0x19: return "synchronous parity error";
+    case 0x1a: return "coprocessor abort";
+  }
+  return "fault";
+}
+
+// Builds "data abort: write, permission fault (page)" into buf.
+const char* describe_abort(const TrapFrame* f, char* buf, size_t size) {
+  bool data = f->kind == TRAP_DABT;
+  bool has_level;
+  const char* level;
+  const char* what = fault_status(f->fsr, has_level, level);
+  ksnprintf(buf, size, "%s: %s%s%s%s%s", data ? "data abort" : "prefetch abort",
+            data ? ((f->fsr & (1u << 11)) ? "write, " : "read, ") : "", what, has_level ? " (" : "",
+            has_level ? level : "", has_level ? ")" : "");
+  return buf;
+}
+
+}  // namespace
+
+extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
+  PerCpu& cpu = this_cpu();
+  if (kind == TRAP_IRQ) {
+    cpu.irq_depth++;
+    irq::dispatch();
+    cpu.irq_depth--;
+    return;
+  }
+  char buf[96];
+  switch (kind) {
+    case TRAP_DABT:
+      for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
+        if (e->insn == f->pc) {
+          cpu.last_fault.address = f->far;
+          cpu.last_fault.pc = f->pc;
+          cpu.last_fault.cause = "data abort";
+          kprintf("fault (expected) on cpu %u: %s at pc 0x%lx, address 0x%lx\n", cpu.index,
+                  describe_abort(f, buf, sizeof buf), static_cast<unsigned long>(f->pc),
+                  static_cast<unsigned long>(f->far));
+          f->pc = e->fixup;
+          return;
+        }
+      }
+      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
+    case TRAP_PABT:
+      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
+    case TRAP_UNDEF: {
+      bool thumb = f->cpsr & PSR_T;
+      f->pc -= thumb ? 2 : 4;  // lr_und points past the instruction
+      if (thumb)
+        ksnprintf(buf, sizeof buf, "undefined instruction (Thumb) 0x%04x",
+                  *reinterpret_cast<const uint16_t*>(f->pc));
+      else
+        ksnprintf(buf, sizeof buf, "undefined instruction 0x%08lx",
+                  static_cast<unsigned long>(*reinterpret_cast<const uint32_t*>(f->pc)));
+      fatal_exception(buf, 0, f);
+    }
+    case TRAP_SVC: {
+      uint32_t insn = *reinterpret_cast<const uint32_t*>(f->pc - 4);
+      // A semihosting call with no debugger to take it: report failure and
+      // let the caller fall back (arch::exit powers off instead).
+      if (!(f->cpsr & PSR_T) && (insn & 0x00ffffff) == kSemihostingSvc) {
+        f->r[0] = ~0u;
+        return;
+      }
+      fatal_exception("SVC", 0, f);
+    }
+    case TRAP_FIQ: fatal_exception("FIQ", 0, f);
+    default: fatal_exception("exception from an unexpected vector", 0, f);
+  }
+}
+
+namespace arch {
+
+void init_boot_cpu(PerCpu& cpu) {
+  mmu_live();
+  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
+  set_this_cpu(&cpu);
+  asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory");  // VBAR
+}
+
+void init_secondary_cpu(PerCpu&) { asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory"); }
+
+void init_from_dtb(const fdt::Tree& t) {
+  fdt::Node psci = t.find("/psci");
+  fdt::Property p;
+  if (psci != fdt::kNoNode && t.prop(psci, "method", p) && p.str()) {
+    const char* m = p.str();
+    if (m[0] == 'h') g_psci = Conduit::kHvc;
+    else if (m[0] == 's') g_psci = Conduit::kSmc;
+  }
+  fdt::Node timer = t.find_compatible("arm,armv7-timer");
+  unsigned irq;
+  if (timer != fdt::kNoNode && irq::from_dtb(t, timer, 2, irq)) g_timer_irq = irq;
+}
+
+bool cpu_usable(const fdt::Tree&, int) { return true; }
+
+bool start_cpu(PerCpu& cpu) {
+  int32_t r = psci_call(kPsciCpuOn32, static_cast<uint32_t>(cpu.hwid), reinterpret_cast<uintptr_t>(secondary_entry),
+                        reinterpret_cast<uintptr_t>(&cpu));
+  if (r != 0) kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %ld\n", cpu.index,
+                      static_cast<unsigned long long>(cpu.hwid), static_cast<long>(r));
+  return r == 0;
+}
+
+namespace {
+void timer_irq(unsigned, void*) { timer_interrupt(); }
+}  // namespace
+
+void timer_init_cpu() {
+  if (cpu_id() == 0) irq::register_handler(g_timer_irq, timer_irq, nullptr);
+  irq::enable(g_timer_irq, cpu_id());
+}
+
+void timer_arm(uint64_t ticks) {
+  // CNTV_TVAL is a signed 32-bit down-counter.
+  uint32_t tval = ticks > 0x7fffffffu ? 0x7fffffffu : static_cast<uint32_t>(ticks);
+  asm volatile(
+      "mcr p15, 0, %0, c14, c3, 0\n"  // CNTV_TVAL
+      "mcr p15, 0, %1, c14, c3, 1\n"  // CNTV_CTL: enabled, not masked
+      "isb" ::"r"(tval),
+      "r"(1u)
+      : "memory");
+}
+
+void poweroff() {
+  psci_call(kPsciSystemOff, 0, 0, 0);
+  for (;;) asm volatile("wfi");
+}
+
+void exit(int code) {
+  if (code == 0) poweroff();
+  semihost_exit(code);
+  poweroff();
+}
+
+void dump_registers(const TrapFrame* f) {
+  TrapFrame now;
+  if (!f) {
+    // No exception: snapshot the registers as they are here.
+    uint32_t tmp;
+    asm volatile(
+        "stmia %1, {r0-r12}\n"
+        "str sp, [%1, #" STRINGIFY(TF_SP) "]\n"
+        "str lr, [%1, #" STRINGIFY(TF_LR) "]\n"
+        "adr %0, .\n str %0, [%1, #" STRINGIFY(TF_PC) "]\n"
+        "mrs %0, cpsr\n str %0, [%1, #" STRINGIFY(TF_CPSR) "]\n"
+        : "=&r"(tmp)
+        : "r"(&now)
+        : "memory");
+    now.fsr = 0;
+    now.far = 0;
+    now.kind = 0;
+    f = &now;
+  }
+  for (int i = 0; i < 13; i += 4) {
+    for (int j = i; j < i + 4 && j < 13; j++) kprintf("  r%-2d %08lx", j, static_cast<unsigned long>(f->r[j]));
+    kprintf("\n");
+  }
+  kprintf("  sp  %08lx  lr  %08lx  pc  %08lx  cpsr %08lx\n  fsr %08lx  far %08lx\n",
+          static_cast<unsigned long>(f->sp), static_cast<unsigned long>(f->lr), static_cast<unsigned long>(f->pc),
+          static_cast<unsigned long>(f->cpsr), static_cast<unsigned long>(f->fsr),
+          static_cast<unsigned long>(f->far));
+}
+
+// ARM-state frames: a function that calls others pushes {fp, lr} and points
+// fp at the saved lr, so [fp] = return address and [fp - 4] = caller's fp.
+// A leaf pushes only fp and points fp at it: [fp] = caller's fp, which is a
+// stack address, never a text address; such a frame is stepped over.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t top = ::this_cpu().stack_top;
+  uintptr_t bottom = top - kKernelStackSize;
+  size_t n = 0;
+  while (n < max && fp >= bottom + 4 && fp + 4 <= top && (fp & 3) == 0) {
+    auto* rec = reinterpret_cast<const uintptr_t*>(fp);
+    uintptr_t word = rec[0];
+    if (word >= bottom && word < top) {  // a leaf's lone saved fp
+      if (word <= fp) break;
+      fp = word;
+      continue;
+    }
+    if (!word) break;
+    pcs[n++] = word;
+    uintptr_t prev = rec[-1];
+    if (prev <= fp) break;  // frames grow toward the stack top
+    fp = prev;
+  }
+  return n;
+}
+
+uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->r[11] : 0; }
+uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->pc : 0; }
+
+void send_ipi(const PerCpu& cpu) {
+  const IrqChip* c = irq::chip();
+  if (c && c->send_ipi) c->send_ipi(cpu.index);
+}
+
+}  // namespace arch

@@ -1,0 +1,51 @@
+// ARMv7-A inline operations for portable code (see kernel/arch.h).
+#pragma once
+#include <cstdint>
+
+struct PerCpu;
+
+namespace arch {
+
+using IrqState = uint32_t;  // the CPSR
+
+inline IrqState irq_save() {
+  uint32_t cpsr;
+  asm volatile("mrs %0, cpsr\n cpsid i" : "=r"(cpsr)::"memory");
+  return cpsr;
+}
+inline void irq_restore(IrqState s) { asm volatile("msr cpsr_c, %0" ::"r"(s) : "memory"); }
+inline void irq_enable() { asm volatile("cpsie i" ::: "memory"); }
+inline void irq_disable() { asm volatile("cpsid i" ::: "memory"); }
+inline bool irqs_enabled() {
+  uint32_t cpsr;
+  asm volatile("mrs %0, cpsr" : "=r"(cpsr));
+  return !(cpsr & (1u << 7));
+}
+
+// Spin-wait hint; under QEMU's icount it also lets another vCPU run.
+inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
+inline void wait_for_interrupt() { asm volatile("dsb\n wfi" ::: "memory"); }
+
+// TPIDRPRW: the privileged-only thread ID register holds this core's PerCpu.
+inline PerCpu* this_cpu() {
+  PerCpu* p;
+  asm("mrc p15, 0, %0, c13, c0, 4" : "=r"(p));  // not volatile: constant for a thread of control
+  return p;
+}
+inline void set_this_cpu(PerCpu* p) { asm volatile("mcr p15, 0, %0, c13, c0, 4" ::"r"(p) : "memory"); }
+
+// The generic timer's virtual counter (CNTVCT) and its frequency (CNTFRQ).
+inline uint64_t counter() {
+  uint32_t lo, hi;
+  asm volatile("isb\n mrrc p15, 1, %0, %1, c14" : "=r"(lo), "=r"(hi)::"memory");
+  return (uint64_t{hi} << 32) | lo;
+}
+inline uint64_t counter_frequency() {
+  uint32_t v;
+  asm volatile("mrc p15, 0, %0, c14, c0, 0" : "=r"(v));
+  return v;
+}
+
+inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
+
+}  // namespace arch

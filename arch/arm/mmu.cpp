@@ -1,0 +1,296 @@
+// ARMv7-A page tables: the short-descriptor format, which every ARMv7-A
+// core has (LPAE is optional). One level-1 table of 4096 entries covers the
+// 32-bit address space: each entry is a 1 MiB section or points at a
+// level-2 table of 256 entries (1 KiB) mapping 4 KiB small pages.
+//
+// 1. The kernel runs on an identity map (virtual = physical) of every RAM
+//    bank and of the devices it uses; RAM above 4 GiB is out of reach. The
+//    image is mapped W^X: text RX, rodata R, data/bss/stacks/tables RW and
+//    never executable. The DTB is read-only.
+// 2. arm_early_mmu() builds the tables with the MMU off, before .bss is
+//    cleared, so everything it touches lives in the .noinit area (invalidated
+//    by start.S before use) or on the boot stack. It reads the DTB's memory
+//    nodes to learn where RAM is.
+// 3. Memory types come from TEX/C/B directly (SCTLR.TRE = 0): RAM is normal
+//    write-back write-allocate and shareable; devices are shareable Device
+//    memory. AP[2:0] gives PL1 read-write or read-only and PL0 nothing;
+//    SCTLR.AFE = 0, so there is no access flag to manage. Domain 0, client.
+// 4. After boot, arch::map() adds mappings (devices, later the kernel heap).
+//    A level-2 table comes from the boot pool, then from the page source mm/
+//    registers (a 4 KiB page holds four level-2 tables). Turning a valid
+//    entry into another one follows break-before-make; each written entry is
+//    cleaned to the point of unification so walks see it on any core.
+//    Callers serialise: map() takes g_map_lock.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/config.h>
+#include <kernel/fdt.h>
+#include <kernel/spinlock.h>
+#include "sysregs.h"
+
+namespace {
+
+constexpr unsigned kL1Entries = 4096;
+constexpr unsigned kL2Entries = 256;
+constexpr uint64_t kSectionSize = 1u << 20;
+constexpr uint64_t kAddressSpace = 1ull << 32;
+constexpr unsigned kPoolTables = 16;
+constexpr uint64_t kMaxDtbSize = 2 << 20;
+
+// Level-1 descriptors.
+constexpr uint32_t kL1TypeMask = 3;
+constexpr uint32_t kL1Table = 1;        // points at a level-2 table (domain 0)
+constexpr uint32_t kL1Section = 2;
+constexpr uint32_t kSecB = 1u << 2;
+constexpr uint32_t kSecC = 1u << 3;
+constexpr uint32_t kSecXn = 1u << 4;
+constexpr uint32_t kSecAp1 = 1u << 10;  // AP[1:0] = 01: PL1 only
+constexpr uint32_t kSecTex1 = 1u << 12; // TEX = 001 (with C, B: write-back write-allocate)
+constexpr uint32_t kSecAp2 = 1u << 15;  // read-only
+constexpr uint32_t kSecS = 1u << 16;
+constexpr uint32_t kSectionMask = 0xfff00000;
+constexpr uint32_t kTableMask = 0xfffffc00;
+
+// Level-2 small-page descriptors.
+constexpr uint32_t kPgXn = 1u << 0;
+constexpr uint32_t kPgSmall = 1u << 1;
+constexpr uint32_t kPgB = 1u << 2;
+constexpr uint32_t kPgC = 1u << 3;
+constexpr uint32_t kPgAp1 = 1u << 4;
+constexpr uint32_t kPgTex1 = 1u << 6;
+constexpr uint32_t kPgAp2 = 1u << 9;
+constexpr uint32_t kPgS = 1u << 10;
+constexpr uint32_t kPageMask = 0xfffff000;
+
+// Everything here lives in .noinit: written with the MMU off.
+struct alignas(16384) L1Table {
+  uint32_t e[kL1Entries];
+};
+struct alignas(1024) L2Table {
+  uint32_t e[kL2Entries];
+};
+static_assert(sizeof(L2Table) * 4 == kPageSize);
+
+bool valid(uint32_t desc) { return (desc & 3) != 0; }
+
+}  // namespace
+
+extern "C" {
+__attribute__((section(".pgtables"))) L1Table arm_l1_table;
+}
+
+namespace {
+__attribute__((section(".pgtables"))) L2Table g_pool[kPoolTables];
+__attribute__((section(".pgtables"))) unsigned g_pool_used;
+__attribute__((section(".pgtables"))) bool g_mmu_live;
+
+// .bss: only used after boot.
+arch::TableAllocator g_table_alloc;
+uintptr_t g_spare;         // unused level-2 tables in the last page from g_table_alloc
+unsigned g_spare_count;
+SpinLock g_map_lock;
+
+uint32_t section_desc(uint64_t pa, unsigned flags) {
+  uint32_t d = (static_cast<uint32_t>(pa) & kSectionMask) | kL1Section | kSecAp1;
+  if (flags & arch::kMapDevice) d |= kSecB;                            // shareable Device
+  else d |= kSecTex1 | kSecC | kSecB | kSecS;                         // normal WBWA, shareable
+  if (!(flags & arch::kMapWrite)) d |= kSecAp2;
+  if (!(flags & arch::kMapExec) || (flags & arch::kMapDevice)) d |= kSecXn;
+  return d;
+}
+
+uint32_t page_desc(uint64_t pa, unsigned flags) {
+  uint32_t d = (static_cast<uint32_t>(pa) & kPageMask) | kPgSmall | kPgAp1;
+  if (flags & arch::kMapDevice) d |= kPgB;
+  else d |= kPgTex1 | kPgC | kPgB | kPgS;
+  if (!(flags & arch::kMapWrite)) d |= kPgAp2;
+  if (!(flags & arch::kMapExec) || (flags & arch::kMapDevice)) d |= kPgXn;
+  return d;
+}
+
+// The MapFlags a section descriptor was made from (to split it into pages).
+unsigned section_flags(uint32_t d) {
+  unsigned f = arch::kMapRead;
+  if (!(d & kSecAp2)) f |= arch::kMapWrite;
+  if (!(d & kSecXn)) f |= arch::kMapExec;
+  if (!(d & kSecC)) f |= arch::kMapDevice;
+  return f;
+}
+
+unsigned dcache_line() {
+  uint32_t ctr;
+  asm("mrc p15, 0, %0, c0, c0, 1" : "=r"(ctr));
+  return 4u << ((ctr >> 16) & 0xf);
+}
+
+// Cleans [p, p + size) to the point of unification, where table walks look
+// (a no-op need on cores with coherent walks, required on the others).
+void clean_to_pou(const void* p, size_t size) {
+  if (!g_mmu_live) return;
+  unsigned line = dcache_line();
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{line - 1};
+  for (uintptr_t end = reinterpret_cast<uintptr_t>(p) + size; a < end; a += line)
+    asm volatile("mcr p15, 0, %0, c7, c11, 1" ::"r"(a) : "memory");  // DCCMVAU
+  asm volatile("dsb ish" ::: "memory");
+}
+
+// Invalidates the translations of va on every core (and the branch
+// predictors, which may hold targets through the old mapping).
+void tlb_invalidate(uint64_t va) {
+  if (!g_mmu_live) return;
+  uint32_t mva = static_cast<uint32_t>(va) & kPageMask;
+  asm volatile(
+      "mcr p15, 0, %0, c8, c3, 3\n"  // TLBIMVAAIS
+      "mcr p15, 0, %1, c7, c1, 6\n"  // BPIALLIS
+      "dsb ish\n isb" ::"r"(mva),
+      "r"(0)
+      : "memory");
+}
+
+// Writes entry *slot = v, with break-before-make if a valid entry changes.
+void set_entry(uint32_t* slot, uint32_t v, uint64_t va) {
+  volatile uint32_t* s = slot;
+  uint32_t old = *s;
+  if (valid(old) && old != v) {
+    *s = 0;
+    clean_to_pou(slot, sizeof *slot);
+    tlb_invalidate(va);
+  }
+  *s = v;
+  clean_to_pou(slot, sizeof *slot);
+  if (g_mmu_live) asm volatile("isb" ::: "memory");
+}
+
+void zero_table(L2Table* t) {
+  for (auto& e : t->e) e = 0;
+}
+
+L2Table* new_l2_table() {
+  if (g_pool_used < kPoolTables) {
+    L2Table* t = &g_pool[g_pool_used++];
+    zero_table(t);
+    return t;
+  }
+  if (!g_mmu_live || !g_table_alloc) return nullptr;
+  if (g_spare_count == 0) {
+    uintptr_t pa = g_table_alloc();  // identity map; comes zeroed
+    if (!pa) return nullptr;
+    g_spare = pa;
+    g_spare_count = kPageSize / sizeof(L2Table);
+  }
+  auto* t = reinterpret_cast<L2Table*>(g_spare);
+  g_spare += sizeof(L2Table);
+  g_spare_count--;
+  return t;
+}
+
+// Maps [va, va + size) to [pa, pa + size); all page-aligned.
+bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
+  if (va + size > kAddressSpace || pa + size > kAddressSpace) return false;
+  while (size) {
+    uint32_t* slot = &arm_l1_table.e[va >> 20];
+    uint32_t cur = *slot;
+    bool is_table = (cur & kL1TypeMask) == kL1Table;
+    if (!is_table && ((va | pa) & (kSectionSize - 1)) == 0 && size >= kSectionSize) {
+      set_entry(slot, section_desc(pa, flags), va);
+      va += kSectionSize;
+      pa += kSectionSize;
+      size -= kSectionSize;
+      continue;
+    }
+    if (!is_table) {
+      L2Table* t = new_l2_table();
+      if (!t) return false;
+      if ((cur & kL1TypeMask) == kL1Section) {
+        // Split the section into pages with the same attributes.
+        uint32_t base = cur & kSectionMask;
+        unsigned f = section_flags(cur);
+        for (unsigned i = 0; i < kL2Entries; i++) t->e[i] = page_desc(base + i * kPageSize, f);
+      }
+      clean_to_pou(t, sizeof *t);  // complete before the level-1 entry points at it
+      set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);
+      cur = *slot;
+    }
+    auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
+    set_entry(&t->e[(va >> 12) & (kL2Entries - 1)], page_desc(pa, flags), va);
+    va += kPageSize;
+    pa += kPageSize;
+    size -= kPageSize;
+  }
+  return true;
+}
+
+uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+void map_flags(uint64_t start, uint64_t end, unsigned flags) {
+  start = align_down(start, kPageSize);
+  end = align_up(end, kPageSize);
+  if (end > start) map_range(start, start, end - start, flags);
+}
+
+}  // namespace
+
+// Runs with the MMU off: see the design statement above.
+extern "C" void arm_early_mmu(uintptr_t dtb) {
+  g_pool_used = 0;
+  g_mmu_live = false;
+  for (auto& e : arm_l1_table.e) e = 0;
+
+  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
+  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
+  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
+
+  fdt::Tree tree;
+  bool dtb_ok = false;
+  if (dtb && (dtb & 7) == 0) {
+    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
+    dtb_ok = tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) ==
+             fdt::Error::kOk;
+  }
+  if (dtb_ok) {
+    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
+         n = tree.find_device_type("memory", n)) {
+      uint64_t base, size;
+      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
+        if (!size || base >= kAddressSpace) continue;
+        uint64_t end = base + size > kAddressSpace ? kAddressSpace : base + size;
+        map_flags(base, end, kRamFlags);
+      }
+    }
+  }
+  // Whatever the DTB said, the image and the DTB itself must be reachable:
+  // kernel_main reports a bad DTB from there.
+  if (dtb) map_flags(dtb, dtb + (dtb_ok ? tree.total_size() : kMaxDtbSize), arch::kMapRead);
+  map_flags(kstart, kend, kRamFlags);
+  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
+            arch::kMapRead | arch::kMapExec);
+  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
+            arch::kMapRead);
+  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+  // Tables written with the MMU off went straight to memory.
+  asm volatile("dsb" ::: "memory");
+}
+
+namespace arch {
+
+void mmu_live() { g_mmu_live = true; }
+
+bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t start = align_down(va, kPageSize);
+  uint64_t pstart = align_down(pa, kPageSize);
+  uint64_t end = align_up(uint64_t{va} + size, kPageSize);
+  return map_range(start, pstart, end - start, flags);
+}
+
+uintptr_t map_device(uint64_t pa, size_t size) {
+  if (!map(static_cast<uintptr_t>(pa), pa, size, kMapRead | kMapWrite | kMapDevice)) return 0;
+  return static_cast<uintptr_t>(pa);
+}
+
+void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
+
+const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4K pages, 32-bit VA"; }
+
+}  // namespace arch
