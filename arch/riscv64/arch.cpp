@@ -1,0 +1,321 @@
+// RISC-V 64 support: traps, SBI (harts, timer, IPIs, power), exits,
+// backtraces.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/fdt.h>
+#include <kernel/format.h>
+#include <kernel/irq.h>
+#include <kernel/panic.h>
+#include <kernel/string.h>
+#include <cstddef>
+#include <initializer_list>
+#include "csr.h"
+#include "sbi.h"
+#include "trap.h"
+
+static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+
+extern "C" char riscv_trap_entry[], secondary_entry[];
+extern "C" char __boot_stack_top[];
+
+namespace arch {
+uint64_t g_timebase_hz = 10000000;  // QEMU virt's; the DTB says for sure
+void mmu_live();
+const char* describe_mapping(uintptr_t va, char* buf, size_t size);
+}  // namespace arch
+
+namespace {
+
+struct ExtableEntry {
+  uint64_t insn, fixup;
+};
+extern "C" const ExtableEntry __extable_start[], __extable_end[];
+
+constexpr uint64_t kCauseInterrupt = 1ull << 63;
+constexpr uint64_t kStimecmp = 0x14d;  // Sstc
+
+bool g_sstc;            // program the timer through stimecmp, not SBI
+uintptr_t g_test_dev;   // QEMU's "sifive,test" finisher, 0 if none
+constexpr uint32_t kTestFail = 0x3333;
+
+// A cause name for every exception code the privileged spec defines.
+const char* exception_name(uint64_t code) {
+  switch (code) {
+    case 0: return "instruction address misaligned";
+    case 1: return "instruction access fault";
+    case 2: return "illegal instruction";
+    case 3: return "breakpoint";
+    case 4: return "load address misaligned";
+    case 5: return "load access fault";
+    case 6: return "store/AMO address misaligned";
+    case 7: return "store/AMO access fault";
+    case 8: return "environment call from U-mode";
+    case 9: return "environment call from S-mode";
+    case 11: return "environment call from M-mode";
+    case 12: return "instruction page fault";
+    case 13: return "load page fault";
+    case 15: return "store/AMO page fault";
+    case 18: return "software check";
+    case 19: return "hardware error";
+  }
+  return "unknown exception";
+}
+
+bool has_address(uint64_t code) { return code <= 7 || code == 12 || code == 13 || code == 15; }
+bool is_page_fault(uint64_t code) { return code == 12 || code == 13 || code == 15; }
+
+// "store/AMO page fault (mapped r-x (4 KiB page))" or
+// "illegal instruction (0x0000c0001073)" into buf.
+const char* describe_exception(const TrapFrame* f, char* buf, size_t size) {
+  uint64_t code = f->scause;
+  char how[48];
+  if (is_page_fault(code))
+    ksnprintf(buf, size, "%s (%s)", exception_name(code), arch::describe_mapping(f->stval, how, sizeof how));
+  else if (code == 2 && f->stval)
+    ksnprintf(buf, size, "%s (0x%08llx)", exception_name(code), static_cast<unsigned long long>(f->stval));
+  else
+    ksnprintf(buf, size, "%s (scause %llu)", exception_name(code), static_cast<unsigned long long>(code));
+  return buf;
+}
+
+void write_stvec() { asm volatile("csrw stvec, %0" ::"r"(riscv_trap_entry) : "memory"); }
+
+// A whole word of an ISA string, bounded by '_' or the ends: "sstc" in
+// "rv64imafdc_zicsr_sstc".
+bool isa_has(const char* isa, const char* ext) {
+  size_t n = strlen(ext);
+  for (const char* s = isa; *s;) {
+    const char* e = s;
+    while (*e && *e != '_') e++;
+    if (static_cast<size_t>(e - s) == n && strncmp(s, ext, n) == 0) return true;
+    s = *e ? e + 1 : e;
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" void riscv_trap(TrapFrame* f) {
+  PerCpu& cpu = this_cpu();
+  if (f->scause & kCauseInterrupt) {
+    uint64_t code = f->scause & ~kCauseInterrupt;
+    cpu.irq_depth++;
+    switch (code) {
+      case IRQ_S_TIMER:
+        timer_interrupt();
+        break;
+      case IRQ_S_SOFT:
+        asm volatile("csrc sip, %0" ::"r"(SIE_SSIE) : "memory");
+        ipi_interrupt();
+        break;
+      case IRQ_S_EXT:
+        irq::dispatch();
+        break;
+      default: {
+        char buf[48];
+        ksnprintf(buf, sizeof buf, "unexpected interrupt %llu", static_cast<unsigned long long>(code));
+        fatal_exception(buf, 0, f);
+      }
+    }
+    cpu.irq_depth--;
+    return;
+  }
+  char buf[96];
+  if (f->scause == 15 || f->scause == 7) {  // a faulting store: is it a probe?
+    for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
+      if (e->insn == f->sepc) {
+        cpu.last_fault.address = f->stval;
+        cpu.last_fault.pc = f->sepc;
+        cpu.last_fault.cause = exception_name(f->scause);
+        kprintf("fault (expected) on cpu %u: %s at pc 0x%llx, address 0x%llx\n", cpu.index,
+                describe_exception(f, buf, sizeof buf), static_cast<unsigned long long>(f->sepc),
+                static_cast<unsigned long long>(f->stval));
+        f->sepc = e->fixup;
+        return;
+      }
+    }
+  }
+  fatal_exception(describe_exception(f, buf, sizeof buf), has_address(f->scause) ? f->stval : 0, f);
+}
+
+namespace arch {
+
+void init_boot_cpu(PerCpu& cpu) {
+  mmu_live();
+  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
+  set_this_cpu(&cpu);
+  write_stvec();
+  asm volatile("csrs sie, %0" ::"r"(SIE_SSIE) : "memory");
+}
+
+void init_secondary_cpu(PerCpu&) {
+  write_stvec();
+  asm volatile("csrs sie, %0" ::"r"(SIE_SSIE) : "memory");
+}
+
+void init_from_dtb(const fdt::Tree& t) {
+  sbi::init();
+  fdt::Property p;
+  fdt::Node cpus = t.find("/cpus");
+  uint64_t hz;
+  if (cpus != fdt::kNoNode && t.prop(cpus, "timebase-frequency", p) && p.cells(0, p.len / 4, hz) && hz)
+    g_timebase_hz = hz;
+
+  // Sstc: the boot hart's ISA string names it (older trees) or its
+  // riscv,isa-extensions list does. Every hart must have it to use it.
+  g_sstc = true;
+  bool any = false;
+  for (fdt::Node n = t.first_child(cpus); n != fdt::kNoNode; n = t.next_sibling(n)) {
+    if (!t.prop(n, "device_type", p) || !p.str() || strcmp(p.str(), "cpu") != 0 || !cpu_usable(t, n)) continue;
+    any = true;
+    bool has = (t.prop(n, "riscv,isa", p) && p.str() && isa_has(p.str(), "sstc")) ||
+               (t.prop(n, "riscv,isa-extensions", p) && p.has_string("sstc"));
+    g_sstc &= has;
+  }
+  g_sstc &= any;
+
+  for (const char* compat : {"sifive,test1", "sifive,test0"}) {
+    fdt::Node n = t.find_compatible(compat);
+    uint64_t base, size;
+    if (n != fdt::kNoNode && t.reg(n, 0, base, size)) {
+      g_test_dev = map_device(base, kPageSize);
+      break;
+    }
+  }
+
+  char buf[128];
+  sbi::describe(buf, sizeof buf);
+  kprintf("riscv: %s; timer %s at %llu Hz%s\n", buf, g_sstc ? "Sstc" : "SBI",
+          static_cast<unsigned long long>(g_timebase_hz), g_test_dev ? "; test device for exit codes" : "");
+}
+
+// A hart the kernel can run on has S-mode with paging: an "mmu-type" other
+// than "riscv,none". SiFive's E51 monitor hart (sifive_u hart 0) has none.
+bool cpu_usable(const fdt::Tree& t, int node) {
+  fdt::Property p;
+  if (!t.prop(node, "mmu-type", p) || !p.str()) return false;
+  return strcmp(p.str(), "riscv,none") != 0;
+}
+
+bool start_cpu(PerCpu& cpu) {
+  sbi::Result r = sbi::hart_start(cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
+                                  reinterpret_cast<uintptr_t>(&cpu));
+  if (r.error != sbi::kSuccess)
+    kprintf("sbi: hart_start for cpu %u (hart %llu) failed: %ld\n", cpu.index,
+            static_cast<unsigned long long>(cpu.hwid), r.error);
+  return r.error == sbi::kSuccess;
+}
+
+void timer_init_cpu() { asm volatile("csrs sie, %0" ::"r"(SIE_STIE) : "memory"); }
+
+void timer_arm(uint64_t ticks) {
+  uint64_t when = counter() + ticks;
+  if (g_sstc) asm volatile("csrw %0, %1" ::"i"(kStimecmp), "r"(when) : "memory");
+  else sbi::set_timer(when);
+}
+
+void poweroff() {
+  sbi::system_off(false);
+  for (;;) asm volatile("wfi");
+}
+
+void exit(int code) {
+  if (code == 0) poweroff();
+  if (g_test_dev) {
+    *reinterpret_cast<volatile uint32_t*>(g_test_dev) = (static_cast<uint32_t>(code) << 16) | kTestFail;
+    asm volatile("fence" ::: "memory");
+  }
+  sbi::system_off(true);
+  for (;;) asm volatile("wfi");
+}
+
+void dump_registers(const TrapFrame* f) {
+  static const char* const kNames[32] = {"zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0",
+                                         "a1",   "a2", "a3", "a4", "a5", "a6", "a7", "s2", "s3", "s4", "s5",
+                                         "s6",   "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"};
+  TrapFrame now;
+  if (!f) {
+    // No trap: snapshot the registers as they are here.
+    asm volatile(
+        "sd x1, 8(%0)\n sd x2, 16(%0)\n sd x3, 24(%0)\n sd x4, 32(%0)\n sd x5, 40(%0)\n"
+        "sd x6, 48(%0)\n sd x7, 56(%0)\n sd x8, 64(%0)\n sd x9, 72(%0)\n sd x10, 80(%0)\n"
+        "sd x11, 88(%0)\n sd x12, 96(%0)\n sd x13, 104(%0)\n sd x14, 112(%0)\n sd x15, 120(%0)\n"
+        "sd x16, 128(%0)\n sd x17, 136(%0)\n sd x18, 144(%0)\n sd x19, 152(%0)\n sd x20, 160(%0)\n"
+        "sd x21, 168(%0)\n sd x22, 176(%0)\n sd x23, 184(%0)\n sd x24, 192(%0)\n sd x25, 200(%0)\n"
+        "sd x26, 208(%0)\n sd x27, 216(%0)\n sd x28, 224(%0)\n sd x29, 232(%0)\n sd x30, 240(%0)\n"
+        "sd x31, 248(%0)\n"
+        :
+        : "r"(&now)
+        : "memory");
+    now.x[0] = 0;
+    uint64_t pc;
+    asm volatile("auipc %0, 0" : "=r"(pc));
+    now.sepc = pc;
+    asm volatile("csrr %0, sstatus" : "=r"(now.sstatus));
+    now.scause = 0;
+    now.stval = 0;
+    f = &now;
+  }
+  for (int i = 0; i < 32; i += 4) {
+    for (int j = i; j < i + 4; j++) kprintf("  %-4s %016llx", kNames[j], static_cast<unsigned long long>(f->x[j]));
+    kprintf("\n");
+  }
+  kprintf("  sepc %016llx  sstatus %016llx  scause %016llx  stval %016llx\n",
+          static_cast<unsigned long long>(f->sepc), static_cast<unsigned long long>(f->sstatus),
+          static_cast<unsigned long long>(f->scause), static_cast<unsigned long long>(f->stval));
+}
+
+// Frame records: with -fno-omit-frame-pointer, s0 points just above a
+// function's saved registers: the return address at fp - 8, the caller's fp
+// at fp - 16. GCC's leaf functions save only the caller's fp, at fp - 8, and
+// keep the return address in ra; a leaf is only ever the frame a trap
+// interrupted, so when the walk crosses a trap record (TRAP_MARKER at
+// fp - 32, TrapFrame at fp) and finds a leaf below it, it takes the return
+// address from the TrapFrame's ra. Starting at a trap record (what
+// trap_frame_fp returns) skips the trap pc itself: panic prints it already.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+  bool start_at_trap = fp != 0;
+  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t top = ::this_cpu().stack_top;
+  uintptr_t bottom = top - kKernelStackSize;
+  auto on_stack = [&](uintptr_t a) { return a >= bottom && a <= top; };
+  size_t n = 0;
+  uintptr_t leaf_ra = 0;  // the ra of a trapped frame, in case it is a leaf
+  bool first = true;
+  while (n < max && fp >= bottom + 16 && fp <= top && (fp & 7) == 0) {
+    auto* w = reinterpret_cast<const uintptr_t*>(fp);
+    uintptr_t ra, next;
+    if (fp >= bottom + TRAP_RECORD_SIZE && w[-4] == TRAP_MARKER) {
+      auto* tf = reinterpret_cast<const TrapFrame*>(fp);
+      ra = tf->sepc;
+      next = tf->x[8];
+      leaf_ra = tf->x[1];
+      if (first && start_at_trap) ra = 0;
+    } else if (on_stack(w[-1]) && w[-1] > fp) {
+      ra = leaf_ra;  // a leaf: w[-1] is the caller's fp
+      next = w[-1];
+      leaf_ra = 0;
+    } else {
+      ra = w[-1];
+      next = w[-2];
+      leaf_ra = 0;
+    }
+    first = false;
+    if (ra) pcs[n++] = ra;
+    if (next <= fp) break;  // frames grow toward the stack top
+    fp = next;
+  }
+  return n;
+}
+
+uintptr_t trap_frame_fp(const TrapFrame* f) { return reinterpret_cast<uintptr_t>(f); }
+uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->sepc : 0; }
+
+void send_ipi(const PerCpu& cpu) {
+  sbi::Result r = sbi::send_ipi(cpu.hwid);
+  if (r.error != sbi::kSuccess)
+    kprintf("sbi: send_ipi to hart %llu failed: %ld\n", static_cast<unsigned long long>(cpu.hwid), r.error);
+}
+
+}  // namespace arch

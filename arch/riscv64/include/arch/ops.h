@@ -1,0 +1,56 @@
+// RISC-V 64 inline operations for portable code (see kernel/arch.h).
+//
+// The kernel runs in S-mode: interrupts are masked with sstatus.SIE, the
+// per-CPU pointer lives in tp (no user space and no TLS, so tp is free), and
+// the counter is the time CSR, whose rate the DTB gives.
+#pragma once
+#include <cstdint>
+
+struct PerCpu;
+
+namespace arch {
+
+constexpr uint64_t kSstatusSie = 1u << 1;
+
+// The /cpus "timebase-frequency" (arch::init_from_dtb fills it in).
+extern uint64_t g_timebase_hz;
+
+using IrqState = uint64_t;
+
+inline IrqState irq_save() {
+  uint64_t s;
+  asm volatile("csrrci %0, sstatus, %1" : "=r"(s) : "i"(kSstatusSie) : "memory");
+  return s & kSstatusSie;
+}
+inline void irq_restore(IrqState s) { asm volatile("csrs sstatus, %0" ::"r"(s & kSstatusSie) : "memory"); }
+inline void irq_enable() { asm volatile("csrsi sstatus, %0" ::"i"(kSstatusSie) : "memory"); }
+inline void irq_disable() { asm volatile("csrci sstatus, %0" ::"i"(kSstatusSie) : "memory"); }
+inline bool irqs_enabled() {
+  uint64_t s;
+  asm volatile("csrr %0, sstatus" : "=r"(s));
+  return s & kSstatusSie;
+}
+
+// Spin-wait hint: Zihintpause `pause` (encoded by hand: the kernel's -march
+// does not name the extension). It is a HINT, a no-op fence where absent.
+inline void cpu_relax() { asm volatile(".insn i 0x0f, 0, x0, x0, 0x010" ::: "memory"); }
+inline void wait_for_interrupt() { asm volatile("wfi" ::: "memory"); }
+
+inline PerCpu* this_cpu() {
+  PerCpu* p;
+  asm("mv %0, tp" : "=r"(p));  // not volatile: constant for a thread of control
+  return p;
+}
+inline void set_this_cpu(PerCpu* p) { asm volatile("mv tp, %0" ::"r"(p) : "memory"); }
+
+// The time CSR and its frequency.
+inline uint64_t counter() {
+  uint64_t v;
+  asm volatile("rdtime %0" : "=r"(v)::"memory");
+  return v;
+}
+inline uint64_t counter_frequency() { return g_timebase_hz; }
+
+inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
+
+}  // namespace arch

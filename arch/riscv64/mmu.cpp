@@ -1,0 +1,225 @@
+// RISC-V Sv39 page tables: 39-bit virtual addresses, three levels of 512
+// entries; a leaf at level 2 maps 1 GiB, at level 1 2 MiB, at level 0 4 KiB.
+//
+// 1. The kernel runs on an identity map (virtual = physical) of every RAM
+//    bank and of the devices it uses, all global (G). The image is mapped
+//    W^X: text R+X, rodata R, data/bss/stacks/tables R+W. Every leaf has A
+//    set (and D when writable) so the hardware never has to update them.
+// 2. riscv_early_mmu() builds the tables with paging off, after start.S has
+//    cleared .bss. The root table and the boot pool live in .pgtables (the
+//    .noinit area), like arm64's. It reads the DTB's memory nodes to learn
+//    where RAM is and maps the early UART.
+// 3. After boot, arch::map() adds mappings (devices, later the kernel heap).
+//    RISC-V needs no break-before-make; a changed or new entry is followed by
+//    sfence.vma here and, when other harts are online, an SBI remote fence.
+//    Callers serialise: map() takes g_map_lock.
+// 4. Memory types: without Svpbmt the platform's PMAs make device ranges
+//    uncached and strongly ordered, so kMapDevice sets no PTE bit.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/config.h>
+#include <kernel/fdt.h>
+#include <kernel/format.h>
+#include <kernel/spinlock.h>
+#include "sbi.h"
+
+namespace {
+
+constexpr uint64_t kPteV = 1 << 0, kPteR = 1 << 1, kPteW = 1 << 2, kPteX = 1 << 3, kPteG = 1 << 5,
+                   kPteA = 1 << 6, kPteD = 1 << 7;
+constexpr uint64_t kPteLeafMask = kPteR | kPteW | kPteX;
+constexpr unsigned kPpnShift = 10;
+constexpr uint64_t kPpnMask = ((1ull << 44) - 1) << kPpnShift;  // bits 53..10
+constexpr unsigned kEntries = 512;
+constexpr unsigned kLevels = 3;
+constexpr unsigned kPoolPages = 48;
+constexpr uint64_t kMaxDtbSize = 2 << 20;
+
+struct alignas(4096) Table {
+  uint64_t e[kEntries];
+};
+}  // namespace
+
+extern "C" {
+__attribute__((section(".pgtables"))) Table riscv_root_table;
+}
+
+namespace {
+__attribute__((section(".pgtables"))) Table g_pool[kPoolPages];
+__attribute__((section(".pgtables"))) unsigned g_pool_used;
+__attribute__((section(".pgtables"))) bool g_mmu_live;
+
+arch::TableAllocator g_table_alloc;
+SpinLock g_map_lock;
+bool g_changed;  // under g_map_lock: a live table changed, fence before returning
+
+void zero_table(Table* t) {
+  for (auto& e : t->e) e = 0;
+}
+
+Table* new_table() {
+  if (g_pool_used < kPoolPages) {
+    Table* t = &g_pool[g_pool_used++];
+    zero_table(t);
+    return t;
+  }
+  if (g_mmu_live && g_table_alloc) {
+    uintptr_t pa = g_table_alloc();
+    return reinterpret_cast<Table*>(pa);  // identity map; comes zeroed
+  }
+  return nullptr;
+}
+
+uint64_t pte_pa(uint64_t pte) { return (pte & kPpnMask) << 2; }
+uint64_t make_pte(uint64_t pa, uint64_t bits) { return ((pa >> 12) << kPpnShift) | bits; }
+bool is_leaf(uint64_t pte) { return (pte & kPteV) && (pte & kPteLeafMask); }
+bool is_table(uint64_t pte) { return (pte & kPteV) && !(pte & kPteLeafMask); }
+
+uint64_t leaf_bits(unsigned flags) {
+  uint64_t b = kPteV | kPteA | kPteG;
+  if (flags & arch::kMapRead) b |= kPteR;
+  if (flags & arch::kMapWrite) b |= kPteW | kPteD | kPteR;  // W without R is reserved
+  if (flags & arch::kMapExec) b |= kPteX;
+  return b;
+}
+
+void set_entry(uint64_t* slot, uint64_t v) {
+  if (*slot == v) return;
+  *slot = v;
+  if (g_mmu_live) g_changed = true;
+}
+
+bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
+  while (size) {
+    Table* t = &riscv_root_table;
+    for (unsigned level = kLevels - 1;; level--) {
+      unsigned shift = 12 + 9 * level;  // 30, 21, 12
+      uint64_t block = 1ull << shift;
+      uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
+      bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
+      if (level == 0 || (fits && !is_table(*slot))) {
+        set_entry(slot, make_pte(pa, bits));
+        va += block;
+        pa += block;
+        size -= block;
+        break;
+      }
+      if (!is_table(*slot)) {
+        Table* next = new_table();
+        if (!next) return false;
+        if (is_leaf(*slot)) {
+          // Split an existing leaf into the next level's leaves.
+          uint64_t base = pte_pa(*slot) & ~(block - 1);
+          uint64_t old_bits = *slot & ~kPpnMask;
+          uint64_t sub = block >> 9;
+          for (unsigned i = 0; i < kEntries; i++) next->e[i] = make_pte(base + i * sub, old_bits);
+        }
+        set_entry(slot, make_pte(reinterpret_cast<uintptr_t>(next), kPteV));
+      }
+      t = reinterpret_cast<Table*>(pte_pa(*slot));
+    }
+  }
+  return true;
+}
+
+uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+void map_flags(uint64_t start, uint64_t end, unsigned flags) {
+  start = align_down(start, kPageSize);
+  end = align_up(end, kPageSize);
+  if (end > start) map_range(start, start, end - start, leaf_bits(flags));
+}
+
+// Makes table changes visible: this hart's TLB, then every other online hart.
+void fence_all() {
+  asm volatile("sfence.vma" ::: "memory");
+  unsigned self = cpu_id();
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index != self && c.online.load(std::memory_order_acquire)) (void)sbi::remote_sfence_vma(c.hwid);
+  });
+}
+
+}  // namespace
+
+// Runs with paging off: see the design statement above.
+extern "C" void riscv_early_mmu(uintptr_t dtb) {
+  g_pool_used = 0;
+  g_mmu_live = false;
+  zero_table(&riscv_root_table);
+
+  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
+  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
+  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
+
+  fdt::Tree tree;
+  uint32_t dtb_size = 0;
+  if (dtb && (dtb & 7) == 0) {
+    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
+    if (tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) == fdt::Error::kOk)
+      dtb_size = tree.total_size();
+  }
+  if (dtb_size) {
+    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
+         n = tree.find_device_type("memory", n)) {
+      uint64_t base, size;
+      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
+        if (!size) continue;
+        map_flags(base, base + size, kRamFlags);
+      }
+    }
+  }
+  // Whatever the DTB said, the image and the DTB itself must be reachable:
+  // kernel_main reports a bad DTB from there. A good DTB is read-only.
+  if (dtb) map_flags(dtb, dtb + (dtb_size ? dtb_size : kMaxDtbSize), arch::kMapRead);
+  map_flags(kstart, kend, kRamFlags);
+  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
+            arch::kMapRead | arch::kMapExec);
+  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
+            arch::kMapRead);
+  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+}
+
+namespace arch {
+
+void mmu_live() { g_mmu_live = true; }
+
+bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t start = align_down(va, kPageSize);
+  uint64_t pstart = align_down(pa, kPageSize);
+  uint64_t end = align_up(va + size, kPageSize);
+  g_changed = false;
+  bool ok = map_range(start, pstart, end - start, leaf_bits(flags));
+  if (g_changed) fence_all();
+  return ok;
+}
+
+uintptr_t map_device(uint64_t pa, size_t size) {
+  if (!map(pa, pa, size, kMapRead | kMapWrite | kMapDevice)) return 0;
+  return pa;
+}
+
+void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
+
+const char* mmu_description() { return "RISC-V Sv39, 4K pages, 3 levels"; }
+
+// For fault reports: how va is mapped now, e.g. "mapped r-x (4 KiB page)".
+const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
+  if ((va >> 38) != 0 && (va >> 38) != (~0ull >> 38)) return "not a valid Sv39 address";
+  const Table* t = &riscv_root_table;
+  for (unsigned level = kLevels - 1;; level--) {
+    uint64_t pte = t->e[(va >> (12 + 9 * level)) & (kEntries - 1)];
+    if (!(pte & kPteV)) return "not mapped";
+    if (is_leaf(pte)) {
+      static const char* const kSizes[] = {"4 KiB page", "2 MiB page", "1 GiB page"};
+      ksnprintf(buf, size, "mapped %c%c%c (%s)", pte & kPteR ? 'r' : '-', pte & kPteW ? 'w' : '-',
+                pte & kPteX ? 'x' : '-', kSizes[level]);
+      return buf;
+    }
+    if (level == 0) return "bad page table";
+    t = reinterpret_cast<const Table*>(pte_pa(pte));
+  }
+}
+
+}  // namespace arch

@@ -1,0 +1,37 @@
+// Calls into the SBI firmware (OpenSBI): the Supervisor Binary Interface.
+//
+// `ecall` with a7 = extension id, a6 = function id, arguments in a0-a5;
+// the firmware returns an error in a0 and a value in a1 and preserves every
+// other register. sbi::init() asks which extensions are there; the helpers
+// fall back to the legacy v0.1 calls where a v0.2 extension is missing.
+#pragma once
+#include <cstdint>
+
+namespace sbi {
+
+struct Result {
+  long error;  // 0 on success, negative SBI error code otherwise
+  long value;
+};
+
+constexpr long kSuccess = 0;
+
+// Probes the firmware (spec version, implementation, extensions). Boot hart,
+// once, before any of the calls below.
+void init();
+// "SBI v1.0, OpenSBI 1.1" for the boot log.
+void describe(char* buf, unsigned size);
+
+// HSM: start hart `hartid` in S-mode at `start` (paging off) with a0 = hartid,
+// a1 = opaque.
+Result hart_start(uint64_t hartid, uintptr_t start, uintptr_t opaque);
+// TIME: the next supervisor timer interrupt at absolute time `when`.
+void set_timer(uint64_t when);
+// IPI: raise a supervisor software interrupt on one hart.
+Result send_ipi(uint64_t hartid);
+// RFENCE: sfence.vma (whole address space) on one other hart.
+Result remote_sfence_vma(uint64_t hartid);
+// SRST: shut the system down; `failure` reports a system failure.
+void system_off(bool failure);
+
+}  // namespace sbi
