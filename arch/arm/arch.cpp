@@ -108,6 +108,14 @@ const char* describe_abort(const TrapFrame* f, char* buf, size_t size) {
   return buf;
 }
 
+// PerCpu::arch_scratch slot: the frame of a fatal trap, for backtrace().
+constexpr unsigned kFatalFrameSlot = 0;
+
+[[noreturn]] void fatal(PerCpu& cpu, const char* cause, uintptr_t addr, const TrapFrame* f) {
+  cpu.arch_scratch[kFatalFrameSlot] = reinterpret_cast<uintptr_t>(f);
+  fatal_exception(cause, addr, f);
+}
+
 }  // namespace
 
 extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
@@ -133,9 +141,9 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
           return;
         }
       }
-      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
+      fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_PABT:
-      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
+      fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_UNDEF: {
       bool thumb = f->cpsr & PSR_T;
       f->pc -= thumb ? 2 : 4;  // lr_und points past the instruction
@@ -145,7 +153,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       else
         ksnprintf(buf, sizeof buf, "undefined instruction 0x%08lx",
                   static_cast<unsigned long>(*reinterpret_cast<const uint32_t*>(f->pc)));
-      fatal_exception(buf, 0, f);
+      fatal(cpu, buf, 0, f);
     }
     case TRAP_SVC: {
       uint32_t insn = *reinterpret_cast<const uint32_t*>(f->pc - 4);
@@ -155,10 +163,10 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
         f->r[0] = ~0u;
         return;
       }
-      fatal_exception("SVC", 0, f);
+      fatal(cpu, "SVC", 0, f);
     }
-    case TRAP_FIQ: fatal_exception("FIQ", 0, f);
-    default: fatal_exception("exception from an unexpected vector", 0, f);
+    case TRAP_FIQ: fatal(cpu, "FIQ", 0, f);
+    default: fatal(cpu, "exception from an unexpected vector", 0, f);
   }
 }
 
@@ -259,9 +267,11 @@ void dump_registers(const TrapFrame* f) {
 // ARM-state frames: a function that calls others pushes {fp, lr} and points
 // fp at the saved lr, so [fp] = return address and [fp - 4] = caller's fp.
 // A leaf pushes only fp and points fp at it: [fp] = caller's fp, which is a
-// stack address, never a text address; such a frame is stepped over.
+// stack address, never a text address. Its return address stays in lr: a
+// fatal trap's frame has it, else the leaf's caller is left out.
 size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
   if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  const auto* trap = reinterpret_cast<const TrapFrame*>(::this_cpu().arch_scratch[kFatalFrameSlot]);
   uintptr_t top = ::this_cpu().stack_top;
   uintptr_t bottom = top - kKernelStackSize;
   size_t n = 0;
@@ -269,6 +279,7 @@ size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
     auto* rec = reinterpret_cast<const uintptr_t*>(fp);
     uintptr_t word = rec[0];
     if (word >= bottom && word < top) {  // a leaf's lone saved fp
+      if (trap && fp == trap->r[11] && trap->lr) pcs[n++] = trap->lr;
       if (word <= fp) break;
       fp = word;
       continue;

@@ -294,3 +294,17 @@ void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4K pages, 32-bit VA"; }
 
 }  // namespace arch
+
+namespace arm {
+
+// The descriptor that maps va (a section or a small page), 0 if none. For
+// tests and debugging; reads the live tables without the lock.
+uint32_t leaf_descriptor(uintptr_t va, bool& is_section) {
+  uint32_t l1 = arm_l1_table.e[va >> 20];
+  is_section = (l1 & kL1TypeMask) == kL1Section;
+  if (is_section || (l1 & kL1TypeMask) != kL1Table) return is_section ? l1 : 0;
+  uint32_t l2 = reinterpret_cast<const L2Table*>(l1 & kTableMask)->e[(va >> 12) & (kL2Entries - 1)];
+  return (l2 & kPgSmall) ? l2 : 0;
+}
+
+}  // namespace arm
