@@ -156,14 +156,18 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       fatal(cpu, buf, 0, f);
     }
     case TRAP_SVC: {
-      uint32_t insn = *reinterpret_cast<const uint32_t*>(f->pc - 4);
       // A semihosting call with no debugger to take it: report failure and
       // let the caller fall back (arch::exit powers off instead).
-      if (!(f->cpsr & PSR_T) && (insn & 0x00ffffff) == kSemihostingSvc) {
+      bool arm_state = !(f->cpsr & PSR_T);
+      uint32_t imm = arm_state ? *reinterpret_cast<const uint32_t*>(f->pc - 4) & 0x00ffffff
+                               : *reinterpret_cast<const uint16_t*>(f->pc - 2) & 0xff;
+      if (arm_state && imm == kSemihostingSvc) {
         f->r[0] = ~0u;
         return;
       }
-      fatal(cpu, "SVC", 0, f);
+      f->pc -= arm_state ? 4 : 2;  // report the svc itself
+      ksnprintf(buf, sizeof buf, "SVC #0x%lx", static_cast<unsigned long>(imm));
+      fatal(cpu, buf, 0, f);
     }
     case TRAP_FIQ: fatal(cpu, "FIQ", 0, f);
     default: fatal(cpu, "exception from an unexpected vector", 0, f);

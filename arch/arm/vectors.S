@@ -78,6 +78,7 @@ trap_common:
     mov     sp, r4
 
 trap_return:
+    clrex                               // an ldrex/strex pair must not span a trap
     ldr     lr, [sp, #TF_LR]
     ldmia   sp, {r0-r12}
     add     sp, sp, #TF_PC
