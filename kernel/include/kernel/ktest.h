@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <kernel/compiler.h>
 
-struct KTestCase {
+struct alignas(8) KTestCase {  // sizeof a multiple of the aligned(8) below (32-bit)
   const char* name;
   const char* file;
   void (*fn)();

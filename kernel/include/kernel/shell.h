@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <kernel/compiler.h>
 
-struct ShellCommand {
+struct alignas(8) ShellCommand {  // sizeof a multiple of the aligned(8) below (32-bit)
   const char* name;
   const char* help;
   int (*run)(int argc, char** argv);
