@@ -14,7 +14,16 @@
 #include "sbi.h"
 #include "trap.h"
 
+static_assert(offsetof(PerCpu, hwid) == PERCPU_HWID);
 static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+static_assert(offsetof(PerCpu, arch_scratch) == PERCPU_ARCH_SCRATCH);
+
+// The secondary being started, for a hart that enters at _start instead of
+// secondary_entry (start.S, stray_start). In .data: such a hart may read it
+// before .bss is cleared.
+extern "C" {
+__attribute__((section(".data"))) PerCpu* riscv_starting_cpu = nullptr;
+}
 
 extern "C" char riscv_trap_entry[], secondary_entry[];
 extern "C" char __boot_stack_top[];
@@ -149,9 +158,13 @@ void init_boot_cpu(PerCpu& cpu) {
   asm volatile("csrs sie, %0" ::"r"(SIE_SSIE) : "memory");
 }
 
-void init_secondary_cpu(PerCpu&) {
+void init_secondary_cpu(PerCpu& cpu) {
   write_stvec();
   asm volatile("csrs sie, %0" ::"r"(SIE_SSIE) : "memory");
+  if (cpu.arch_scratch[0] == 1)
+    kprintf("cpu %u (hart %llu): entered at _start, not secondary_entry; redirected (firmware race)\n", cpu.index,
+            static_cast<unsigned long long>(cpu.hwid));
+  cpu.arch_scratch[0] = 0;
 }
 
 void init_from_dtb(const fdt::Tree& t) {
@@ -199,8 +212,13 @@ bool cpu_usable(const fdt::Tree& t, int node) {
 }
 
 bool start_cpu(PerCpu& cpu) {
+  cpu.arch_scratch[0] = 0;
+  __atomic_store_n(&riscv_starting_cpu, &cpu, __ATOMIC_RELEASE);
   sbi::Result r = sbi::hart_start(cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
                                   reinterpret_cast<uintptr_t>(&cpu));
+  // Without HSM the firmware started every hart at _start, where the others
+  // wait for riscv_starting_cpu to name them.
+  if (r.error == sbi::kErrNotSupported) return true;
   if (r.error != sbi::kSuccess)
     kprintf("sbi: hart_start for cpu %u (hart %llu) failed: %ld\n", cpu.index,
             static_cast<unsigned long long>(cpu.hwid), r.error);

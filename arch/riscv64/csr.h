@@ -20,8 +20,10 @@
 #define SATP_MODE_SV39 8
 #define SATP_MODE_SHIFT 60
 
-// Offset of PerCpu::stack_top (checked by a static_assert in arch.cpp).
+// Offsets in struct PerCpu (checked by static_asserts in arch.cpp).
+#define PERCPU_HWID 8
 #define PERCPU_STACK_TOP 16
+#define PERCPU_ARCH_SCRATCH 96
 
 // TrapFrame layout (struct TrapFrame in trap.h): x0..x31 (x0 unused), then
 // sepc, sstatus, scause, stval: 36 doublewords.

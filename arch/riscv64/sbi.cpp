@@ -10,7 +10,6 @@ constexpr long kEidBase = 0x10, kEidTime = 0x54494D45, kEidIpi = 0x735049, kEidR
 // Legacy (v0.1) extensions, one function each.
 constexpr long kLegacySetTimer = 0x00, kLegacySendIpi = 0x04, kLegacyRemoteSfenceVma = 0x06,
                kLegacyShutdown = 0x08;
-constexpr long kErrNotSupported = -2;
 
 struct Support {
   long spec_version;  // major << 24 | minor

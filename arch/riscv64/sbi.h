@@ -15,6 +15,7 @@ struct Result {
 };
 
 constexpr long kSuccess = 0;
+constexpr long kErrNotSupported = -2;
 
 // Probes the firmware (spec version, implementation, extensions). Boot hart,
 // once, before any of the calls below.

@@ -14,6 +14,14 @@
 // Other harts enter at secondary_entry through SBI HSM hart_start with
 // a0 = hartid, a1 = their PerCpu; they turn paging on with the same root
 // table, set tp and their stack, and call secondary_main.
+//
+// Only one hart may take the boot path: the first to swap boot_lottery.
+// Any later hart that enters at _start goes to stray_start and waits to be
+// named in riscv_starting_cpu. That happens with OpenSBI 1.1 (QEMU 7.2's):
+// its hart_start marks the target START_PENDING before it stores the entry
+// address, and a target that is awake in that window jumps to the previous
+// entry address (this image's _start) with the previous argument (the DTB).
+// It also lets firmware that starts every hart here (SBI without HSM) work.
 
 #include "csr.h"
 
@@ -36,6 +44,10 @@ _start:
     .word   0                       // res3 (PE header offset)
 
 primary_entry:
+    la      t0, boot_lottery
+    li      t1, 1
+    amoswap.w.aq t1, t1, (t0)
+    bnez    t1, stray_start
     csrw    sie, zero
     csrci   sstatus, SSTATUS_SIE
     la      t0, early_trap
@@ -81,6 +93,26 @@ secondary_entry:
 1:  wfi
     j       1b
 
+// A hart that entered at _start after the boot hart (see above), paging off,
+// a0 = its hart id. Waits until riscv_starting_cpu names a PerCpu with this
+// hart id, marks it (arch_scratch[0] = 1, reported by init_secondary_cpu)
+// and continues as the secondary it is. Touches no stack.
+stray_start:
+    csrw    sie, zero
+    csrci   sstatus, SSTATUS_SIE
+    la      t2, riscv_starting_cpu
+1:  ld      t0, 0(t2)
+    fence   r, r
+    beqz    t0, 2f
+    ld      t1, PERCPU_HWID(t0)
+    bne     t1, a0, 2f
+    li      t1, 1
+    sd      t1, PERCPU_ARCH_SCRATCH(t0)
+    mv      a1, t0
+    j       secondary_entry
+2:  .insn   i 0x0f, 0, x0, x0, 0x010    // pause
+    j       1b
+
 // Turns on Sv39 translation with riscv_root_table. Same on every hart;
 // touches no memory. Clobbers t0-t1.
 enable_paging:
@@ -100,3 +132,8 @@ enable_paging:
 early_trap:
     wfi
     j       early_trap
+
+.section .data
+.balign 8
+boot_lottery:
+    .word   0
