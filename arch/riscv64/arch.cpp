@@ -26,6 +26,7 @@ __attribute__((section(".data"))) PerCpu* riscv_starting_cpu = nullptr;
 }
 
 extern "C" char riscv_trap_entry[], secondary_entry[];
+extern "C" bool riscv_stimecmp_usable();
 extern "C" char __boot_stack_top[];
 
 namespace arch {
@@ -71,7 +72,10 @@ const char* exception_name(uint64_t code) {
   return "unknown exception";
 }
 
-bool has_address(uint64_t code) { return code <= 7 || code == 12 || code == 13 || code == 15; }
+// Misaligned accesses, access and page faults: stval holds the address.
+bool has_address(uint64_t code) {
+  return code == 0 || code == 1 || (code >= 4 && code <= 7) || code == 12 || code == 13 || code == 15;
+}
 bool is_page_fault(uint64_t code) { return code == 12 || code == 13 || code == 15; }
 
 // "store/AMO page fault (mapped r-x (4 KiB page))" or
@@ -130,20 +134,21 @@ extern "C" void riscv_trap(TrapFrame* f) {
     cpu.irq_depth--;
     return;
   }
+  // A probing instruction (probe_write, the stimecmp probe) resumes at its
+  // fixup; the fault is recorded for the caller to look at.
   char buf[96];
-  if (f->scause == 15 || f->scause == 7) {  // a faulting store: is it a probe?
-    for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
-      if (e->insn == f->sepc) {
-        cpu.last_fault.address = f->stval;
-        cpu.last_fault.pc = f->sepc;
-        cpu.last_fault.cause = exception_name(f->scause);
-        kprintf("fault (expected) on cpu %u: %s at pc 0x%llx, address 0x%llx\n", cpu.index,
-                describe_exception(f, buf, sizeof buf), static_cast<unsigned long long>(f->sepc),
-                static_cast<unsigned long long>(f->stval));
-        f->sepc = e->fixup;
-        return;
-      }
-    }
+  for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
+    if (e->insn != f->sepc) continue;
+    bool addr = has_address(f->scause);
+    cpu.last_fault.address = addr ? f->stval : 0;
+    cpu.last_fault.pc = f->sepc;
+    cpu.last_fault.cause = exception_name(f->scause);
+    kprintf("fault (expected) on cpu %u: %s at pc 0x%llx", cpu.index, describe_exception(f, buf, sizeof buf),
+            static_cast<unsigned long long>(f->sepc));
+    if (addr) kprintf(", address 0x%llx", static_cast<unsigned long long>(f->stval));
+    kprintf("\n");
+    f->sepc = e->fixup;
+    return;
   }
   fatal_exception(describe_exception(f, buf, sizeof buf), has_address(f->scause) ? f->stval : 0, f);
 }
@@ -168,6 +173,16 @@ void init_secondary_cpu(PerCpu& cpu) {
 }
 
 void init_from_dtb(const fdt::Tree& t) {
+  // First the exit path, so a panic from here on reports its status.
+  for (const char* compat : {"sifive,test1", "sifive,test0"}) {
+    fdt::Node n = t.find_compatible(compat);
+    uint64_t base, size;
+    if (n != fdt::kNoNode && t.reg(n, 0, base, size)) {
+      g_test_dev = map_device(base, kPageSize);
+      break;
+    }
+  }
+
   sbi::init();
   fdt::Property p;
   fdt::Node cpus = t.find("/cpus");
@@ -187,14 +202,9 @@ void init_from_dtb(const fdt::Tree& t) {
     g_sstc &= has;
   }
   g_sstc &= any;
-
-  for (const char* compat : {"sifive,test1", "sifive,test0"}) {
-    fdt::Node n = t.find_compatible(compat);
-    uint64_t base, size;
-    if (n != fdt::kNoNode && t.reg(n, 0, base, size)) {
-      g_test_dev = map_device(base, kPageSize);
-      break;
-    }
+  if (g_sstc && !riscv_stimecmp_usable()) {
+    kprintf("riscv: the ISA string lists Sstc but the firmware keeps stimecmp from S-mode; using SBI\n");
+    g_sstc = false;
   }
 
   char buf[128];

@@ -169,9 +169,20 @@ extern "C" void riscv_early_mmu(uintptr_t dtb) {
       }
     }
   }
-  // Whatever the DTB said, the image and the DTB itself must be reachable:
-  // kernel_main reports a bad DTB from there. A good DTB is read-only.
-  if (dtb) map_flags(dtb, dtb + (dtb_size ? dtb_size : kMaxDtbSize), arch::kMapRead);
+  // The image and the DTB itself must be reachable whatever the DTB says.
+  // A good DTB inside RAM is already mapped (and its frames reserved); one
+  // outside RAM gets a read-only window of its size. A bad one gets a
+  // read-only window so kernel_main can read enough to report why.
+  if (dtb && !dtb_size) {
+    map_flags(dtb, dtb + kMaxDtbSize, arch::kMapRead);
+  } else if (dtb_size) {
+    bool in_ram = false;
+    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode; n = tree.find_device_type("memory", n)) {
+      uint64_t base, size;
+      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) in_ram |= dtb >= base && dtb + dtb_size <= base + size;
+    }
+    if (!in_ram) map_flags(dtb, dtb + dtb_size, arch::kMapRead);
+  }
   map_flags(kstart, kend, kRamFlags);
   map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
             arch::kMapRead | arch::kMapExec);

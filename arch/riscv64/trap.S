@@ -120,6 +120,20 @@ probe_write_fixup:
     li      a0, 1
     ret
 
+// bool riscv_stimecmp_usable(): whether S-mode may access stimecmp. A
+// firmware that leaves menvcfg.STCE off makes the read an illegal
+// instruction even where the ISA string lists Sstc.
+.global riscv_stimecmp_usable
+riscv_stimecmp_usable:
+stimecmp_probe_insn:
+    csrr    a0, 0x14d               // stimecmp
+    li      a0, 1
+    ret
+stimecmp_probe_fixup:
+    li      a0, 0
+    ret
+
 .section __extable, "a"
 .balign 8
     .dword  probe_write_insn, probe_write_fixup
+    .dword  stimecmp_probe_insn, stimecmp_probe_fixup
