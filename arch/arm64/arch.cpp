@@ -143,8 +143,18 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
 
 namespace arch {
 
+namespace {
+void enable_cycle_counter() {
+  asm volatile(
+      "msr pmccfiltr_el0, xzr\n"      // count at EL1 too
+      "mrs x0, pmcr_el0\n orr x0, x0, #1\n msr pmcr_el0, x0\n"
+      "mov x0, #(1 << 31)\n msr pmcntenset_el0, x0\n isb" ::: "x0", "memory");
+}
+}  // namespace
+
 void init_boot_cpu(PerCpu& cpu) {
   mmu_live();
+  enable_cycle_counter();
   cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
   set_this_cpu(&cpu);
   asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory");
@@ -171,7 +181,10 @@ bool start_cpu(PerCpu& cpu) {
   return r == 0;
 }
 
-void init_secondary_cpu(PerCpu&) { asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory"); }
+void init_secondary_cpu(PerCpu&) {
+  asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory");
+  enable_cycle_counter();
+}
 
 namespace {
 void timer_irq(unsigned, void*) { timer_interrupt(); }

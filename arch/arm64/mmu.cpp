@@ -223,6 +223,76 @@ uintptr_t map_device(uint64_t pa, size_t size) {
 
 void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
+// Walks to the leaf entry for va; returns its slot and block size, or
+// nullptr if nothing valid maps va.
+namespace {
+uint64_t* find_leaf(uint64_t va, uint64_t& block, unsigned& level_out) {
+  Table* t = &arm64_root_table;
+  for (unsigned level = 1; level <= 3; level++) {
+    unsigned shift = 39 - 9 * level;
+    block = 1ull << shift;
+    uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
+    if (!(*slot & kDescValid)) return nullptr;
+    level_out = level;
+    if (level == 3 || (*slot & 3) == kDescBlock) return slot;
+    t = reinterpret_cast<Table*>(*slot & kOutputMask);
+  }
+  return nullptr;
+}
+
+// Replaces a block entry by a table of the next level's entries with the
+// same attributes (break-before-make through set_entry).
+bool split_block(uint64_t* slot, unsigned level, uint64_t va) {
+  Table* next = new_table();
+  if (!next) return false;
+  uint64_t block = 1ull << (39 - 9 * level);
+  uint64_t base = *slot & kOutputMask & ~(block - 1);
+  uint64_t attrs = *slot & kAttrMask;
+  uint64_t sub = block >> 9;
+  for (unsigned i = 0; i < kEntries; i++)
+    next->e[i] = (base + i * sub) | attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
+  set_entry(slot, reinterpret_cast<uintptr_t>(next) | kDescTable, va & ~(block - 1));
+  return true;
+}
+}  // namespace
+
+uint64_t translate(uintptr_t va) {
+  uint64_t block;
+  unsigned level;
+  uint64_t* slot = find_leaf(va, block, level);
+  if (!slot) return 0;
+  return ((*slot & kOutputMask) & ~(block - 1)) | (va & (block - 1));
+}
+
+void unmap(uintptr_t va, size_t size) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t end = align_up(va + size, kPageSize);
+  for (uint64_t a = align_down(va, kPageSize); a < end;) {
+    uint64_t block;
+    unsigned level;
+    uint64_t* slot = find_leaf(a, block, level);
+    if (!slot) {
+      a += kPageSize;
+      continue;
+    }
+    if (block != kPageSize && ((a & (block - 1)) || a + block > end)) {
+      // Part of a block: split it, then look again.
+      if (!split_block(slot, level, a)) return;
+      continue;
+    }
+    *slot = 0;
+    sync_entry_change(a);
+    a += block;
+  }
+}
+
+void heap_window(uintptr_t& base, size_t& size) {
+  // 64 GiB at 384 GiB: above every RAM bank virt can have (RAM ends below
+  // 256 GiB), clear of its high device windows, below the 39-bit limit.
+  base = uintptr_t{0x60} << 32;
+  size = uintptr_t{64} << 30;
+}
+
 const char* mmu_description() { return "AArch64 4K granule, 39-bit VA, 3 levels"; }
 
 }  // namespace arch

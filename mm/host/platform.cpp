@@ -29,9 +29,13 @@ std::atomic<bool> g_slot_used[kMaxCpus];
 std::atomic<unsigned> g_slots_high{0};
 
 // Frees the thread's CPU slot when it exits, so threads can come and go.
+std::atomic<void (*)()> g_exit_hook{nullptr};
 struct SlotRelease {
   ~SlotRelease() {
-    if (t_cpu >= 0) g_slot_used[t_cpu].store(false, std::memory_order_release);
+    if (t_cpu < 0) return;
+    if (auto hook = g_exit_hook.load(std::memory_order_acquire)) hook();
+    g_slot_used[t_cpu].store(false, std::memory_order_release);
+    t_cpu = -1;
   }
 };
 thread_local SlotRelease t_release;
@@ -91,6 +95,15 @@ uint64_t heap_to_phys(uintptr_t va) {
 }
 
 void wait_for_memory() { sched_yield(); }
+
+void heap_window(uintptr_t& base, size_t& size) {
+  base = reinterpret_cast<uintptr_t>(g_heap_base);
+  size = g_heap_size;
+}
+
+void on_each_cpu(void (*fn)(void*), void* arg) { fn(arg); }
+
+void set_cpu_exit_hook(void (*fn)()) { g_exit_hook.store(fn, std::memory_order_release); }
 
 void log(const char* fmt, ...) {
   va_list ap;

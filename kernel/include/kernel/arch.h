@@ -77,6 +77,14 @@ enum MapFlags : unsigned {
   kMapDevice = 8,  // device memory: uncached, no speculation, no merging
 };
 [[nodiscard]] bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags);
+// Removes the mappings of [va, va + size) (page-aligned), with the TLB
+// maintenance every core needs.
+void unmap(uintptr_t va, size_t size);
+// The physical address va maps to, or 0 if unmapped.
+uint64_t translate(uintptr_t va);
+// The kernel heap's virtual window (outside the identity map of RAM and
+// devices), managed by mm/'s "heap" vmem arena.
+void heap_window(uintptr_t& base, size_t& size);
 // Device MMIO: returns the kernel virtual address of [pa, pa + size).
 uintptr_t map_device(uint64_t pa, size_t size);
 using TableAllocator = uintptr_t (*)();  // returns a zeroed page's physical address or 0

@@ -31,6 +31,9 @@
 
 namespace mm::plat {
 
+// The kernel heap's virtual window, which the "heap" vmem arena manages.
+void heap_window(uintptr_t& base, size_t& size);
+
 // Maps [va, va + size) to physical [pa, pa + size) as normal, writable,
 // non-executable memory (the kernel heap). False if page tables ran out.
 [[nodiscard]] bool map_heap(uintptr_t va, uint64_t pa, size_t size);
@@ -41,6 +44,15 @@ uint64_t heap_to_phys(uintptr_t va);
 // KM_SLEEP / VM_SLEEP: wait until memory may have been freed (kernel: until
 // an interrupt; host: yields the thread).
 void wait_for_memory();
+
+// Runs fn(arg) on every CPU (the caller's included) and waits for all: used
+// to flush per-CPU magazines. Host: runs it on the calling thread only
+// (each thread flushes its own caches when it exits).
+void on_each_cpu(void (*fn)(void*), void* arg);
+
+// Host: fn runs on a thread that is about to give up its CPU slot (it
+// exits), so its per-CPU caches can be flushed. Kernel: CPUs never leave.
+void set_cpu_exit_hook(void (*fn)());
 
 // Diagnostics: a line for the console (kernel) or stderr (host).
 void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

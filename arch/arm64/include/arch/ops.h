@@ -8,6 +8,10 @@ namespace arch {
 
 using IrqState = uint64_t;
 
+// RAM the identity map can reach (39-bit virtual addresses, lower half used
+// for RAM and devices; the heap window sits above it).
+constexpr uint64_t kDirectMapLimit = uint64_t{1} << 38;
+
 inline IrqState irq_save() {
   uint64_t daif;
   asm volatile("mrs %0, daif\n msr daifset, #2" : "=r"(daif)::"memory");
@@ -42,6 +46,14 @@ inline uint64_t counter() {
 inline uint64_t counter_frequency() {
   uint64_t v;
   asm volatile("mrs %0, cntfrq_el0" : "=r"(v));
+  return v;
+}
+
+// The PMU cycle counter (enabled on every core at boot). Under QEMU with
+// -icount shift=0 it counts instructions exactly.
+inline uint64_t cycles() {
+  uint64_t v;
+  asm volatile("mrs %0, pmccntr_el0" : "=r"(v)::"memory");
   return v;
 }
 

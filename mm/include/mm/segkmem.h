@@ -1,0 +1,25 @@
+// segkmem: the kernel heap. Two vmem arenas:
+//   "heap"         the kernel heap's virtual window (plat::heap_window);
+//   "kmem_default" imports from "heap" and backs every span it takes with
+//                  page frames mapped in through plat::map_heap.
+// kmem's slabs come from kmem_default unless a cache names another arena;
+// kmem_alloc sizes above the size caches come from it directly.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mm/vmem.h>
+
+namespace mm {
+
+// Brings up the heap arenas (the page allocator must be initialised; on
+// the host it is set up here over the host's "physical memory").
+void segkmem_init();
+vmem_t* segkmem_heap_arena();
+vmem_t* segkmem_default_arena();
+// Page-granular allocations for kmem_alloc sizes beyond the size caches.
+void* segkmem_alloc_large(size_t size, int kmflag);
+void segkmem_free_large(void* buf, size_t size, uintptr_t caller);
+// Pages currently mapped into the heap by segkmem.
+uint64_t segkmem_mapped_pages();
+
+}  // namespace mm
