@@ -78,13 +78,26 @@ bool has_address(uint64_t code) {
 }
 bool is_page_fault(uint64_t code) { return code == 12 || code == 13 || code == 15; }
 
-// "store/AMO page fault (mapped r-x (4 KiB page))" or
+// The access a fault code stands for, or null.
+const char* access_kind(uint64_t code) {
+  switch (code) {
+    case 1: case 12: return "execute";
+    case 4: case 5: case 13: return "read";
+    case 6: case 7: case 15: return "write";
+  }
+  return nullptr;
+}
+
+// "store/AMO page fault: write, page mapped r-x (4 KiB)" or
 // "illegal instruction (0x0000c0001073)" into buf.
 const char* describe_exception(const TrapFrame* f, char* buf, size_t size) {
   uint64_t code = f->scause;
   char how[48];
   if (is_page_fault(code))
-    ksnprintf(buf, size, "%s (%s)", exception_name(code), arch::describe_mapping(f->stval, how, sizeof how));
+    ksnprintf(buf, size, "%s: %s, %s", exception_name(code), access_kind(code),
+              arch::describe_mapping(f->stval, how, sizeof how));
+  else if (access_kind(code))
+    ksnprintf(buf, size, "%s: %s", exception_name(code), access_kind(code));
   else if (code == 2 && f->stval)
     ksnprintf(buf, size, "%s (0x%08llx)", exception_name(code), static_cast<unsigned long long>(f->stval));
   else

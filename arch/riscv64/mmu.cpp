@@ -215,16 +215,16 @@ void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 const char* mmu_description() { return "RISC-V Sv39, 4K pages, 3 levels"; }
 
-// For fault reports: how va is mapped now, e.g. "mapped r-x (4 KiB page)".
+// For fault reports: how va is mapped now, e.g. "page mapped r-x (4 KiB)".
 const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
   if ((va >> 38) != 0 && (va >> 38) != (~0ull >> 38)) return "not a valid Sv39 address";
   const Table* t = &riscv_root_table;
   for (unsigned level = kLevels - 1;; level--) {
     uint64_t pte = t->e[(va >> (12 + 9 * level)) & (kEntries - 1)];
-    if (!(pte & kPteV)) return "not mapped";
+    if (!(pte & kPteV)) return "page not mapped";
     if (is_leaf(pte)) {
-      static const char* const kSizes[] = {"4 KiB page", "2 MiB page", "1 GiB page"};
-      ksnprintf(buf, size, "mapped %c%c%c (%s)", pte & kPteR ? 'r' : '-', pte & kPteW ? 'w' : '-',
+      static const char* const kSizes[] = {"4 KiB", "2 MiB", "1 GiB"};
+      ksnprintf(buf, size, "page mapped %c%c%c (%s)", pte & kPteR ? 'r' : '-', pte & kPteW ? 'w' : '-',
                 pte & kPteX ? 'x' : '-', kSizes[level]);
       return buf;
     }
