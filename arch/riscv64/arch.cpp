@@ -186,7 +186,8 @@ void init_secondary_cpu(PerCpu& cpu) {
 }
 
 void init_from_dtb(const fdt::Tree& t) {
-  // First the exit path, so a panic from here on reports its status.
+  sbi::init();
+  // Then the exit path, so a panic from here on reports its status.
   for (const char* compat : {"sifive,test1", "sifive,test0"}) {
     fdt::Node n = t.find_compatible(compat);
     uint64_t base, size;
@@ -196,15 +197,15 @@ void init_from_dtb(const fdt::Tree& t) {
     }
   }
 
-  sbi::init();
   fdt::Property p;
   fdt::Node cpus = t.find("/cpus");
   uint64_t hz;
   if (cpus != fdt::kNoNode && t.prop(cpus, "timebase-frequency", p) && p.cells(0, p.len / 4, hz) && hz)
     g_timebase_hz = hz;
 
-  // Sstc: the boot hart's ISA string names it (older trees) or its
-  // riscv,isa-extensions list does. Every hart must have it to use it.
+  // Sstc: a hart's ISA string names it (older trees) or its
+  // riscv,isa-extensions list does. Every usable hart must have it, and the
+  // firmware must let S-mode at stimecmp (menvcfg.STCE).
   g_sstc = true;
   bool any = false;
   for (fdt::Node n = t.first_child(cpus); n != fdt::kNoNode; n = t.next_sibling(n)) {
@@ -313,7 +314,9 @@ void dump_registers(const TrapFrame* f) {
 // keep the return address in ra; a leaf is only ever the frame a trap
 // interrupted, so when the walk crosses a trap record (TRAP_MARKER at
 // fp - 32, TrapFrame at fp) and finds a leaf below it, it takes the return
-// address from the TrapFrame's ra. Starting at a trap record (what
+// address from the TrapFrame's ra. (A function that trapped after its
+// epilogue restored s0, which GCC schedules early, shows as its caller; the
+// register dump's ra names it.) Starting at a trap record (what
 // trap_frame_fp returns) skips the trap pc itself: panic prints it already.
 size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
   bool start_at_trap = fp != 0;

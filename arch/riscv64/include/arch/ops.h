@@ -22,7 +22,10 @@ inline IrqState irq_save() {
   asm volatile("csrrci %0, sstatus, %1" : "=r"(s) : "i"(kSstatusSie) : "memory");
   return s & kSstatusSie;
 }
-inline void irq_restore(IrqState s) { asm volatile("csrs sstatus, %0" ::"r"(s & kSstatusSie) : "memory"); }
+inline void irq_restore(IrqState s) {
+  if (s & kSstatusSie) asm volatile("csrsi sstatus, %0" ::"i"(kSstatusSie) : "memory");
+  else asm volatile("csrci sstatus, %0" ::"i"(kSstatusSie) : "memory");
+}
 inline void irq_enable() { asm volatile("csrsi sstatus, %0" ::"i"(kSstatusSie) : "memory"); }
 inline void irq_disable() { asm volatile("csrci sstatus, %0" ::"i"(kSstatusSie) : "memory"); }
 inline bool irqs_enabled() {
