@@ -9,11 +9,14 @@
 //    cleared .bss. The root table and the boot pool live in .pgtables (the
 //    .noinit area), like arm64's. It reads the DTB's memory nodes to learn
 //    where RAM is and maps the early UART.
-// 3. After boot, arch::map() adds mappings (devices, later the kernel heap).
+// 3. After boot, arch::map() adds mappings (devices, the kernel heap) and
+//    arch::unmap() removes them, splitting large leaves it cuts through.
 //    RISC-V needs no break-before-make; a changed or new entry is followed by
-//    sfence.vma here and, when other harts are online, an SBI remote fence.
-//    Callers serialise: map() takes g_map_lock.
-// 4. Memory types: without Svpbmt the platform's PMAs make device ranges
+//    sfence.vma here and, when other harts are online, an SBI remote fence,
+//    before map()/unmap() return. They serialise on g_map_lock.
+// 4. The heap window (arch::heap_window) is the bottom of Sv39's upper half:
+//    addresses there are sign-extended, 0xffffffc0'00000000 and up.
+// 5. Memory types: without Svpbmt the platform's PMAs make device ranges
 //    uncached and strongly ordered, so kMapDevice sets no PTE bit.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
@@ -89,6 +92,37 @@ void set_entry(uint64_t* slot, uint64_t v) {
   if (g_mmu_live) g_changed = true;
 }
 
+// Points *slot (a level `level` entry, empty or a leaf) at a new table; a
+// leaf becomes 512 leaves of the next level with the same bits.
+bool split(uint64_t* slot, unsigned level) {
+  Table* next = new_table();
+  if (!next) return false;
+  if (is_leaf(*slot)) {
+    uint64_t block = 1ull << (12 + 9 * level);
+    uint64_t base = pte_pa(*slot) & ~(block - 1);
+    uint64_t old_bits = *slot & ~kPpnMask;
+    uint64_t sub = block >> 9;
+    for (unsigned i = 0; i < kEntries; i++) next->e[i] = make_pte(base + i * sub, old_bits);
+  }
+  set_entry(slot, make_pte(reinterpret_cast<uintptr_t>(next), kPteV));
+  return true;
+}
+
+// The leaf entry that maps va and its level, or nullptr.
+uint64_t* find_leaf(uint64_t va, unsigned& level_out) {
+  Table* t = &riscv_root_table;
+  for (unsigned level = kLevels - 1;; level--) {
+    uint64_t* slot = &t->e[(va >> (12 + 9 * level)) & (kEntries - 1)];
+    if (!(*slot & kPteV)) return nullptr;
+    if (is_leaf(*slot)) {
+      level_out = level;
+      return slot;
+    }
+    if (level == 0) return nullptr;  // a table pointer at level 0 is malformed
+    t = reinterpret_cast<Table*>(pte_pa(*slot));
+  }
+}
+
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
   while (size) {
     Table* t = &riscv_root_table;
@@ -104,18 +138,7 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
         size -= block;
         break;
       }
-      if (!is_table(*slot)) {
-        Table* next = new_table();
-        if (!next) return false;
-        if (is_leaf(*slot)) {
-          // Split an existing leaf into the next level's leaves.
-          uint64_t base = pte_pa(*slot) & ~(block - 1);
-          uint64_t old_bits = *slot & ~kPpnMask;
-          uint64_t sub = block >> 9;
-          for (unsigned i = 0; i < kEntries; i++) next->e[i] = make_pte(base + i * sub, old_bits);
-        }
-        set_entry(slot, make_pte(reinterpret_cast<uintptr_t>(next), kPteV));
-      }
+      if (!is_table(*slot) && !split(slot, level)) return false;
       t = reinterpret_cast<Table*>(pte_pa(*slot));
     }
   }
@@ -211,6 +234,43 @@ uintptr_t map_device(uint64_t pa, size_t size) {
   return pa;
 }
 
+void unmap(uintptr_t va, size_t size) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  g_changed = false;
+  uint64_t end = align_up(va + size, kPageSize);
+  for (uint64_t a = align_down(va, kPageSize); a < end;) {
+    unsigned level;
+    uint64_t* slot = find_leaf(a, level);
+    if (!slot) {
+      a += kPageSize;
+      continue;
+    }
+    uint64_t block = 1ull << (12 + 9 * level);
+    if (block != kPageSize && ((a & (block - 1)) || a + block > end)) {
+      if (!split(slot, level)) break;  // part of a large leaf: split, look again
+      continue;
+    }
+    set_entry(slot, 0);
+    a += block;
+  }
+  if (g_changed) fence_all();
+}
+
+uint64_t translate(uintptr_t va) {
+  unsigned level;
+  const uint64_t* slot = find_leaf(va, level);
+  if (!slot) return 0;
+  uint64_t block = 1ull << (12 + 9 * level);
+  return (pte_pa(*slot) & ~(block - 1)) | (va & (block - 1));
+}
+
+void heap_window(uintptr_t& base, size_t& size) {
+  // 64 GiB at the bottom of Sv39's upper half (sign-extended addresses from
+  // -256 GiB): clear of the identity map, which stays below kDirectMapLimit.
+  base = ~uintptr_t{0} << 38;
+  size = uintptr_t{64} << 30;
+}
+
 void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 const char* mmu_description() { return "RISC-V Sv39, 4K pages, 3 levels"; }
@@ -218,19 +278,13 @@ const char* mmu_description() { return "RISC-V Sv39, 4K pages, 3 levels"; }
 // For fault reports: how va is mapped now, e.g. "page mapped r-x (4 KiB)".
 const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
   if ((va >> 38) != 0 && (va >> 38) != (~0ull >> 38)) return "not a valid Sv39 address";
-  const Table* t = &riscv_root_table;
-  for (unsigned level = kLevels - 1;; level--) {
-    uint64_t pte = t->e[(va >> (12 + 9 * level)) & (kEntries - 1)];
-    if (!(pte & kPteV)) return "page not mapped";
-    if (is_leaf(pte)) {
-      static const char* const kSizes[] = {"4 KiB", "2 MiB", "1 GiB"};
-      ksnprintf(buf, size, "page mapped %c%c%c (%s)", pte & kPteR ? 'r' : '-', pte & kPteW ? 'w' : '-',
-                pte & kPteX ? 'x' : '-', kSizes[level]);
-      return buf;
-    }
-    if (level == 0) return "bad page table";
-    t = reinterpret_cast<const Table*>(pte_pa(pte));
-  }
+  unsigned level;
+  const uint64_t* slot = find_leaf(va, level);
+  if (!slot) return "page not mapped";
+  static const char* const kSizes[] = {"4 KiB", "2 MiB", "1 GiB"};
+  ksnprintf(buf, size, "page mapped %c%c%c (%s)", *slot & kPteR ? 'r' : '-', *slot & kPteW ? 'w' : '-',
+            *slot & kPteX ? 'x' : '-', kSizes[level]);
+  return buf;
 }
 
 }  // namespace arch

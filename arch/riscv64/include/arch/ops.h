@@ -17,6 +17,10 @@ extern uint64_t g_timebase_hz;
 
 using IrqState = uint64_t;
 
+// RAM the identity map can reach: Sv39's lower half (the heap window sits in
+// the upper half).
+constexpr uint64_t kDirectMapLimit = uint64_t{1} << 38;
+
 inline IrqState irq_save() {
   uint64_t s;
   asm volatile("csrrci %0, sstatus, %1" : "=r"(s) : "i"(kSstatusSie) : "memory");
@@ -53,6 +57,14 @@ inline uint64_t counter() {
   return v;
 }
 inline uint64_t counter_frequency() { return g_timebase_hz; }
+
+// The cycle CSR (the firmware lets S-mode read it: mcounteren.CY). Under
+// QEMU with -icount shift=0 it counts instructions exactly.
+inline uint64_t cycles() {
+  uint64_t v;
+  asm volatile("rdcycle %0" : "=r"(v)::"memory");
+  return v;
+}
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
