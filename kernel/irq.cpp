@@ -10,10 +10,10 @@
 
 namespace {
 struct Slot {
-  irq::Handler fn;
-  void* arg;
-  const char* name;
-  std::atomic<uint64_t> count;
+  irq::Handler fn = nullptr;
+  void* arg = nullptr;
+  const char* name = nullptr;
+  std::atomic<uint64_t> count{0};
 };
 Slot g_slots[irq::kMaxIrq];
 const IrqChip* g_chip;

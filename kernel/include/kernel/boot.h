@@ -7,24 +7,24 @@
 #include <kernel/fdt.h>
 
 struct MemRange {
-  uint64_t base;
-  uint64_t size;
-  const char* what;  // for reserved ranges: "dtb", "kernel", "memreserve", node name
+  uint64_t base = 0;
+  uint64_t size = 0;
+  const char* what = nullptr;  // for reserved ranges: "dtb", "kernel", "memreserve", node name
 };
 
 struct BootInfo {
   fdt::Tree dtb;
-  uintptr_t dtb_addr;
+  uintptr_t dtb_addr = 0;
   MemRange mem[kMaxMemBanks];
-  unsigned mem_count;
+  unsigned mem_count = 0;
   MemRange reserved[kMaxReserved];
-  unsigned reserved_count;
-  uint64_t cpu_hwid[kMaxCpus];
-  unsigned cpu_count;
-  unsigned cpus_ignored;       // listed in the DTB beyond kMaxCpus
-  uint64_t boot_hwid;
-  const char* bootargs;
-  const char* model;
+  unsigned reserved_count = 0;
+  uint64_t cpu_hwid[kMaxCpus] = {};
+  unsigned cpu_count = 0;
+  unsigned cpus_ignored = 0;   // listed in the DTB beyond kMaxCpus
+  uint64_t boot_hwid = 0;
+  const char* bootargs = nullptr;
+  const char* model = nullptr;
 };
 
 extern BootInfo g_boot;

@@ -16,19 +16,19 @@ struct FaultRecord {
 };
 
 struct PerCpu {
-  unsigned index;          // dense 0..cpu_count-1, 0 is the boot core
-  uint64_t hwid;           // MPIDR affinity or RISC-V hart id
-  uintptr_t stack_top;
-  std::atomic<uint64_t> ticks;      // timer interrupts taken on this core
-  std::atomic<bool> online;
+  unsigned index = 0;      // dense 0..cpu_count-1, 0 is the boot core
+  uint64_t hwid = 0;       // MPIDR affinity or RISC-V hart id
+  uintptr_t stack_top = 0;
+  std::atomic<uint64_t> ticks{0};   // timer interrupts taken on this core
+  std::atomic<bool> online{false};
   // Cross-call mailbox: another core posts fn/arg, this core runs it.
-  std::atomic<void (*)(void*)> call_fn;
-  void* call_arg;
-  std::atomic<unsigned> call_done;
+  std::atomic<void (*)(void*)> call_fn{nullptr};
+  void* call_arg = nullptr;
+  std::atomic<unsigned> call_done{0};
   // Set by the exception path when a probing access faulted.
   FaultRecord last_fault;
-  unsigned irq_depth;
-  uintptr_t arch_scratch[4];        // for the arch's trap entry
+  unsigned irq_depth = 0;
+  uintptr_t arch_scratch[4] = {};   // for the arch's trap entry
 };
 
 extern PerCpu g_percpu[kMaxCpus];
