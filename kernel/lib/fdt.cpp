@@ -80,7 +80,7 @@ bool Property::has_string(const char* s) const {
 }
 
 Error Tree::open(const void* blob, size_t available) {
-  base_ = nullptr;
+  *this = Tree{};  // a failed open leaves no trace of an earlier tree
   if (!blob) return Error::kNull;
   if (available < kHeaderSize) return Error::kTooSmall;
   const auto* b = static_cast<const uint8_t*>(blob);
@@ -212,24 +212,35 @@ Node Tree::next_sibling(Node n) const {
 
 Node Tree::parent(Node n) const {
   if (!valid() || n <= root_) return kNoNode;
-  // Walk from the root keeping a stack of open nodes (trees here are shallow).
-  constexpr int kMaxDepth = 32;
-  Node stack[kMaxDepth];
-  int depth = 0;
-  uint32_t off = static_cast<uint32_t>(root_);
-  for (;;) {
+  // Two walks from the root, no stack, so any depth works: the first finds
+  // n's depth d; the parent is the last node opened at depth d - 1 before n.
+  int depth = 0, target = -1;
+  for (uint32_t off = static_cast<uint32_t>(root_);; off = skip(off)) {
     uint32_t tok = token(off);
     if (tok == kBeginNode) {
-      if (static_cast<Node>(off) == n) return depth > 0 ? stack[depth - 1] : kNoNode;
-      if (depth == kMaxDepth) return kNoNode;
-      stack[depth++] = static_cast<Node>(off);
+      if (static_cast<Node>(off) == n) {
+        target = depth - 1;
+        break;
+      }
+      depth++;
     } else if (tok == kEndNode) {
       depth--;
     } else if (tok == kEnd) {
-      return kNoNode;
+      return kNoNode;  // n is not a node
     }
-    off = skip(off);
   }
+  Node candidate = kNoNode;
+  depth = 0;
+  for (uint32_t off = static_cast<uint32_t>(root_); static_cast<Node>(off) != n; off = skip(off)) {
+    uint32_t tok = token(off);
+    if (tok == kBeginNode) {
+      if (depth == target) candidate = static_cast<Node>(off);
+      depth++;
+    } else if (tok == kEndNode) {
+      depth--;
+    }
+  }
+  return candidate;
 }
 
 Node Tree::find(const char* path) const {

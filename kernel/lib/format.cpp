@@ -22,15 +22,22 @@ void pad(Sink sink, void* ctx, char c, int n, size_t& total) {
   }
 }
 
-void emit_string(Sink sink, void* ctx, const char* s, const Spec& sp, size_t& total) {
-  if (!s) s = "(null)";
-  size_t len = 0;
-  while (s[len] && (sp.precision < 0 || len < static_cast<size_t>(sp.precision))) len++;
+// len characters of s, padded to the width.
+void emit_padded(Sink sink, void* ctx, const char* s, size_t len, const Spec& sp, size_t& total) {
   int padn = sp.width - static_cast<int>(len);
   if (!sp.left) pad(sink, ctx, ' ', padn, total);
   sink(ctx, s, len);
   total += len;
   if (sp.left) pad(sink, ctx, ' ', padn, total);
+}
+
+void emit_string(Sink sink, void* ctx, const char* s, const Spec& sp, size_t& total) {
+  if (!s) s = "(null)";
+  // Check the precision before reading: with one, the array need not be
+  // NUL-terminated (C11 7.21.6.1p8).
+  size_t len = 0;
+  while ((sp.precision < 0 || len < static_cast<size_t>(sp.precision)) && s[len]) len++;
+  emit_padded(sink, ctx, s, len, sp, total);
 }
 
 void emit_number(Sink sink, void* ctx, uint64_t v, bool negative, unsigned base, bool upper,
@@ -108,11 +115,12 @@ size_t vformat(Sink sink, void* ctx, const char* f, va_list ap) {
         while (*f >= '0' && *f <= '9') sp.precision = sp.precision * 10 + (*f++ - '0');
       }
     }
-    int lng = 0;  // 0 int, 1 long, 2 long long, -1 short, -2 char, 3 size_t/ptrdiff/intmax
+    int lng = 0;  // 0 int, 1 long, 2 long long, -1 short, -2 char, 3 size_t/ptrdiff_t, 4 intmax_t
     for (;; f++) {
       if (*f == 'l') lng = lng == 1 ? 2 : 1;
       else if (*f == 'h') lng = lng == -1 ? -2 : -1;
-      else if (*f == 'z' || *f == 't' || *f == 'j') lng = 3;
+      else if (*f == 'z' || *f == 't') lng = 3;
+      else if (*f == 'j') lng = 4;  // 64-bit even where size_t is 32 (arm)
       else break;
     }
     char c = *f;
@@ -125,6 +133,7 @@ size_t vformat(Sink sink, void* ctx, const char* f, va_list ap) {
         if (lng == 2) v = va_arg(ap, long long);
         else if (lng == 1) v = va_arg(ap, long);
         else if (lng == 3) v = static_cast<int64_t>(va_arg(ap, intptr_t));
+        else if (lng == 4) v = va_arg(ap, intmax_t);
         else v = va_arg(ap, int);
         if (lng == -1) v = static_cast<short>(v);
         if (lng == -2) v = static_cast<signed char>(v);
@@ -140,6 +149,7 @@ size_t vformat(Sink sink, void* ctx, const char* f, va_list ap) {
         if (lng == 2) v = va_arg(ap, unsigned long long);
         else if (lng == 1) v = va_arg(ap, unsigned long);
         else if (lng == 3) v = va_arg(ap, size_t);
+        else if (lng == 4) v = va_arg(ap, uintmax_t);
         else v = va_arg(ap, unsigned);
         if (lng == -1) v = static_cast<unsigned short>(v);
         if (lng == -2) v = static_cast<unsigned char>(v);
@@ -155,15 +165,7 @@ size_t vformat(Sink sink, void* ctx, const char* f, va_list ap) {
       }
       case 'c': {
         char ch = static_cast<char>(va_arg(ap, int));
-        char s[2] = {ch, 0};
-        Spec cs = sp;
-        cs.precision = 1;
-        if (ch == 0) {  // print a NUL as itself
-          sink(ctx, s, 1);
-          total++;
-        } else {
-          emit_string(sink, ctx, s, cs, total);
-        }
+        emit_padded(sink, ctx, &ch, 1, sp, total);  // a NUL prints as itself
         break;
       }
       case 's':

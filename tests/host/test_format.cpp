@@ -53,29 +53,29 @@ std::string text_of(const char* buf, size_t n) { return std::string(buf, n < kBu
 
 // Formats with ksnprintf and with the C library and checks both against the
 // expected text (a string_view, so it may hold a NUL), and both return values.
-#define EXPECT_FMT(expected, ...)                                            \
-  do {                                                                       \
-    SCOPED_TRACE(#__VA_ARGS__);                                              \
-    std::string_view want_ = (expected);                                     \
-    char kbuf_[kBuf], lbuf_[kBuf];                                           \
-    size_t kn_ = ksnprintf(kbuf_, sizeof kbuf_, __VA_ARGS__);                \
-    int ln_ = libc_snprintf(lbuf_, sizeof lbuf_, __VA_ARGS__);               \
-    ASSERT_GE(ln_, 0);                                                       \
-    EXPECT_EQ(text_of(lbuf_, static_cast<size_t>(ln_)), want_) << "(libc)";  \
-    EXPECT_EQ(text_of(kbuf_, kn_), want_) << "(kernel)";                     \
-    EXPECT_EQ(kn_, want_.size());                                            \
-    EXPECT_EQ(kbuf_[kn_ < kBuf ? kn_ : kBuf - 1], '\0');                     \
+#define EXPECT_FMT(expected, ...)                                           \
+  do {                                                                      \
+    SCOPED_TRACE(#__VA_ARGS__);                                             \
+    const std::string want_{std::string_view{expected}};                    \
+    char kbuf_[kBuf], lbuf_[kBuf];                                          \
+    size_t kn_ = ksnprintf(kbuf_, sizeof kbuf_, __VA_ARGS__);               \
+    int ln_ = libc_snprintf(lbuf_, sizeof lbuf_, __VA_ARGS__);              \
+    ASSERT_GE(ln_, 0);                                                      \
+    EXPECT_EQ(text_of(lbuf_, static_cast<size_t>(ln_)), want_) << "(libc)"; \
+    EXPECT_EQ(text_of(kbuf_, kn_), want_) << "(kernel)";                    \
+    EXPECT_EQ(kn_, want_.size());                                           \
+    EXPECT_EQ(kbuf_[kn_ < kBuf ? kn_ : kBuf - 1], '\0');                    \
   } while (0)
 
 // Kernel only: where C leaves the result undefined or the kernel differs.
-#define EXPECT_KFMT(expected, ...)                              \
-  do {                                                          \
-    SCOPED_TRACE(#__VA_ARGS__);                                 \
-    std::string_view want_ = (expected);                        \
-    char kbuf_[kBuf];                                           \
-    size_t kn_ = ksnprintf(kbuf_, sizeof kbuf_, __VA_ARGS__);   \
-    EXPECT_EQ(text_of(kbuf_, kn_), want_);                      \
-    EXPECT_EQ(kn_, want_.size());                               \
+#define EXPECT_KFMT(expected, ...)                            \
+  do {                                                        \
+    SCOPED_TRACE(#__VA_ARGS__);                               \
+    const std::string want_{std::string_view{expected}};      \
+    char kbuf_[kBuf];                                         \
+    size_t kn_ = ksnprintf(kbuf_, sizeof kbuf_, __VA_ARGS__); \
+    EXPECT_EQ(text_of(kbuf_, kn_), want_);                    \
+    EXPECT_EQ(kn_, want_.size());                             \
   } while (0)
 
 TEST(Format, PlainText) {
@@ -112,22 +112,17 @@ TEST(Format, DecimalFlagsWidthPrecision) {
   EXPECT_FMT("+0", "%+d", 0);
   EXPECT_FMT(" 42", "% d", 42);
   EXPECT_FMT("-42", "% d", -42);
-  EXPECT_FMT("+42", "%+ d", 42);  // '+' wins over ' '
-  EXPECT_FMT("+42", "% +d", 42);
   EXPECT_FMT("+0042", "%+05d", 42);
   EXPECT_FMT(" 0042", "% 05d", 42);
   EXPECT_FMT("+42  |", "%-+5d|", 42);
-  EXPECT_FMT("42   |", "%-05d|", 42);  // '-' beats '0'
   EXPECT_FMT("42", "%1d", 42);       // width smaller than the number
   EXPECT_FMT("-2147483648", "%5d", INT_MIN);
   EXPECT_FMT("  -2147483648", "%13d", INT_MIN);
   EXPECT_FMT("-002147483648", "%013d", INT_MIN);
-  // Precision: minimum digits; '0' is ignored when a precision is given.
+  // Precision: minimum digits.
   EXPECT_FMT("042", "%.3d", 42);
   EXPECT_FMT("-042", "%.3d", -42);
   EXPECT_FMT("  042", "%5.3d", 42);
-  EXPECT_FMT("  042", "%05.3d", 42);
-  EXPECT_FMT(" -042", "%05.3d", -42);
   EXPECT_FMT("+042 |", "%-+5.3d|", 42);
   EXPECT_FMT("42", "%.1d", 42);
   EXPECT_FMT("42", "%.d", 42);  // "." alone is precision 0
@@ -139,7 +134,7 @@ TEST(Format, DecimalFlagsWidthPrecision) {
   EXPECT_FMT(" |", "% .0d|", 0);
   EXPECT_FMT("1", "%.0d", 1);
   EXPECT_FMT("0000000000000000000042", "%.22d", 42);
-  EXPECT_FMT("                                                  42", "%50d", 42);
+  EXPECT_FMT(std::string(48, ' ') + "42", "%50d", 42);
 }
 
 TEST(Format, Unsigned) {
@@ -160,8 +155,8 @@ TEST(Format, Hex) {
   EXPECT_FMT("deadbeef", "%x", 0xdeadbeefu);
   EXPECT_FMT("DEADBEEF", "%X", 0xdeadbeefu);
   EXPECT_FMT("ffffffff", "%x", static_cast<unsigned>(-1));
-  EXPECT_FMT("0123456789abcdef", "%x%x", 0x01234567u, 0x89abcdefu);
-  EXPECT_FMT("0123456789ABCDEF", "%X%X", 0x01234567u, 0x89abcdefu);
+  EXPECT_FMT("0123456789abcdef", "%08x%x", 0x01234567u, 0x89abcdefu);
+  EXPECT_FMT("0123456789ABCDEF", "%08X%X", 0x01234567u, 0x89abcdefu);
   EXPECT_FMT("    beef", "%8x", 0xbeefu);
   EXPECT_FMT("0000beef", "%08x", 0xbeefu);
   EXPECT_FMT("beef    |", "%-8x|", 0xbeefu);
@@ -216,10 +211,6 @@ TEST(Format, String) {
   const char unterminated[3] = {'a', 'b', 'c'};
   EXPECT_FMT("abc", "%.3s", unterminated);
   EXPECT_FMT("ab", "%.2s", unterminated);
-  const char* null_str = nullptr;
-  EXPECT_FMT("(null)", "%s", null_str);
-  EXPECT_FMT("    (null)|", "%10s|", null_str);
-  EXPECT_FMT("(null)    |", "%-10s|", null_str);
 }
 
 TEST(Format, Pointer) {
@@ -229,10 +220,6 @@ TEST(Format, Pointer) {
   EXPECT_FMT("0xffffffffffffffff", "%p", reinterpret_cast<void*>(UINTPTR_MAX));
   EXPECT_FMT("    0x1234", "%10p", p);
   EXPECT_FMT("0x1234    |", "%-10p|", p);
-  EXPECT_FMT("0x00001234", "%.8p", p);
-  EXPECT_FMT("  0x001234", "%10.6p", p);
-  EXPECT_FMT("+0x1234", "%+p", p);
-  EXPECT_FMT(" 0x1234", "% p", p);
   int local = 0;
   char expect[64];
   std::snprintf(expect, sizeof expect, "%p", static_cast<void*>(&local));
@@ -252,7 +239,6 @@ TEST(Format, StarWidthAndPrecision) {
   EXPECT_FMT("00042", "%0*d", 5, 42);
   EXPECT_FMT("00042", "%.*d", 5, 42);
   EXPECT_FMT("42", "%.*d", -1, 42);  // negative precision: as if omitted
-  EXPECT_FMT("00042", "%05.*d", -1, 42);  // ... so '0' applies again
   EXPECT_FMT("|", "%.*d|", 0, 0);
   EXPECT_FMT("  042", "%*.*d", 5, 3, 42);
   EXPECT_FMT("042  |", "%*.*d|", -5, 3, 42);
@@ -427,6 +413,40 @@ TEST(Format, StringAndCharCombinationsMatchLibc) {
   }
 }
 
+// Formats the compiler flags as redundant or dubious, but whose meaning C
+// (or glibc, for %p) defines: the kernel must agree.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat"
+#pragma GCC diagnostic ignored "-Wformat-overflow"
+TEST(Format, FlagInteractions) {
+  EXPECT_FMT("+42", "%+ d", 42);  // '+' wins over ' '
+  EXPECT_FMT("+42", "% +d", 42);
+  EXPECT_FMT("42   |", "%-05d|", 42);  // '-' beats '0'
+  EXPECT_FMT("0x1234    |", "%-010p|", reinterpret_cast<void*>(uintptr_t{0x1234}));
+  // '0' is ignored when a precision is given ...
+  EXPECT_FMT("  042", "%05.3d", 42);
+  EXPECT_FMT(" -042", "%05.3d", -42);
+  EXPECT_FMT("   ff", "%05.1x", 0xffu);
+  // ... unless the precision is a negative '*', which counts as none.
+  EXPECT_FMT("00042", "%05.*d", -1, 42);
+}
+
+TEST(Format, PointerFlags) {
+  auto* p = reinterpret_cast<void*>(uintptr_t{0x1234});
+  EXPECT_FMT("0x00001234", "%.8p", p);
+  EXPECT_FMT("  0x001234", "%10.6p", p);
+  EXPECT_FMT("0x00001234", "%010p", p);
+  EXPECT_FMT("+0x1234", "%+p", p);
+  EXPECT_FMT(" 0x1234", "% p", p);
+}
+
+TEST(Format, NullString) {
+  const char* null_str = nullptr;
+  EXPECT_FMT("(null)", "%s", null_str);
+  EXPECT_FMT("    (null)|", "%10s|", null_str);
+  EXPECT_FMT("(null)    |", "%-10s|", null_str);
+}
+
 // Undefined or diagnosed in C, but the kernel's behaviour is defined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat"
@@ -439,7 +459,12 @@ TEST(Format, FlagsIgnoredWhereMeaningless) {
   EXPECT_FMT("17", "% o", 15u);
   EXPECT_FMT("   ab", "%05s", "ab");
   EXPECT_FMT("    a", "%05c", 'a');
-  EXPECT_FMT("%", "%5%");
+}
+
+TEST(Format, PercentIgnoresWidth) {
+  // glibc agrees, but ASan's printf interceptor complains about the format.
+  EXPECT_KFMT("%", "%5%");
+  EXPECT_KFMT("%|", "%-5%|");
 }
 
 TEST(Format, UnknownConversionsShownAsWritten) {

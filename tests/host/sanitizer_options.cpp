@@ -1,0 +1,11 @@
+// Default sanitizer options for the host test executables, built into them
+// so a test run by hand behaves as under ctest. ASAN_OPTIONS and
+// UBSAN_OPTIONS in the environment still override these.
+
+#define MAGPIE_SANITIZER_HOOK extern "C" __attribute__((visibility("default"), used, no_sanitize("address", "undefined")))
+
+MAGPIE_SANITIZER_HOOK const char* __asan_default_options() {
+  return "detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1";
+}
+
+MAGPIE_SANITIZER_HOOK const char* __ubsan_default_options() { return "print_stacktrace=1:halt_on_error=1"; }
