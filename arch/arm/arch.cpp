@@ -1,4 +1,5 @@
-// ARMv7-A support: traps, PSCI, the generic timer, exits, backtraces.
+// ARMv7-A support: traps, PSCI, the generic timer, the cycle counter, exits,
+// backtraces.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -176,14 +177,34 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
 
 namespace arch {
 
+namespace {
+// Starts the PMU cycle counter (arch::cycles) on this core: PMCR.E on,
+// PMCR.D off (count every cycle, not every 64th), PMCNTENSET.C.
+void enable_cycle_counter() {
+  uint32_t pmcr;
+  asm volatile("mrc p15, 0, %0, c9, c12, 0" : "=r"(pmcr));
+  pmcr = (pmcr | 1u) & ~(1u << 3);
+  asm volatile(
+      "mcr p15, 0, %0, c9, c12, 0\n"  // PMCR
+      "mcr p15, 0, %1, c9, c12, 1\n"  // PMCNTENSET
+      "isb" ::"r"(pmcr),
+      "r"(1u << 31)
+      : "memory");
+}
+}  // namespace
+
 void init_boot_cpu(PerCpu& cpu) {
   mmu_live();
+  enable_cycle_counter();
   cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
   set_this_cpu(&cpu);
   asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory");  // VBAR
 }
 
-void init_secondary_cpu(PerCpu&) { asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory"); }
+void init_secondary_cpu(PerCpu&) {
+  enable_cycle_counter();
+  asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory");  // VBAR
+}
 
 void init_from_dtb(const fdt::Tree& t) {
   fdt::Node psci = t.find("/psci");

@@ -15,16 +15,30 @@
 //    write-back write-allocate and shareable; devices are shareable Device
 //    memory. AP[2:0] gives PL1 read-write or read-only and PL0 nothing;
 //    SCTLR.AFE = 0, so there is no access flag to manage. Domain 0, client.
-// 4. After boot, arch::map() adds mappings (devices, later the kernel heap).
-//    A level-2 table comes from the boot pool, then from the page source mm/
-//    registers (a 4 KiB page holds four level-2 tables). Turning a valid
-//    entry into another one follows break-before-make; each written entry is
-//    cleaned to the point of unification so walks see it on any core.
-//    Callers serialise: map() takes g_map_lock.
+// 4. After boot, arch::map() adds mappings (devices, the kernel heap) and
+//    arch::unmap() removes them. A level-2 table comes from the free list,
+//    then the boot pool, then from the page source mm/ registers (a 4 KiB
+//    page holds four level-2 tables). unmap() splits a section it cuts
+//    through into pages, and gives back a level-2 table it leaves empty to
+//    the free list (tables are never returned to mm/). Turning a valid entry
+//    into another one, or into nothing, follows break-before-make: the
+//    entry is cleared, cleaned to the point of unification so walks see it
+//    on any core, and its translation invalidated on every core in the
+//    inner-shareable domain (TLBIMVAAIS: every mapping is global, so
+//    "all ASIDs" and "this ASID" remove the same entries) before the next
+//    value is written. map() and unmap() serialise on g_map_lock;
+//    translate() reads the live tables without it, like the hardware walker.
+// 5. The heap window (arch::heap_window) is [0xc0000000, 0xf0000000). On
+//    QEMU virt devices sit below 0x40000000 and RAM starts there; up to
+//    2 GiB of RAM ends at 0xc0000000 = arch::kDirectMapLimit, and the
+//    identity map stops there whatever the DTB says, so nothing else is ever
+//    mapped in the window. Exceptions use VBAR (SCTLR.V = 0), so the high
+//    vectors page 0xffff0000 is unused; the top 256 MiB stay unmapped too.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/config.h>
 #include <kernel/fdt.h>
+#include <kernel/panic.h>
 #include <kernel/spinlock.h>
 #include "sysregs.h"
 
@@ -88,6 +102,8 @@ __attribute__((section(".pgtables"))) bool g_mmu_live;
 arch::TableAllocator g_table_alloc;
 uintptr_t g_spare;         // unused level-2 tables in the last page from g_table_alloc
 unsigned g_spare_count;
+L2Table* g_free_tables;    // emptied by unmap(), linked through e[0]
+unsigned g_free_count;
 SpinLock g_map_lock;
 
 uint32_t section_desc(uint64_t pa, unsigned flags) {
@@ -147,6 +163,14 @@ void tlb_invalidate(uint64_t va) {
       : "memory");
 }
 
+// Clears the entry *slot that maps va (the break of break-before-make): no
+// core translates through it when this returns.
+void clear_entry(uint32_t* slot, uint64_t va) {
+  *static_cast<volatile uint32_t*>(slot) = 0;
+  clean_to_pou(slot, sizeof *slot);
+  tlb_invalidate(va);
+}
+
 // Writes entry *slot = v, with break-before-make if a valid entry changes.
 void set_entry(uint32_t* slot, uint32_t v, uint64_t va) {
   volatile uint32_t* s = slot;
@@ -166,6 +190,13 @@ void zero_table(L2Table* t) {
 }
 
 L2Table* new_l2_table() {
+  if (g_mmu_live && g_free_tables) {  // .bss is only valid once the MMU is on
+    L2Table* t = g_free_tables;
+    g_free_tables = reinterpret_cast<L2Table*>(t->e[0]);
+    g_free_count--;
+    zero_table(t);
+    return t;
+  }
   if (g_pool_used < kPoolTables) {
     L2Table* t = &g_pool[g_pool_used++];
     zero_table(t);
@@ -184,6 +215,27 @@ L2Table* new_l2_table() {
   return t;
 }
 
+// Takes back a level-2 table no level-1 entry points at any more.
+void free_l2_table(L2Table* t) {
+  t->e[0] = reinterpret_cast<uintptr_t>(g_free_tables);
+  g_free_tables = t;
+  g_free_count++;
+}
+
+// Points the level-1 entry *slot, a section, at a new level-2 table of 256
+// pages with the same attributes (break-before-make through set_entry).
+bool split_section(uint32_t* slot, uint64_t va) {
+  L2Table* t = new_l2_table();
+  if (!t) return false;
+  uint32_t cur = *slot;
+  uint32_t base = cur & kSectionMask;
+  unsigned f = section_flags(cur);
+  for (unsigned i = 0; i < kL2Entries; i++) t->e[i] = page_desc(base + i * kPageSize, f);
+  clean_to_pou(t, sizeof *t);  // complete before the level-1 entry points at it
+  set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);
+  return true;
+}
+
 // Maps [va, va + size) to [pa, pa + size); all page-aligned.
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
   if (va + size > kAddressSpace || pa + size > kAddressSpace) return false;
@@ -198,15 +250,12 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
       size -= kSectionSize;
       continue;
     }
-    if (!is_table) {
+    if ((cur & kL1TypeMask) == kL1Section) {
+      if (!split_section(slot, va)) return false;
+      cur = *slot;
+    } else if (!is_table) {
       L2Table* t = new_l2_table();
       if (!t) return false;
-      if ((cur & kL1TypeMask) == kL1Section) {
-        // Split the section into pages with the same attributes.
-        uint32_t base = cur & kSectionMask;
-        unsigned f = section_flags(cur);
-        for (unsigned i = 0; i < kL2Entries; i++) t->e[i] = page_desc(base + i * kPageSize, f);
-      }
       clean_to_pou(t, sizeof *t);  // complete before the level-1 entry points at it
       set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);
       cur = *slot;
@@ -216,6 +265,47 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
     va += kPageSize;
     pa += kPageSize;
     size -= kPageSize;
+  }
+  return true;
+}
+
+bool table_empty(const L2Table* t) {
+  for (uint32_t e : t->e)
+    if (e) return false;
+  return true;
+}
+
+// Removes the mappings of [va, end); page-aligned, end <= 4 GiB. Returns
+// false when a section needs splitting and no level-2 table is left (what
+// lies before va is unmapped by then).
+bool unmap_range(uint64_t va, uint64_t end) {
+  while (va < end) {
+    uint32_t* slot = &arm_l1_table.e[va >> 20];
+    uint64_t section_end = (va & ~(kSectionSize - 1)) + kSectionSize;
+    uint64_t stop = section_end < end ? section_end : end;
+    uint32_t cur = *slot;
+    if ((cur & kL1TypeMask) == kL1Section) {
+      if ((va & (kSectionSize - 1)) == 0 && stop == section_end) {
+        clear_entry(slot, va);
+        va = stop;
+      } else if (!split_section(slot, va)) {
+        return false;  // part of a section: split it, then look again
+      }
+      continue;
+    }
+    if ((cur & kL1TypeMask) == kL1Table) {
+      auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
+      for (uint64_t a = va; a < stop; a += kPageSize) {
+        uint32_t* e = &t->e[(a >> 12) & (kL2Entries - 1)];
+        if (valid(*e)) clear_entry(e, a);
+      }
+      if (table_empty(t)) {
+        // No walk can reach t once the level-1 entry is gone everywhere.
+        clear_entry(slot, va);
+        free_l2_table(t);
+      }
+    }
+    va = stop;
   }
   return true;
 }
@@ -253,8 +343,10 @@ extern "C" void arm_early_mmu(uintptr_t dtb) {
          n = tree.find_device_type("memory", n)) {
       uint64_t base, size;
       for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
-        if (!size || base >= kAddressSpace) continue;
-        uint64_t end = base + size > kAddressSpace ? kAddressSpace : base + size;
+        // RAM at and above kDirectMapLimit would overlap the heap window:
+        // it stays unmapped (and mm/ leaves it unused).
+        if (!size || base >= arch::kDirectMapLimit) continue;
+        uint64_t end = base + size > arch::kDirectMapLimit ? arch::kDirectMapLimit : base + size;
         map_flags(base, end, kRamFlags);
       }
     }
@@ -289,6 +381,37 @@ uintptr_t map_device(uint64_t pa, size_t size) {
   return static_cast<uintptr_t>(pa);
 }
 
+void unmap(uintptr_t va, size_t size) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t start = align_down(va, kPageSize);
+  uint64_t end = align_up(uint64_t{va} + size, kPageSize);
+  if (end > kAddressSpace) end = kAddressSpace;
+  if (!unmap_range(start, end))
+    panic("arm: unmap [0x%llx, 0x%llx) cuts through a section and no level-2 table is left to split it",
+          static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
+}
+
+// Without the lock, as the hardware walker reads: each entry is read once.
+uint64_t translate(uintptr_t va) {
+  uint32_t l1 = *static_cast<volatile const uint32_t*>(&arm_l1_table.e[va >> 20]);
+  if ((l1 & kL1TypeMask) == kL1Section) return (l1 & kSectionMask) | (va & (kSectionSize - 1));
+  if ((l1 & kL1TypeMask) != kL1Table) return 0;
+  const auto* t = reinterpret_cast<const L2Table*>(l1 & kTableMask);
+  uint32_t l2 = *static_cast<volatile const uint32_t*>(&t->e[(va >> 12) & (kL2Entries - 1)]);
+  if (!(l2 & kPgSmall)) return 0;  // the kernel makes no 64 KiB large pages
+  return (l2 & kPageMask) | (va & (kPageSize - 1));
+}
+
+// See the design statement, point 5.
+constexpr uintptr_t kHeapWindowBase = 0xc0000000;
+constexpr size_t kHeapWindowSize = 0x30000000;  // 768 MiB, up to 0xf0000000
+static_assert(kHeapWindowBase >= kDirectMapLimit, "the heap window overlaps the identity map of RAM");
+
+void heap_window(uintptr_t& base, size_t& size) {
+  base = kHeapWindowBase;
+  size = kHeapWindowSize;
+}
+
 void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4K pages, 32-bit VA"; }
@@ -305,6 +428,14 @@ uint32_t leaf_descriptor(uintptr_t va, bool& is_section) {
   if (is_section || (l1 & kL1TypeMask) != kL1Table) return is_section ? l1 : 0;
   uint32_t l2 = reinterpret_cast<const L2Table*>(l1 & kTableMask)->e[(va >> 12) & (kL2Entries - 1)];
   return (l2 & kPgSmall) ? l2 : 0;
+}
+
+// How many level-2 tables map() and unmap() can still take without the page
+// source mm/ registers, and whether that source is set. For tests.
+unsigned l2_tables_available(bool& have_page_source) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  have_page_source = g_table_alloc != nullptr;
+  return g_free_count + (kPoolTables - g_pool_used) + g_spare_count;
 }
 
 }  // namespace arm

@@ -8,6 +8,11 @@ namespace arch {
 
 using IrqState = uint32_t;  // the CPSR
 
+// RAM the identity map can reach: everything below the heap window
+// (arch::heap_window, 0xc0000000 up). On QEMU virt RAM starts at 0x40000000,
+// so up to 2 GiB of it is mapped; RAM above is left unmapped and unused.
+constexpr uint64_t kDirectMapLimit = 0xc0000000;
+
 inline IrqState irq_save() {
   uint32_t cpsr;
   asm volatile("mrs %0, cpsr\n cpsid i" : "=r"(cpsr)::"memory");
@@ -43,6 +48,15 @@ inline uint64_t counter() {
 inline uint64_t counter_frequency() {
   uint32_t v;
   asm volatile("mrc p15, 0, %0, c14, c0, 0" : "=r"(v));
+  return v;
+}
+
+// The PMU cycle counter PMCCNTR (enabled on every core at boot). It is 32
+// bits wide and wraps within seconds: callers take differences of nearby
+// readings. Under QEMU with -icount shift=0 it counts instructions exactly.
+inline uint64_t cycles() {
+  uint32_t v;
+  asm volatile("mrc p15, 0, %0, c9, c13, 0" : "=r"(v)::"memory");
   return v;
 }
 
