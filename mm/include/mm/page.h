@@ -15,6 +15,8 @@
 //     code that frees memory can make progress when memory is exhausted.
 //  5. Locking: one lock for the buddy lists (IRQs masked); the per-CPU
 //     caches are touched only by their CPU with IRQs masked.
+//  6. Bad frees (double free, reserved or unmanaged frame, wrong order,
+//     misaligned address) are logged with the caller and ignored.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,8 @@ namespace mm {
 constexpr size_t kPageShift = 12;
 constexpr size_t kPageBytes = size_t{1} << kPageShift;
 constexpr unsigned kMaxOrder = 10;  // blocks of up to 4 MiB
+constexpr unsigned kPageCacheSize = 32;   // per-CPU cache of single pages: capacity
+constexpr unsigned kPageCacheBatch = 16;  // pages moved per fill or drain
 
 enum PageFlags : uint16_t {
   kPageFree = 1 << 0,      // head of a free buddy block (order valid)
@@ -36,16 +40,19 @@ enum PageFlags : uint16_t {
   kPageVmem = 1 << 6,      // backs a vmem/heap span (owner = arena or span)
 };
 
-// One per physical frame; 32 bytes on 64-bit.
+// One per physical frame; 24 bytes on 64-bit, 16 on 32-bit.
+// An allocated block's head belongs to its owner (flags kPageSlab/kPageVmem,
+// count, next, owner) except `order`; a tail's `owner` is its head's Page
+// (kPageTail), set by the allocator: do not overwrite it.
 struct Page {
   uint16_t flags;
   uint8_t order;     // block order, valid for heads and free heads
-  uint8_t reserved_;
+  uint8_t alloc_bits;  // the page allocator's own: bank index, on-free-list bit
   uint32_t count;    // owner's use (kmem: objects in use on a slab)
   Page* next;        // free-list links (or the owner's)
   union {
     Page* prev;
-    void* owner;     // kmem slab, vmem arena, ...
+    void* owner;     // kmem slab, vmem arena, ...; a tail's head
   };
 };
 
@@ -55,13 +62,15 @@ struct PhysRange {
 };
 
 struct PageStats {
-  uint64_t total_pages;          // usable frames (RAM minus reserved ranges)
+  uint64_t total_pages;          // allocatable frames (RAM minus reserved ranges
+                                 // minus descriptor_pages)
   uint64_t free_pages;           // in buddy lists + per-CPU caches
   uint64_t reserve_pages;        // target size of the KM_PUSHPAGE reserve
   uint64_t pcp_pages;            // of free_pages: held in per-CPU caches
   uint64_t descriptor_pages;     // frames used by the Page arrays themselves
   uint64_t free_blocks[kMaxOrder + 1];
-  uint64_t allocs, frees, failures, pushpage_allocs;
+  uint64_t allocs, frees, failures, pushpage_allocs;  // pushpage_allocs: took reserve pages
+  uint64_t bad_frees;            // reported and ignored
 };
 
 // Sets the allocator up over banks minus reserved ranges (both in physical
@@ -73,21 +82,41 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
 // or 0. KM_NOSLEEP fails at once when only the reserve is left; KM_PUSHPAGE
 // may take from the reserve; KM_SLEEP waits (plat::wait_for_memory) until it
 // succeeds.
-uint64_t page_alloc(unsigned order, int kmflag);
+[[nodiscard]] uint64_t page_alloc(unsigned order, int kmflag);
 void page_free(uint64_t pa, unsigned order);
 
 // The same through the direct map, for callers that want pointers.
-void* page_alloc_va(unsigned order, int kmflag);
+[[nodiscard]] void* page_alloc_va(unsigned order, int kmflag);
 void page_free_va(void* va, unsigned order);
 
 Page* page_of_phys(uint64_t pa);  // nullptr if pa is not RAM we manage
 Page* page_of(const void* va);    // direct-map or heap address; nullptr if neither
 uint64_t page_to_phys(const Page* p);
 
-// Returns every per-CPU cached page to the buddy lists (reaping, tests).
+// Returns every per-CPU cached page to the buddy lists (reaping, tests):
+// runs page_drain_this_cpu on each CPU through plat::on_each_cpu, so only
+// on the calling CPU when the kernel calls it with IRQs masked, and on the
+// host (each thread drains its own).
 void page_drain_cpu_caches();
+// Returns the calling CPU's cached pages to the buddy lists. The kernel can
+// call it on each CPU (a cross-call, or a CPU going idle); a host thread
+// calls it before it exits, else its cache stays with its CPU slot.
+void page_drain_this_cpu();
+// KM_SLEEP allocations that find no memory call fn (kmem sets its reaper)
+// before they wait; fn may free pages. Not called recursively.
+void page_set_reclaim_hook(void (*fn)());
+// Counters and free_pages include pages in every CPU's cache (a snapshot:
+// exact when nothing allocates or frees at the same time).
 void page_stats(PageStats& out);
-// Sum of the sizes of the usable ranges and the reserved ranges seen at init.
+// Walks every descriptor, free list and per-CPU cache checking the
+// allocator's invariants; logs the first violation and returns false.
+// O(frames); call it when nothing allocates or frees at the same time.
+bool page_verify();
+// Test-only: forgets everything page_init did (descriptors, caches,
+// counters, hook), so a host test process can call page_init again.
+void page_reset_for_tests();
+// Bytes of RAM in the banks page_init manages (whole frames, overlaps
+// merged): usable, reserved and descriptor frames.
 uint64_t page_ram_bytes();
 
 }  // namespace mm

@@ -1,0 +1,708 @@
+// Page frames: a binary buddy allocator (see page.h).
+//
+// 1. What it manages. page_init takes RAM banks and reserved ranges, both as
+//    physical ranges in any order, possibly overlapping. Banks are trimmed
+//    inward to whole frames, and overlapping or adjacent banks are merged;
+//    reserved ranges are widened outward to whole frames. Every frame of a
+//    bank is then in exactly one state (its Page's flags):
+//      kPageReserved  in a reserved range, or holding the bank's descriptors
+//      kPageFree      head of a free block on the order's free list
+//      0              inside a free block (a free tail)
+//      kPageHead      first frame of an allocated block (order valid)
+//      kPageTail      later frame of an allocated block (owner = the head)
+//      kPagePcp       a free single page held in a per-CPU cache
+//    Owners may add kPageSlab / kPageVmem to a head; a free clears them.
+// 2. Descriptors. Each bank's Page array is carved out of that bank at init
+//    (the first run of non-reserved frames long enough), so the allocator
+//    needs no other allocator. A bank is {first frame, end frame, array};
+//    page_of_phys scans the few banks (at most kMaxBanks) and indexes the
+//    array. Page::alloc_bits holds the bank index (page -> physical address
+//    in O(1)) and kOnFreeList, the bit the buddy merge trusts: it is only
+//    written under the lock, while flags are also written lock-free by the
+//    per-CPU caches and by owners.
+// 3. Buddies. Blocks are naturally aligned in physical frame numbers, so a
+//    block's buddy is pfn ^ (1 << order). A freed block merges with its
+//    buddy while the buddy is in the same bank, on a free list and of the
+//    same order; an allocation splits the smallest free block that fits,
+//    putting the upper halves back. Allocation marks the head (kPageHead,
+//    order) and every tail (kPageTail, owner = head), O(2^order) like the
+//    block itself; free checks the head and clears them again.
+// 4. Per-CPU caches. Single pages come from a stack of kPageCacheSize pages
+//    per CPU, refilled from the buddy lists kPageCacheBatch at a time when
+//    empty and half-drained (the coldest half) when full. A cache is
+//    touched only by its CPU with IRQs masked (plat::irq_save); its count
+//    is read by page_stats, so it is written with relaxed atomic stores.
+//    Cached pages count as free (PageStats::free_pages, pcp_pages).
+// 5. The reserve. reserve_pages = max(16, RAM/256) pages, at most 4 MiB and
+//    at most a quarter of RAM. KM_SLEEP / KM_NOSLEEP allocations (and cache
+//    refills) never take the buddy lists below it; KM_PUSHPAGE ones may,
+//    bypassing the caches once the buddy lists are down to it, and while the
+//    lists are below it freed single pages go straight back to them instead
+//    of to a cache (g_reserve_low, a word the free path reads lock-free).
+//    KM_SLEEP retries after draining the caches (plat::on_each_cpu), then
+//    after running the reclaim hook (at most one at a time), then after
+//    plat::wait_for_memory(), until it succeeds.
+// 6. Locking. One plat::Lock over the free lists, free_blocks, buddy_pages
+//    and the reserve counters, taken with IRQs masked. Banks, totals and the
+//    reserve size are written once by page_init. Counters are word-sized:
+//    per-CPU ones written by their CPU, the rest with atomic adds.
+// 7. Debugging. PAGE_ASSERT checks cheap invariants on every list operation
+//    (fatal on failure). page_free validates its argument before touching
+//    anything: misaligned, unmanaged, reserved, already free (free head,
+//    free tail or cached), not a head, or not the head's order is logged with
+//    the caller and ignored. page_verify() walks every descriptor and list.
+#include <mm/page.h>
+#include <mm/platform.h>
+
+namespace mm {
+namespace {
+
+#define PAGE_ASSERT(c)                                                                   \
+  do {                                                                                   \
+    if (__builtin_expect(!(c), 0)) plat::fatal("page: %s:%d: %s", __FILE__, __LINE__, #c); \
+  } while (0)
+
+constexpr unsigned kMaxBanks = 16;
+constexpr uint8_t kBankMask = 0x0f;      // alloc_bits: bank index
+constexpr uint8_t kOnFreeList = 0x80;    // alloc_bits: head of a block on a free list
+static_assert(kMaxBanks <= kBankMask + 1u);
+constexpr uint64_t kReserveMin = 16;                           // pages
+constexpr uint64_t kReserveMax = (uint64_t{4} << 20) >> kPageShift;
+static_assert(kPageCacheBatch <= kPageCacheSize);
+static_assert(sizeof(Page) == (sizeof(void*) == 8 ? 24 : 16));
+
+struct Bank {
+  uint64_t first;  // first frame number
+  uint64_t end;    // frame number past the last
+  Page* pages;     // descriptor of frame `first`
+};
+
+struct Allocator {
+  Bank banks[kMaxBanks];
+  unsigned nbanks;
+  bool ready;
+  Page* free_head[kMaxOrder + 1];
+  uint64_t free_blocks[kMaxOrder + 1];
+  uint64_t buddy_pages;        // pages on the free lists
+  uint64_t total_pages;        // allocatable frames, fixed at init
+  uint64_t reserve_pages;
+  uint64_t descriptor_pages;
+  uint64_t ram_bytes;
+  uint64_t pushpage_allocs;
+};
+
+struct alignas(64) PageCache {
+  uintptr_t count;  // pages in stack[]
+  uintptr_t allocs;
+  uintptr_t frees;
+  Page* stack[kPageCacheSize];  // stack[count - 1] is the hottest
+};
+
+constinit Allocator g{};
+constinit plat::Lock g_lock;
+constinit PageCache g_pcp[plat::kMaxCpus]{};
+constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages, for the lock-free free path
+constinit uintptr_t g_failures = 0;
+constinit uintptr_t g_bad_frees = 0;
+using ReclaimHook = void (*)();
+constinit ReclaimHook g_reclaim = nullptr;
+constinit uintptr_t g_reclaiming = 0;
+
+template <typename T>
+T load_relaxed(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
+template <typename T>
+void store_relaxed(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
+
+// Holds g_lock with IRQs masked.
+class [[nodiscard]] LockedIrqs {
+ public:
+  LockedIrqs() : s_(plat::irq_save()) { g_lock.lock(); }
+  ~LockedIrqs() {
+    g_lock.unlock();
+    plat::irq_restore(s_);
+  }
+  LockedIrqs(const LockedIrqs&) = delete;
+  LockedIrqs& operator=(const LockedIrqs&) = delete;
+
+ private:
+  plat::IrqState s_;
+};
+
+// Before releasing g_lock after buddy_pages changed.
+inline void note_reserve_level() { store_relaxed(g_reserve_low, uintptr_t{g.buddy_pages < g.reserve_pages}); }
+
+inline uint64_t pages_in(unsigned order) { return uint64_t{1} << order; }
+inline Page* page_at(const Bank& b, uint64_t pfn) { return b.pages + static_cast<size_t>(pfn - b.first); }
+inline const Bank& bank_of(const Page* p) { return g.banks[p->alloc_bits & kBankMask]; }
+inline uint64_t pfn_of(const Page* p) {
+  const Bank& b = bank_of(p);
+  return b.first + static_cast<uint64_t>(p - b.pages);
+}
+
+inline const Bank* bank_of_pfn(uint64_t pfn) {
+  for (unsigned i = 0; i < g.nbanks; i++)
+    if (pfn - g.banks[i].first < g.banks[i].end - g.banks[i].first) return &g.banks[i];
+  return nullptr;
+}
+
+inline void* caller_address() { return __builtin_extract_return_addr(__builtin_return_address(0)); }
+
+// --- Free lists (g_lock held) ----------------------------------------------
+
+void list_add(Page* p, unsigned order) {
+  PAGE_ASSERT(g_lock.is_locked() && !(p->alloc_bits & kOnFreeList) && order <= kMaxOrder);
+  p->flags = kPageFree;
+  p->order = static_cast<uint8_t>(order);
+  p->alloc_bits = static_cast<uint8_t>(p->alloc_bits | kOnFreeList);
+  p->count = 0;
+  p->prev = nullptr;
+  p->next = g.free_head[order];
+  if (p->next) p->next->prev = p;
+  g.free_head[order] = p;
+  g.free_blocks[order]++;
+  g.buddy_pages += pages_in(order);
+}
+
+void list_del(Page* p, unsigned order) {
+  PAGE_ASSERT(g_lock.is_locked() && (p->alloc_bits & kOnFreeList) && p->order == order && p->flags == kPageFree);
+  PAGE_ASSERT(g.free_blocks[order] > 0 && g.buddy_pages >= pages_in(order));
+  if (p->prev) p->prev->next = p->next;
+  else g.free_head[order] = p->next;
+  if (p->next) p->next->prev = p->prev;
+  p->alloc_bits = static_cast<uint8_t>(p->alloc_bits & ~kOnFreeList);
+  p->flags = 0;
+  p->next = nullptr;
+  p->prev = nullptr;
+  g.free_blocks[order]--;
+  g.buddy_pages -= pages_in(order);
+}
+
+// The smallest free block of at least `order`, split down to `order`; its
+// descriptors are those of free frames (flags 0) until the caller marks them.
+Page* take_block(unsigned order) {
+  unsigned o = order;
+  while (o <= kMaxOrder && !g.free_head[o]) o++;
+  if (o > kMaxOrder) return nullptr;
+  Page* p = g.free_head[o];
+  list_del(p, o);
+  while (o > order) {
+    o--;
+    list_add(p + pages_in(o), o);  // the upper half: same bank, contiguous descriptors
+  }
+  return p;
+}
+
+// Puts a free block (descriptors cleared, head's alloc_bits without
+// kOnFreeList) on the free lists, merging it with its buddies.
+void give_block(Page* p, unsigned order) {
+  const Bank& b = bank_of(p);
+  uint64_t pfn = pfn_of(p);
+  PAGE_ASSERT((pfn & (pages_in(order) - 1)) == 0 && pfn + pages_in(order) <= b.end);
+  while (order < kMaxOrder) {
+    uint64_t buddy = pfn ^ pages_in(order);
+    if (buddy < b.first || buddy >= b.end) break;
+    Page* q = page_at(b, buddy);
+    if (!(q->alloc_bits & kOnFreeList) || q->order != order) break;
+    list_del(q, order);
+    pfn &= ~pages_in(order);
+    order++;
+  }
+  list_add(page_at(b, pfn), order);
+}
+
+// --- Allocated blocks (the caller owns the block; no lock needed) ----------
+
+void mark_allocated(Page* p, unsigned order) {
+  p->flags = kPageHead;
+  p->order = static_cast<uint8_t>(order);
+  p->count = 0;
+  p->next = nullptr;
+  p->owner = nullptr;
+  for (uint64_t i = 1; i < pages_in(order); i++) {
+    Page* t = p + i;
+    t->flags = kPageTail;
+    t->count = 0;
+    t->next = nullptr;
+    t->owner = p;
+  }
+}
+
+// Head and tails back to "free frame"; the head keeps its order.
+void clear_block(Page* p, unsigned order) {
+  for (uint64_t i = 0; i < pages_in(order); i++) {
+    Page* t = p + i;
+    t->flags = 0;
+    t->count = 0;
+    t->next = nullptr;
+    t->owner = nullptr;
+  }
+}
+
+// Checks a page_free argument; the head's Page, or nullptr after reporting.
+Page* check_free(uint64_t pa, unsigned order, const void* va, void* caller) {
+  const char* why;
+  Page* p = nullptr;
+  if (pa & (kPageBytes - 1)) why = "misaligned address";
+  else if (order > kMaxOrder) why = "order out of range";
+  else if (!(p = page_of_phys(pa))) why = "not RAM the page allocator manages";
+  else if (p->flags & kPageReserved) why = "reserved frame";
+  else if (p->flags & kPageHead) {
+    if (__builtin_expect(p->order == order, 1)) return p;
+    why = "wrong order";
+  } else if (p->flags & kPageTail) why = "inside an allocated block, not its head";
+  else if (p->flags & kPagePcp) why = "already free (in a CPU's page cache)";
+  else if (p->flags & kPageFree) why = "already free";
+  else why = "already free (inside a free block)";
+  __atomic_fetch_add(&g_bad_frees, uintptr_t{1}, __ATOMIC_RELAXED);
+  auto ull = static_cast<unsigned long long>(pa);
+  if (p && (p->flags & kPageHead)) {
+    if (va)
+      plat::log("page_free_va: %s: va %p (pa 0x%llx) order %u, allocated as order %u; caller %p; ignored", why, va,
+                ull, order, p->order, caller);
+    else
+      plat::log("page_free: %s: pa 0x%llx order %u, allocated as order %u; caller %p; ignored", why, ull, order,
+                p->order, caller);
+  } else if (va) {
+    plat::log("page_free_va: %s: va %p (pa 0x%llx) order %u; caller %p; ignored", why, va, ull, order, caller);
+  } else {
+    plat::log("page_free: %s: pa 0x%llx order %u; caller %p; ignored", why, ull, order, caller);
+  }
+  return nullptr;
+}
+
+// --- Per-CPU caches (IRQs masked, the calling CPU's cache) -----------------
+
+PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
+
+// Refills an empty cache with up to kPageCacheBatch pages above the reserve.
+void cache_fill(PageCache& c) {
+  PAGE_ASSERT(c.count == 0);
+  g_lock.lock();
+  uint64_t avail = g.buddy_pages > g.reserve_pages ? g.buddy_pages - g.reserve_pages : 0;
+  uintptr_t n = avail < kPageCacheBatch ? static_cast<uintptr_t>(avail) : kPageCacheBatch;
+  for (uintptr_t i = 0; i < n; i++) {
+    Page* p = take_block(0);
+    PAGE_ASSERT(p);  // buddy_pages > 0, and any free block splits down to a page
+    p->flags = kPagePcp;
+    p->order = 0;
+    c.stack[n - 1 - i] = p;  // pops come out in address order
+  }
+  store_relaxed(c.count, n);
+  note_reserve_level();
+  g_lock.unlock();
+}
+
+// Returns the n coldest (bottom) pages of the cache to the buddy lists.
+void cache_drain(PageCache& c, uintptr_t n) {
+  PAGE_ASSERT(n <= c.count);
+  g_lock.lock();
+  for (uintptr_t i = 0; i < n; i++) {
+    Page* p = c.stack[i];
+    PAGE_ASSERT(p->flags == kPagePcp && p->order == 0);
+    p->flags = 0;
+    give_block(p, 0);
+  }
+  for (uintptr_t i = n; i < c.count; i++) c.stack[i - n] = c.stack[i];
+  store_relaxed(c.count, c.count - n);
+  note_reserve_level();
+  g_lock.unlock();
+}
+
+// --- Allocation -------------------------------------------------------------
+
+// One attempt, without waiting; 0 if nothing suitable is free.
+uint64_t try_alloc(unsigned order, bool pushpage) {
+  plat::IrqState s = plat::irq_save();
+  PageCache& c = this_cache();
+  Page* p = nullptr;
+  if (order == 0) {
+    if (c.count == 0) cache_fill(c);
+    if (c.count) {
+      p = c.stack[c.count - 1];
+      store_relaxed(c.count, c.count - 1);
+      PAGE_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
+    }
+  }
+  if (!p && (order > 0 || pushpage)) {
+    g_lock.lock();
+    uint64_t need = pages_in(order);
+    bool dip = g.buddy_pages < g.reserve_pages + need;
+    if (!dip || (pushpage && g.buddy_pages >= need)) {
+      p = take_block(order);
+      if (p && dip) g.pushpage_allocs++;
+    }
+    note_reserve_level();
+    g_lock.unlock();
+  }
+  if (p) store_relaxed(c.allocs, c.allocs + 1);
+  plat::irq_restore(s);
+  if (!p) return 0;
+  mark_allocated(p, order);
+  return pfn_of(p) << kPageShift;
+}
+
+void run_reclaim_hook() {
+  ReclaimHook fn = __atomic_load_n(&g_reclaim, __ATOMIC_ACQUIRE);
+  if (!fn || __atomic_exchange_n(&g_reclaiming, uintptr_t{1}, __ATOMIC_ACQUIRE)) return;
+  fn();
+  __atomic_store_n(&g_reclaiming, uintptr_t{0}, __ATOMIC_RELEASE);
+}
+
+void free_pa(uint64_t pa, unsigned order, const void* va, void* caller) {
+  Page* p = check_free(pa, order, va, caller);
+  if (!p) return;
+  // Single pages go to the CPU's cache, unless the buddy lists are below the
+  // reserve (KM_PUSHPAGE took from it): then they refill the reserve.
+  if (order == 0 && !load_relaxed(g_reserve_low)) {
+    p->count = 0;
+    p->next = nullptr;
+    p->owner = nullptr;
+    plat::IrqState s = plat::irq_save();
+    PageCache& c = this_cache();
+    p->flags = kPagePcp;
+    if (c.count == kPageCacheSize) cache_drain(c, kPageCacheBatch);
+    c.stack[c.count] = p;
+    store_relaxed(c.count, c.count + 1);
+    store_relaxed(c.frees, c.frees + 1);
+    plat::irq_restore(s);
+    return;
+  }
+  clear_block(p, order);
+  plat::IrqState s = plat::irq_save();
+  PageCache& c = this_cache();
+  g_lock.lock();
+  give_block(p, order);
+  note_reserve_level();
+  g_lock.unlock();
+  store_relaxed(c.frees, c.frees + 1);
+  plat::irq_restore(s);
+}
+
+// --- Initialisation ---------------------------------------------------------
+
+struct FrameRange {
+  uint64_t first, end;  // frame numbers, [first, end)
+};
+
+uint64_t end_of(const PhysRange& r) { return r.size > ~uint64_t{0} - r.base ? ~uint64_t{0} : r.base + r.size; }
+
+// A reserved range widened to whole frames.
+FrameRange frames_around(const PhysRange& r) {
+  uint64_t end = end_of(r);
+  return {r.base >> kPageShift, (end >> kPageShift) + ((end & (kPageBytes - 1)) != 0)};
+}
+
+// Banks trimmed to whole frames, overlapping or adjacent ones merged, sorted.
+unsigned normalize_banks(const PhysRange* banks, unsigned nbanks, FrameRange* out) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < nbanks; i++) {
+    FrameRange r{(banks[i].base >> kPageShift) + ((banks[i].base & (kPageBytes - 1)) != 0),
+                 end_of(banks[i]) >> kPageShift};
+    if (r.first >= r.end) continue;
+    for (unsigned j = 0; j < n;) {
+      if (r.first <= out[j].end && out[j].first <= r.end) {
+        if (out[j].first < r.first) r.first = out[j].first;
+        if (out[j].end > r.end) r.end = out[j].end;
+        out[j] = out[--n];
+        j = 0;
+      } else {
+        j++;
+      }
+    }
+    if (n == kMaxBanks) {
+      plat::log("page_init: more than %u RAM banks; 0x%llx-0x%llx left unused", kMaxBanks,
+                static_cast<unsigned long long>(r.first << kPageShift),
+                static_cast<unsigned long long>(r.end << kPageShift));
+      continue;
+    }
+    out[n++] = r;
+  }
+  for (unsigned i = 1; i < n; i++)
+    for (unsigned j = i; j > 0 && out[j].first < out[j - 1].first; j--) {
+      FrameRange t = out[j];
+      out[j] = out[j - 1];
+      out[j - 1] = t;
+    }
+  return n;
+}
+
+// The first frame of `need` frames in [first, end) clear of every reserved
+// range, or `end` if there is none.
+uint64_t place_descriptors(uint64_t first, uint64_t end, uint64_t need, const PhysRange* reserved,
+                           unsigned nreserved) {
+  uint64_t s = first;
+  for (bool moved = true; moved;) {
+    if (end - s < need) return end;
+    moved = false;
+    for (unsigned i = 0; i < nreserved; i++) {
+      FrameRange r = frames_around(reserved[i]);
+      if (reserved[i].size && r.first < s + need && s < r.end) {
+        s = r.end;
+        moved = true;
+        if (s >= end) return end;
+      }
+    }
+  }
+  return s;
+}
+
+// Sets up one bank: descriptors, reserved frames, free blocks. False if the
+// bank cannot hold its own descriptors.
+bool add_bank(FrameRange r, const PhysRange* reserved, unsigned nreserved) {
+  uint64_t npages = r.end - r.first;
+  uint64_t need = (npages * sizeof(Page) + kPageBytes - 1) >> kPageShift;
+  uint64_t at = place_descriptors(r.first, r.end, need, reserved, nreserved);
+  if (at == r.end) {
+    plat::log("page_init: RAM 0x%llx-0x%llx has no %llu free frames for its descriptors; left unused",
+              static_cast<unsigned long long>(r.first << kPageShift),
+              static_cast<unsigned long long>(r.end << kPageShift), static_cast<unsigned long long>(need));
+    return false;
+  }
+  unsigned bi = g.nbanks++;
+  Bank& b = g.banks[bi];
+  b = {r.first, r.end, static_cast<Page*>(plat::phys_to_virt(at << kPageShift))};
+  __builtin_memset(b.pages, 0, static_cast<size_t>(npages) * sizeof(Page));
+  for (uint64_t i = 0; i < npages; i++) b.pages[i].alloc_bits = static_cast<uint8_t>(bi);
+  auto mark_reserved = [&](uint64_t f, uint64_t e) {
+    if (f < b.first) f = b.first;
+    if (e > b.end) e = b.end;
+    for (; f < e; f++) page_at(b, f)->flags = kPageReserved;
+  };
+  for (unsigned i = 0; i < nreserved; i++) {
+    if (!reserved[i].size) continue;
+    FrameRange rr = frames_around(reserved[i]);
+    mark_reserved(rr.first, rr.end);
+  }
+  mark_reserved(at, at + need);
+  g.descriptor_pages += need;
+  g.ram_bytes += npages << kPageShift;
+  // Each run of unreserved frames, as the largest aligned blocks that fit.
+  for (uint64_t f = b.first; f < b.end;) {
+    if (page_at(b, f)->flags & kPageReserved) {
+      f++;
+      continue;
+    }
+    uint64_t e = f;
+    while (e < b.end && !(page_at(b, e)->flags & kPageReserved)) e++;
+    while (f < e) {
+      unsigned o = kMaxOrder;
+      while (o > 0 && ((f & (pages_in(o) - 1)) || f + pages_in(o) > e)) o--;
+      give_block(page_at(b, f), o);
+      f += pages_in(o);
+    }
+  }
+  return true;
+}
+
+void drain_this_cpu_cb(void*) { page_drain_this_cpu(); }
+
+bool verify_failed(const char* what, uint64_t pfn) {
+  plat::log("page_verify: %s (frame 0x%llx)", what, static_cast<unsigned long long>(pfn << kPageShift));
+  return false;
+}
+
+}  // namespace
+
+// --- Public interface ---------------------------------------------------------
+
+bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserved, unsigned nreserved) {
+  if (g.ready || g.nbanks) {
+    plat::log("page_init: called twice; ignored");
+    return false;
+  }
+  FrameRange ranges[kMaxBanks];
+  unsigned n = normalize_banks(banks, banks ? nbanks : 0, ranges);
+  if (!reserved) nreserved = 0;
+  {
+    LockedIrqs guard;
+    for (unsigned i = 0; i < n; i++) add_bank(ranges[i], reserved, nreserved);
+  }
+  if (!g.buddy_pages) {
+    plat::log("page_init: no usable RAM (%u banks, %u reserved ranges)", nbanks, nreserved);
+    g = Allocator{};
+    return false;
+  }
+  g.total_pages = g.buddy_pages;
+  uint64_t r = g.total_pages >> 8;
+  if (r < kReserveMin) r = kReserveMin;
+  if (r > kReserveMax) r = kReserveMax;
+  if (r > g.total_pages / 4) r = g.total_pages / 4;
+  g.reserve_pages = r;
+  note_reserve_level();
+  g.ready = true;  // before any other CPU calls in
+  plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
+            static_cast<unsigned long long>(g.ram_bytes >> 10), g.nbanks,
+            static_cast<unsigned long long>(g.total_pages), static_cast<unsigned long long>(g.descriptor_pages),
+            static_cast<unsigned long long>(g.reserve_pages));
+  return true;
+}
+
+uint64_t page_alloc(unsigned order, int kmflag) {
+  if (__builtin_expect(order > kMaxOrder, 0)) {
+    plat::log("page_alloc: order %u > %u; caller %p", order, kMaxOrder, caller_address());
+    __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
+    return 0;
+  }
+  bool pushpage = kmflag & KM_PUSHPAGE;
+  for (;;) {
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    if ((kmflag & KM_NOSLEEP) || !g.ready) break;
+    // KM_SLEEP: cached single pages may complete a block or be all that is
+    // left; then ask the slab layer to give pages back; then wait.
+    page_drain_cpu_caches();
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    run_reclaim_hook();
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    plat::wait_for_memory();
+  }
+  __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
+  return 0;
+}
+
+void page_free(uint64_t pa, unsigned order) { free_pa(pa, order, nullptr, caller_address()); }
+
+void* page_alloc_va(unsigned order, int kmflag) {
+  uint64_t pa = page_alloc(order, kmflag);
+  return pa ? plat::phys_to_virt(pa) : nullptr;
+}
+
+void page_free_va(void* va, unsigned order) {
+  if (!va) {
+    __atomic_fetch_add(&g_bad_frees, uintptr_t{1}, __ATOMIC_RELAXED);
+    plat::log("page_free_va: null pointer, order %u; caller %p; ignored", order, caller_address());
+    return;
+  }
+  free_pa(plat::virt_to_phys(va), order, va, caller_address());
+}
+
+Page* page_of_phys(uint64_t pa) {
+  uint64_t pfn = pa >> kPageShift;
+  const Bank* b = bank_of_pfn(pfn);
+  return b ? page_at(*b, pfn) : nullptr;
+}
+
+Page* page_of(const void* va) {
+  if (Page* p = page_of_phys(plat::virt_to_phys(va))) return p;
+  uint64_t pa = plat::heap_to_phys(reinterpret_cast<uintptr_t>(va));
+  return pa ? page_of_phys(pa) : nullptr;
+}
+
+uint64_t page_to_phys(const Page* p) {
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  for (unsigned i = 0; i < g.nbanks; i++) {
+    const Bank& b = g.banks[i];
+    uintptr_t off = addr - reinterpret_cast<uintptr_t>(b.pages);
+    if (off % sizeof(Page) == 0 && off / sizeof(Page) < b.end - b.first)
+      return (b.first + off / sizeof(Page)) << kPageShift;
+  }
+  return 0;
+}
+
+void page_drain_this_cpu() {
+  plat::IrqState s = plat::irq_save();
+  PageCache& c = this_cache();
+  if (c.count) cache_drain(c, c.count);
+  plat::irq_restore(s);
+}
+
+void page_drain_cpu_caches() { plat::on_each_cpu(drain_this_cpu_cb, nullptr); }
+
+void page_set_reclaim_hook(void (*fn)()) { __atomic_store_n(&g_reclaim, fn, __ATOMIC_RELEASE); }
+
+void page_stats(PageStats& out) {
+  out = PageStats{};
+  LockedIrqs guard;
+  out.total_pages = g.total_pages;
+  out.reserve_pages = g.reserve_pages;
+  out.descriptor_pages = g.descriptor_pages;
+  for (unsigned o = 0; o <= kMaxOrder; o++) out.free_blocks[o] = g.free_blocks[o];
+  for (const PageCache& c : g_pcp) {
+    out.pcp_pages += load_relaxed(c.count);
+    out.allocs += load_relaxed(c.allocs);
+    out.frees += load_relaxed(c.frees);
+  }
+  out.free_pages = g.buddy_pages + out.pcp_pages;
+  out.failures = load_relaxed(g_failures);
+  out.pushpage_allocs = g.pushpage_allocs;
+  out.bad_frees = load_relaxed(g_bad_frees);
+}
+
+uint64_t page_ram_bytes() { return g.ram_bytes; }
+
+bool page_verify() {
+  LockedIrqs guard;
+  // Free lists: links, heads, counts.
+  uint64_t list_pages = 0;
+  for (unsigned o = 0; o <= kMaxOrder; o++) {
+    uint64_t blocks = 0;
+    for (Page* p = g.free_head[o], *prev = nullptr; p; prev = p, p = p->next, blocks++) {
+      if (p->prev != prev) return verify_failed("free list back link", pfn_of(p));
+      if (!(p->alloc_bits & kOnFreeList) || p->flags != kPageFree || p->order != o)
+        return verify_failed("free list holds a frame that is not a free head of its order", pfn_of(p));
+      if (blocks > g.free_blocks[o]) return verify_failed("free list longer than its count", pfn_of(p));
+    }
+    if (blocks != g.free_blocks[o]) return verify_failed("free list shorter than its count", 0);
+    list_pages += blocks * pages_in(o);
+  }
+  if (list_pages != g.buddy_pages) return verify_failed("free lists disagree with buddy_pages", 0);
+  // Per-CPU caches.
+  uint64_t cached = 0;
+  for (const PageCache& c : g_pcp) {
+    if (c.count > kPageCacheSize) return verify_failed("per-CPU cache overfull", 0);
+    for (uintptr_t i = 0; i < c.count; i++)
+      if (c.stack[i]->flags != kPagePcp || (c.stack[i]->alloc_bits & kOnFreeList))
+        return verify_failed("per-CPU cache holds a frame not marked kPagePcp", pfn_of(c.stack[i]));
+    cached += c.count;
+  }
+  // Every frame, in address order: each in exactly one state.
+  uint64_t free_pages = 0, pcp_pages = 0, used_pages = 0;
+  for (unsigned bi = 0; bi < g.nbanks; bi++) {
+    const Bank& b = g.banks[bi];
+    for (uint64_t f = b.first; f < b.end;) {
+      Page* p = page_at(b, f);
+      if ((p->alloc_bits & kBankMask) != bi) return verify_failed("descriptor names the wrong bank", f);
+      if (p->flags & kPageReserved) {
+        if (p->flags != kPageReserved || (p->alloc_bits & kOnFreeList)) return verify_failed("reserved frame in use", f);
+        f++;
+        continue;
+      }
+      if (p->flags & kPagePcp) {
+        if (p->flags != kPagePcp) return verify_failed("cached frame with other flags", f);
+        pcp_pages++;
+        f++;
+        continue;
+      }
+      bool free = p->alloc_bits & kOnFreeList;
+      if (!free && !(p->flags & kPageHead)) return verify_failed("frame outside any block", f);
+      if (free && p->flags != kPageFree) return verify_failed("free head not marked kPageFree", f);
+      unsigned o = p->order;
+      if (o > kMaxOrder || (f & (pages_in(o) - 1)) || f + pages_in(o) > b.end)
+        return verify_failed("block misaligned or past its bank", f);
+      for (uint64_t i = 1; i < pages_in(o); i++) {
+        const Page* t = p + i;
+        if (t->alloc_bits & kOnFreeList) return verify_failed("free head inside another block", f + i);
+        if (free ? t->flags != 0 : (t->flags != kPageTail || t->owner != p))
+          return verify_failed(free ? "free block's tail not clear" : "allocated block's tail not kPageTail", f + i);
+      }
+      (free ? free_pages : used_pages) += pages_in(o);
+      f += pages_in(o);
+    }
+  }
+  if (free_pages != g.buddy_pages) return verify_failed("free frames disagree with buddy_pages", 0);
+  if (pcp_pages != cached) return verify_failed("kPagePcp frames disagree with the caches", 0);
+  if (free_pages + pcp_pages + used_pages != g.total_pages) return verify_failed("frames lost or gained", 0);
+  return true;
+}
+
+void page_reset_for_tests() {
+  LockedIrqs guard;
+  g = Allocator{};
+  for (PageCache& c : g_pcp) c = PageCache{};
+  store_relaxed(g_failures, uintptr_t{0});
+  store_relaxed(g_reserve_low, uintptr_t{0});
+  store_relaxed(g_bad_frees, uintptr_t{0});
+  __atomic_store_n(&g_reclaim, ReclaimHook{nullptr}, __ATOMIC_RELAXED);
+  store_relaxed(g_reclaiming, uintptr_t{0});
+}
+
+}  // namespace mm
