@@ -19,8 +19,8 @@
 //     all of it is free again.
 //  6. Segment reserve: boundary tags come from a per-system pool refilled
 //     with whole pages from the page allocator, never from vmem itself, and
-//     a minimum is kept in reserve so a free (which may need tags to split)
-//     cannot fail.
+//     a minimum is kept in reserve for VM_PUSHPAGE allocations. Frees only
+//     merge segments, so they never need a tag and cannot fail.
 //  7. Locking: one lock per arena (IRQs masked). afunc/ffunc are called with
 //     it dropped.
 #pragma once
@@ -64,12 +64,15 @@ struct VmemStats {
   uint64_t free_bytes;
   uint64_t spans, segs_alloc, segs_free;
   uint64_t allocs, frees, failures, imports, span_returns;
+  uint64_t searches;          // free segments examined by searching allocations
+                              // (instant fit's fast path examines none)
   uint64_t hash_buckets, hash_rescales;
   uint64_t qcache_max;
   const char* source;         // source arena name or nullptr
 };
 void vmem_stats(const vmem_t* vmp, VmemStats& out);
-// Visits every arena in creation order.
+// Visits every arena in creation order, with the arena list locked: fn
+// must not create or destroy arenas.
 void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg);
 // Boundary-tag pool usage: tags held, free, and pages taken for them.
 void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pages);
@@ -77,6 +80,13 @@ void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pa
 // asked for them before kmem existed.
 void vmem_kmem_ready();
 // Releases the quantum caches' unused magazines and slabs (kmem reaping).
+// kmem_reap reaps the quantum caches with every other cache and then calls
+// this, which gives back what vmem holds itself: arenas' spare boundary
+// tags (down to the minimum an operation needs) go back to the tag pool.
 void vmem_qcache_reap();
+// Walks the arena checking every invariant (boundary tags tile their spans,
+// free lists, bitmap, hash, totals); logs the first violation and returns
+// false. O(segments); for tests and debugging.
+bool vmem_verify(const vmem_t* vmp);
 
 }  // namespace mm

@@ -1,0 +1,1508 @@
+// vmem: resource arenas (interface and summary in mm/vmem.h).
+//
+// 1. An arena is a set of integers. Callers add ranges of them ("spans",
+//    vmem_add, or imported from a source arena) and allocate pieces
+//    ("segments") in multiples of the arena's quantum. Nothing here touches
+//    the integers themselves: they may be addresses, ids or offsets.
+//
+// 2. Boundary tags. Every span and every segment is described by one
+//    vmem_seg ("tag"). All tags of an arena are on one circular segment list
+//    (knext/kprev) through the arena's sentinel seg0: each span's tag, then
+//    the segments of that span in address order, which tile the span
+//    exactly. Spans follow one another in creation order (an import is
+//    O(1)); span tags are also on the arena's span list. Because a span's
+//    segments tile it, a segment's neighbours on the list are its address
+//    neighbours, and a span tag (seg0 is typed as one) fences coalescing: a
+//    free merges with the free segment before and after, never across spans.
+//    No two free segments are ever adjacent.
+//
+// 3. Free segments sit on free lists by size: list i holds sizes in
+//    [2^i, 2^(i+1)), circular through a sentinel, newest first. Bit i of
+//    freemap says list i is non-empty. Instant fit (the default policy)
+//    takes the first segment of the lowest non-empty list whose every member
+//    fits: list highbit(size), or the one above when size is not a power of
+//    two. That is a mask and a count-trailing-zeros: constant time however
+//    many segments the arena holds. If no such list exists it falls back to
+//    searching the one list that might hold a fit. Best fit searches from
+//    list highbit(size) up and takes the smallest fitting segment of the
+//    first list that has one. Next fit starts after the end of its last
+//    allocation (the rotor) and wraps round the segment list, so integers
+//    are reused as late as possible (ids). Constrained allocations (align,
+//    phase, nocross, minaddr, maxaddr) search the lists in the same orders,
+//    checking each segment. A segment is carved from the front: the new tag
+//    goes in front of the remainder, which stays on its free list unless its
+//    size class changed. A free is the mirror image: a free neighbour grows
+//    over the freed range and the freed tag goes back to the stock.
+//
+// 4. Allocated segments are found on free through a hash table keyed by the
+//    start address (Fibonacci hashing), chained through the tag's link. It
+//    starts with 16 buckets inside the arena and grows (about 4x, buckets
+//    from whole pages) once there are more than two allocated segments per
+//    bucket; the rehash runs after the allocation that triggered it, with
+//    the pages taken with no lock held. A free checks its size against the
+//    segment's: a wrong size, a double free or an address never allocated is
+//    reported and refused.
+//
+// 5. Quantum caches. An arena created with qcache_max > 0 is fronted by kmem
+//    caches of 1..n quanta named "<arena>_<n>" (KMC_QCACHE | KMC_NOTOUCH):
+//    vmem_alloc and vmem_free of sizes up to qcache_max go to them, and get
+//    magazines (per-CPU, lock-free). The caches' slabs come from the arena
+//    through vmem_xalloc/vmem_xfree, which NEVER go through the quantum
+//    caches: that is the contract that keeps kmem -> vmem from recursing
+//    (the same as illumos). Arenas created before kmem is up record the
+//    request; vmem_kmem_ready (kmem calls it) creates the caches. Segments
+//    allocated directly for cacheable sizes before that are marked "early"
+//    and counted, so their later vmem_free goes back to the arena rather than
+//    to a cache that never handed them out.
+//
+// 6. Importing. An arena with afunc calls afunc(source, size, flags) when no
+//    free segment fits (never for nocross/minaddr/maxaddr requests, which the
+//    source cannot honour), with the arena lock dropped, and adds the result
+//    as an imported span. When a free makes a whole imported span free again,
+//    the span is removed and handed back with ffunc (lock dropped).
+//
+// 7. The tag pool. Tags come from a global pool refilled with whole pages
+//    from the page allocator (page_alloc_va), never from vmem: vmem can
+//    always make progress without itself. Each arena keeps a small stock of
+//    spare tags; every operation first makes sure it holds kSegMinFree of
+//    them (enough for a span and two splits), so nothing runs out half-way
+//    through a change. The pool keeps kPoolReserve tags back for VM_PUSHPAGE
+//    callers (kmem's allocations on behalf of code freeing memory), so those
+//    can still split segments when pages have run out. Frees never need a
+//    tag: they only merge.
+//
+// 8. Locking. One spinlock per arena, IRQs masked, guards everything in the
+//    arena. The pool lock nests inside an arena lock; g_arenas_lock (the
+//    arena list) is taken before an arena lock, never inside one. No vmem
+//    lock is held across afunc/ffunc, the page allocator or kmem.
+//
+// 9. Debugging. VMEM_ASSERT checks invariants always, off the fast paths;
+//    VMEM_DEBUG_ASSERT checks them on the fast paths too when MM_DEBUG is
+//    defined (the fast paths have a budget: about 150 instructions for an
+//    instant-fit alloc and free together). vmem_verify walks an arena and
+//    checks every invariant above (tests call it). Bad input is reported
+//    through mm::report_error with the arena's name and the caller, and
+//    refused.
+//
+// 10. kmem is optional. vmem calls kmem (quantum caches, reaping, error
+//    reports) through weak references, so vmem links and runs without it:
+//    early in boot, in a kernel or host program built without kmem, in
+//    tests. Nothing reaches a kmem cache function before kmem has called
+//    vmem_kmem_ready (that is what creates the caches); kmem_ready and
+//    report_error are checked for presence (without kmem, reports are
+//    logged).
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/platform.h>
+#include <mm/vmem.h>
+#include <new>
+
+// Section 10: weak references to kmem.
+namespace mm {
+bool kmem_ready() __attribute__((weak));
+void kmem_reap(bool all) __attribute__((weak));
+void report_error(const MemError& e) __attribute__((weak));
+void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out) __attribute__((weak));
+}  // namespace mm
+kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align, int (*constructor)(void*, void*, int),
+                                void (*destructor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
+                                int cflags) __attribute__((weak));
+bool kmem_cache_destroy(kmem_cache_t* cp) __attribute__((weak));
+void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) __attribute__((weak));
+void kmem_cache_free(kmem_cache_t* cp, void* obj) __attribute__((weak));
+
+#define VMEM_ASSERT(c)                                                                            \
+  do {                                                                                            \
+    if (__builtin_expect(!(c), 0)) mm::plat::fatal("vmem: %s:%d: %s", __FILE__, __LINE__, #c); \
+  } while (0)
+#if defined(MM_DEBUG)
+#define VMEM_DEBUG_ASSERT(c) VMEM_ASSERT(c)
+#else
+#define VMEM_DEBUG_ASSERT(c) \
+  do {                       \
+  } while (0 && (c))
+#endif
+
+namespace mm::vmem_detail {
+
+// Two-way links: free lists and the span list are circular through a
+// sentinel Link; hash chains and stocks of spare tags use `next` only.
+struct Link {
+  Link* next;
+  Link* prev;
+};
+
+}  // namespace mm::vmem_detail
+
+// A boundary tag: a span, a segment (allocated or free), or a spare tag.
+// (start/end and knext/kprev are interleaved so that GCC does not pair
+// their stores into vector moves, which costs instructions on the fast path.)
+struct vmem_seg {
+  mm::vmem_detail::Link link;  // first: a Link* to it converts back (seg_of)
+  uintptr_t start;
+  vmem_seg* knext;             // the segment list: address order within a span
+  uintptr_t end;               // exclusive; a span never ends at the top of the integers
+  vmem_seg* kprev;
+  uint8_t type;                // kSeg*
+  uint8_t imported;            // span: came from the source
+  uint8_t early;               // allocated: directly, for a cacheable size, before the caches
+};
+
+namespace mm::vmem_detail {
+
+constexpr unsigned kBits = sizeof(uintptr_t) * 8;
+static_assert(sizeof(unsigned long) == sizeof(uintptr_t), "highbit uses __builtin_clzl");
+constexpr unsigned kFreeLists = kBits;
+constexpr unsigned kMaxArenas = 64;
+constexpr unsigned kMaxQcaches = 16;        // quantum caches per arena
+constexpr unsigned kHashInitial = 16;       // buckets inside the arena
+constexpr unsigned kHashLoad = 2;           // grow past this many segments per bucket
+constexpr uintptr_t kHashMul = sizeof(uintptr_t) == 8 ? uintptr_t(0x9e3779b97f4a7c15ull) : uintptr_t(0x9e3779b9u);
+constexpr uintptr_t kSegMinFree = 4;        // tags one operation may consume
+constexpr uintptr_t kSegStockHigh = 128;    // when the pool runs dry, arenas' spare tags beyond this...
+constexpr uintptr_t kSegStockLow = 32;      // ...go back to it, down to this
+constexpr uintptr_t kPoolBatch = 16;        // tags moved to an arena at a time
+constexpr uintptr_t kPoolReserve = 64;      // kept for VM_PUSHPAGE
+constexpr unsigned kMaxImportsPerCall = 3;  // a NOSLEEP import that still does not fit gives up
+constexpr uintptr_t kFastMax = uintptr_t{1} << (kBits - 2);  // sizes the fast path takes
+
+enum : uint8_t {
+  kSegAlloc = VMEM_ALLOC,
+  kSegFree = VMEM_FREE,
+  kSegSpan = VMEM_SPAN,  // also seg0, the sentinel
+  kSegSpare = 0x40,      // in a stock of spare tags
+};
+
+enum : uint8_t { kQcacheNone, kQcachePending, kQcacheCreating, kQcacheReady };
+
+// Bad input, reported through mm::report_error.
+constexpr const char* kErrDoubleFree = "double free";
+constexpr const char* kErrNotAllocated = "free of unallocated segment";
+constexpr const char* kErrOutside = "free of address outside arena";
+constexpr const char* kErrWrongSize = "free with wrong size";
+constexpr const char* kErrDestroyBusy = "destroy of arena with allocations";
+constexpr const char* kErrDestroyImported = "destroy of arena other arenas import from";
+constexpr const char* kErrBadArgs = "invalid arguments";
+constexpr const char* kErrOverlap = "span overlaps arena";
+
+inline vmem_seg* seg_of(Link* l) { return reinterpret_cast<vmem_seg*>(l); }
+inline const vmem_seg* seg_of(const Link* l) { return reinterpret_cast<const vmem_seg*>(l); }
+
+}  // namespace mm::vmem_detail
+
+using namespace mm::vmem_detail;
+
+struct vmem {
+  // The fast paths.
+  mm::plat::Lock lock;
+  uintptr_t qmask = 0;            // quantum - 1
+  size_t qcache_want = 0;         // quantum caching asked for (bytes); sizes up to it go the slow way
+  uintptr_t fast_span = 0;        // vmem_alloc's fast path takes qcache_want < size <= kFastMax
+                                  // (0: never, the arena's policy is not instant fit)
+  unsigned hash_rshift = 0;       // kBits - log2(buckets)
+  uintptr_t freemap = 0;          // bit i: freelist[i] non-empty
+  Link* stock = nullptr;          // spare tags
+  Link** hash = nullptr;
+  intptr_t hash_room = 0;         // allocations left before the hash grows
+  uintptr_t hash_limit = 0;       // (allocated segments = hash_limit - hash_room)
+  size_t alloc_bytes = 0;
+  vmem_seg* rotor = nullptr;      // next fit resumes in or after this tag...
+  uintptr_t rotor_addr = 0;       // ...at this address
+  uintptr_t early_segs = 0;       // allocated segments marked early
+  size_t qcache_max = 0;          // 0 until the quantum caches exist
+  uint64_t allocs = 0;            // (frees = allocs - allocated segments)
+  int policy = VM_INSTANTFIT;     // for requests that name none
+  Link freelist[kFreeLists] = {};
+  // The rest.
+  uintptr_t quantum = 0;
+  unsigned qshift = 0;
+  kmem_cache_t* qcache[kMaxQcaches] = {};
+  vmem_seg seg0 = {};             // sentinel of the segment list
+  Link spans = {};                // sentinel of the span list
+  Link* hash0[kHashInitial] = {};
+  vmem* source = nullptr;
+  vmem_alloc_t* afunc = nullptr;
+  vmem_free_t* ffunc = nullptr;
+  size_t span_bytes = 0;
+  size_t imported_bytes = 0;
+  uint64_t nspans = 0, failures = 0, imports = 0, span_returns = 0, hash_rescales = 0, searches = 0;
+  uint8_t qcache_state = kQcacheNone;
+  bool hash_growing = false;
+  bool in_use = false;
+  vmem* next = nullptr;           // the arena list, in creation order
+  char name[VMEM_NAMELEN] = {};
+};
+
+namespace mm {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Globals: arena slots, the arena list and the tag pool. All constant-
+// initialised (no static constructors).
+
+vmem g_slots[kMaxArenas];
+vmem* g_arenas;  // creation order
+plat::Lock g_arenas_lock;
+
+plat::Lock g_pool_lock;  // nests inside an arena lock
+Link* g_pool;
+uintptr_t g_pool_free, g_pool_total, g_pool_pages;
+
+// ---------------------------------------------------------------------------
+// Small helpers.
+
+__attribute__((always_inline)) inline uintptr_t caller_of_api() {
+  return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
+}
+// Bit scans (x > 0). Where the ISA has bit-scan instructions GCC turns the
+// builtins into one each. RV64GC has none, and GCC would call libgcc's
+// __clzdi2, which the RISC-V kernel does not link: there, a de Bruijn
+// multiply finds the index of a lone bit instead.
+#if defined(__riscv) && !defined(__riscv_zbb)
+constexpr uint64_t kDeBruijn = 0x022fdd63cc95386dull;  // every 6-bit window distinct
+struct BitIndex {
+  uint8_t of[64];
+  constexpr BitIndex() : of() {
+    for (unsigned i = 0; i < 64; i++) of[(kDeBruijn << i) >> 58] = static_cast<uint8_t>(i);
+  }
+};
+constexpr BitIndex kBitIndex;
+static_assert(sizeof(uintptr_t) == 8, "the de Bruijn bit scan is for 64-bit RISC-V");
+inline unsigned bit_index(uint64_t lone_bit) { return kBitIndex.of[(lone_bit * kDeBruijn) >> 58]; }
+inline unsigned lowbit(uintptr_t x) { return bit_index(x & -x); }
+inline unsigned highbit(uintptr_t x) {
+  x |= x >> 1;
+  x |= x >> 2;
+  x |= x >> 4;
+  x |= x >> 8;
+  x |= x >> 16;
+  x |= x >> 32;
+  return bit_index(x ^ (x >> 1));
+}
+#else
+// (kBits - 1) - clz, written with ^ so that it folds into bsr where there is one.
+inline unsigned highbit(uintptr_t x) { return (kBits - 1) ^ static_cast<unsigned>(__builtin_clzl(x)); }
+inline unsigned lowbit(uintptr_t x) { return static_cast<unsigned>(__builtin_ctzl(x)); }
+#endif
+inline bool is_pow2(uintptr_t x) { return x && !(x & (x - 1)); }
+// x and y (both > 0) are on the same free list.
+inline bool same_highbit(uintptr_t x, uintptr_t y) { return (x ^ y) < (x & y); }
+inline uintptr_t seg_size(const vmem_seg* v) { return v->end - v->start; }
+inline uintptr_t round_up(uintptr_t x, uintptr_t mask) { return (x + mask) & ~mask; }
+inline uintptr_t nalloc_of(const vmem* vmp) { return vmp->hash_limit - static_cast<uintptr_t>(vmp->hash_room); }
+
+void copy_name(char* dst, const char* src) {
+  unsigned i = 0;
+  for (; src && src[i] && i + 1 < VMEM_NAMELEN; i++) dst[i] = src[i];
+  dst[i] = 0;
+}
+
+void report(const char* kind, const vmem* vmp, uintptr_t addr, uintptr_t caller, uint64_t detail) {
+  MemError e{kind, vmp ? vmp->name : "?", addr, caller, detail};
+  if (&report_error) return report_error(e);
+  plat::log("vmem: %s in '%s': address 0x%llx, caller 0x%llx, detail %llu", e.kind, e.where,
+            static_cast<unsigned long long>(e.address), static_cast<unsigned long long>(e.caller),
+            static_cast<unsigned long long>(e.detail));
+}
+
+// kmem is linked and up (section 10).
+bool kmem_up() { return &kmem_ready && kmem_ready(); }
+
+// Holds an arena's lock with IRQs masked; may be dropped and retaken. (The
+// fast paths lock by hand.)
+class ArenaLock {
+ public:
+  explicit ArenaLock(vmem* vmp) : vmp_(vmp) { acquire(); }
+  ~ArenaLock() {
+    if (held_) release();
+  }
+  ArenaLock(const ArenaLock&) = delete;
+  ArenaLock& operator=(const ArenaLock&) = delete;
+  void acquire() {
+    irq_ = plat::irq_save();
+    vmp_->lock.lock();
+    held_ = true;
+  }
+  void release() {
+    held_ = false;
+    vmp_->lock.unlock();
+    plat::irq_restore(irq_);
+  }
+
+ private:
+  vmem* vmp_;
+  plat::IrqState irq_{};
+  bool held_ = false;
+};
+
+// A global lock (arena list, tag pool) taken with IRQs masked.
+class GlobalLock {
+ public:
+  explicit GlobalLock(plat::Lock& l) : l_(l), irq_(plat::irq_save()) { l_.lock(); }
+  ~GlobalLock() {
+    l_.unlock();
+    plat::irq_restore(irq_);
+  }
+  GlobalLock(const GlobalLock&) = delete;
+  GlobalLock& operator=(const GlobalLock&) = delete;
+
+ private:
+  plat::Lock& l_;
+  plat::IrqState irq_;
+};
+
+// ---------------------------------------------------------------------------
+// The tag pool (section 7). Arena lock held unless noted.
+
+// The number of vmp's spare tags, counting no further than `cap`.
+uintptr_t stock_count(const vmem* vmp, uintptr_t cap = ~uintptr_t{0}) {
+  uintptr_t n = 0;
+  for (const Link* l = vmp->stock; l && n < cap; l = l->next) n++;
+  return n;
+}
+
+// Gives n of vmp's spare tags (it has them) back to the pool.
+void pool_put(vmem* vmp, uintptr_t n) {
+  if (!n) return;
+  Link* first = vmp->stock;
+  Link* last = first;
+  for (uintptr_t i = 1; i < n; i++) last = last->next;
+  vmp->stock = last->next;
+  g_pool_lock.lock();
+  last->next = g_pool;
+  g_pool = first;
+  g_pool_free += n;
+  g_pool_lock.unlock();
+}
+
+// Moves up to `want` tags from the pool to vmp's stock; only VM_PUSHPAGE
+// callers may take the reserve. Returns how many moved.
+uintptr_t pool_take(vmem* vmp, uintptr_t want, int vmflag) {
+  g_pool_lock.lock();
+  uintptr_t avail = g_pool_free;
+  if (!(vmflag & VM_PUSHPAGE)) avail = avail > kPoolReserve ? avail - kPoolReserve : 0;
+  uintptr_t n = want < avail ? want : avail;
+  for (uintptr_t i = 0; i < n; i++) {
+    Link* l = g_pool;
+    VMEM_ASSERT(l && seg_of(l)->type == kSegSpare);
+    g_pool = l->next;
+    l->next = vmp->stock;
+    vmp->stock = l;
+  }
+  g_pool_free -= n;
+  g_pool_lock.unlock();
+  return n;
+}
+
+// The pool ran dry: takes back what arenas hold beyond kSegStockHigh (frees
+// leave their tags with the arena). No vmem lock held. True if it got any.
+bool pool_reclaim() {
+  bool got = false;
+  GlobalLock g(g_arenas_lock);
+  for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) {
+    ArenaLock h(vmp);
+    uintptr_t n = stock_count(vmp);
+    if (n > kSegStockHigh) {
+      pool_put(vmp, n - kSegStockLow);
+      got = true;
+    }
+  }
+  return got;
+}
+
+// Adds a page of tags to the pool. No vmem lock held: the page allocator
+// may run kmem's reaper, which frees into arenas.
+bool pool_refill(int vmflag) {
+  void* page = page_alloc_va(0, vmflag & VM_KMFLAGS);
+  if (!page) return false;
+  auto* tags = static_cast<vmem_seg*>(page);
+  constexpr uintptr_t n = kPageBytes / sizeof(vmem_seg);
+  for (uintptr_t i = 0; i < n; i++) {
+    tags[i] = vmem_seg{};
+    tags[i].type = kSegSpare;
+    tags[i].link.next = i + 1 < n ? &tags[i + 1].link : nullptr;
+  }
+  GlobalLock g(g_pool_lock);
+  tags[n - 1].link.next = g_pool;
+  g_pool = &tags[0].link;
+  g_pool_free += n;
+  g_pool_total += n;
+  g_pool_pages++;
+  return true;
+}
+
+// Makes sure vmp holds at least n spare tags; may drop and retake the arena
+// lock (callers re-examine the arena afterwards). False if the pool is dry
+// and no page can be had under vmflag.
+bool ensure_tags(vmem* vmp, uintptr_t n, int vmflag, ArenaLock& h) {
+  for (;;) {
+    uintptr_t have = stock_count(vmp, n);
+    if (have >= n || pool_take(vmp, n - have + kPoolBatch, vmflag) >= n - have) return true;
+    h.release();
+    bool ok = pool_reclaim() || pool_refill(vmflag);
+    h.acquire();
+    if (!ok) return stock_count(vmp, n) >= n;
+  }
+}
+
+// Spare tags keep type kSegSpare and early == 0.
+inline vmem_seg* getseg(vmem* vmp) {
+  Link* l = vmp->stock;
+  VMEM_DEBUG_ASSERT(l && seg_of(l)->type == kSegSpare && !seg_of(l)->early);
+  vmp->stock = l->next;
+  return seg_of(l);
+}
+
+// (Frees only ever add tags; pool_reclaim and reaping take the excess.)
+inline void putseg(vmem* vmp, vmem_seg* v) {
+  v->type = kSegSpare;
+  v->link.next = vmp->stock;
+  vmp->stock = &v->link;
+}
+
+// ---------------------------------------------------------------------------
+// Lists (sections 2, 3). Arena lock held.
+
+inline void seg_link_after(vmem_seg* prev, vmem_seg* v) {
+  v->kprev = prev;
+  v->knext = prev->knext;
+  prev->knext->kprev = v;
+  prev->knext = v;
+}
+
+// Takes v off the segment list; `heir` is the tag that now covers v's
+// range (or the one before it), which inherits the rotor.
+inline void seg_unlink(vmem* vmp, vmem_seg* v, vmem_seg* heir) {
+  v->kprev->knext = v->knext;
+  v->knext->kprev = v->kprev;
+  if (vmp->rotor == v) vmp->rotor = heir;
+}
+
+inline void link_insert(Link* head, Link* l) {
+  Link* n = head->next;
+  l->next = n;
+  l->prev = head;
+  n->prev = l;
+  head->next = l;
+}
+
+inline void link_remove(Link* l) {
+  l->prev->next = l->next;
+  l->next->prev = l->prev;
+}
+
+// Puts v on free list i (highbit of its size).
+inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
+  VMEM_DEBUG_ASSERT(highbit(seg_size(v)) == i);
+  link_insert(&vmp->freelist[i], &v->link);
+  vmp->freemap |= uintptr_t{1} << i;
+}
+
+inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v, highbit(seg_size(v))); }
+
+// Removes v from free list i (the list for its size when it was inserted).
+inline void freelist_remove(vmem* vmp, vmem_seg* v, unsigned i) {
+  Link* n = v->link.next;
+  Link* p = v->link.prev;
+  VMEM_DEBUG_ASSERT(v->type == kSegFree);
+  p->next = n;
+  n->prev = p;
+  if (n == p) vmp->freemap &= ~(uintptr_t{1} << i);  // only the sentinel left
+}
+
+inline Link** hash_bucket(const vmem* vmp, uintptr_t addr) { return &vmp->hash[(addr * kHashMul) >> vmp->hash_rshift]; }
+
+// The allocated segment starting at addr, and the link that points to it.
+inline vmem_seg* hash_find(const vmem* vmp, uintptr_t addr, Link*** linkp) {
+  Link** pp = hash_bucket(vmp, addr);
+  Link* l;
+  while ((l = *pp) && seg_of(l)->start != addr) pp = &l->next;
+  *linkp = pp;
+  return seg_of(l);
+}
+
+// Enters the new allocated segment a in the hash and the totals.
+__attribute__((always_inline)) inline void hash_insert(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
+  Link** b = hash_bucket(vmp, addr);
+  a->link.next = *b;
+  *b = &a->link;
+  vmp->hash_room--;
+  vmp->alloc_bytes += size;
+  vmp->allocs++;
+}
+
+// ---------------------------------------------------------------------------
+// Spans and segments. Arena lock held.
+
+// Adds [base, base + size) as a span with one free segment: two tags.
+void span_create(vmem* vmp, uintptr_t base, uintptr_t size, bool imported) {
+  vmem_seg* span = getseg(vmp);
+  span->start = base;
+  span->end = base + size;
+  span->type = kSegSpan;
+  span->imported = imported;
+  seg_link_after(vmp->seg0.kprev, span);
+  link_insert(vmp->spans.prev, &span->link);  // at the end of the span list
+
+  vmem_seg* v = getseg(vmp);
+  v->start = base;
+  v->end = base + size;
+  v->type = kSegFree;
+  seg_link_after(span, v);
+  freelist_insert(vmp, v);
+
+  vmp->span_bytes += size;
+  if (imported) vmp->imported_bytes += size;
+  vmp->nspans++;
+}
+
+// Removes a span whose only segment v is free and off the free lists.
+void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
+  VMEM_ASSERT(span->type == kSegSpan && v->kprev == span && v->start == span->start && v->end == span->end);
+  seg_unlink(vmp, v, span->kprev);
+  seg_unlink(vmp, span, span->kprev);
+  link_remove(&span->link);
+  vmp->span_bytes -= seg_size(span);
+  if (span->imported) vmp->imported_bytes -= seg_size(span);
+  vmp->nspans--;
+  span->imported = 0;
+  putseg(vmp, v);
+  putseg(vmp, span);
+}
+
+// Carves [addr, addr + size) from the front of the free segment v, the
+// first of free list i (an instant fit); returns the allocated tag. The new
+// tag goes in front of the remainder, which stays on its free list unless
+// its size class changed; an exact fit turns v itself into the allocation.
+// Takes at most one spare tag.
+__attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, unsigned i, uintptr_t addr,
+                                                                uintptr_t size) {
+  uintptr_t end = v->end, aend = addr + size;
+  VMEM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && highbit(end - addr) == i);
+  vmem_seg* a;
+  if (__builtin_expect(aend != end, 1)) {
+    a = getseg(vmp);
+    vmem_seg* p = v->kprev;
+    a->start = addr;
+    a->end = aend;
+    a->kprev = p;
+    a->knext = v;
+    p->knext = a;
+    v->kprev = a;
+    v->start = aend;
+    unsigned j = highbit(end - aend);
+    if (__builtin_expect(j != i, 0)) {
+      freelist_remove(vmp, v, i);
+      freelist_insert_at(vmp, v, j);
+    }
+  } else {
+    freelist_remove(vmp, v, i);
+    a = v;
+  }
+  a->type = kSegAlloc;
+  hash_insert(vmp, a, addr, size);
+  return a;
+}
+
+// Carves [addr, addr + size) out of the free segment v anywhere (a search's
+// answer); returns the allocated tag. Takes at most two spare tags.
+vmem_seg* seg_alloc(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
+  uintptr_t start = v->start, end = v->end, aend = addr + size;
+  VMEM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size);
+  if (addr == start) return seg_alloc_front(vmp, v, highbit(end - start), addr, size);
+  // Inside v: v keeps the front, a new tag takes the allocation and another
+  // the rest (if any).
+  freelist_remove(vmp, v, highbit(end - start));
+  vmem_seg* a = getseg(vmp);
+  a->start = addr;
+  a->end = aend;
+  seg_link_after(v, a);
+  if (aend < end) {
+    vmem_seg* r = getseg(vmp);
+    r->start = aend;
+    r->end = end;
+    r->type = kSegFree;
+    seg_link_after(a, r);
+    freelist_insert(vmp, r);
+  }
+  v->end = addr;
+  freelist_insert(vmp, v);
+  a->type = kSegAlloc;
+  hash_insert(vmp, a, addr, size);
+  return a;
+}
+
+// ---------------------------------------------------------------------------
+// Finding a segment (section 3). Arena lock held.
+
+struct Request {
+  uintptr_t size;     // rounded to the quantum
+  uintptr_t align;    // power of two >= quantum
+  uintptr_t phase;    // < align
+  uintptr_t nocross;  // 0 or a power of two
+  uintptr_t minaddr;  // 0: none
+  uintptr_t maxaddr;  // exclusive; 0: none
+  bool unconstrained() const { return !phase && !nocross && !minaddr && !maxaddr; }
+};
+
+// Where in v a request fits, if it does.
+bool fit(const vmem_seg* v, const Request& r, uintptr_t* addr) {
+  uintptr_t lo = v->start > r.minaddr ? v->start : r.minaddr;
+  uintptr_t last = v->end - 1 < r.maxaddr - 1 ? v->end - 1 : r.maxaddr - 1;  // maxaddr 0 -> no limit
+  if (lo > last) return false;
+  uintptr_t a = lo + ((r.phase - lo) & (r.align - 1));
+  if (a < lo) return false;
+  if (r.nocross && ((a ^ (a + r.size - 1)) & ~(r.nocross - 1))) {
+    uintptr_t b = (a | (r.nocross - 1)) + 1;  // the boundary a's segment would straddle
+    if (b == 0) return false;
+    a = b + ((r.phase - b) & (r.align - 1));
+    if (a < b || ((a ^ (a + r.size - 1)) & ~(r.nocross - 1))) return false;
+  }
+  if (a > last || last - a < r.size - 1) return false;
+  *addr = a;
+  return true;
+}
+
+// Searches the free lists from `first` up (only list `first` if `one`):
+// the first fit, or with `best` the smallest fit of the first list that has
+// one.
+vmem_seg* search_lists(vmem* vmp, const Request& r, unsigned first, bool best, bool one, uintptr_t* addr) {
+  if (first >= kFreeLists) return nullptr;
+  uintptr_t map = vmp->freemap & (~uintptr_t{0} << first);
+  if (one) map &= uintptr_t{1} << first;
+  while (map) {
+    Link* head = &vmp->freelist[lowbit(map)];
+    vmem_seg* found = nullptr;
+    uintptr_t found_size = 0;
+    for (Link* l = head->next; l != head; l = l->next) {
+      vmem_seg* v = seg_of(l);
+      uintptr_t a;
+      vmp->searches++;
+      if (!fit(v, r, &a)) continue;
+      if (!best) {
+        *addr = a;
+        return v;
+      }
+      if (!found || seg_size(v) < found_size) {
+        found = v;
+        found_size = seg_size(v);
+        *addr = a;
+        if (found_size == r.size) break;
+      }
+    }
+    if (found) return found;
+    map &= map - 1;
+  }
+  return nullptr;
+}
+
+// Next fit: the first fit after the rotor, wrapping round the arena. The
+// rotor is the tag of the last next-fit allocation and rotor_addr its end;
+// once that segment is freed and merged, the rotor is the free segment that
+// contains rotor_addr, and the search starts inside it.
+vmem_seg* search_rotor(vmem* vmp, const Request& r, uintptr_t* addr) {
+  vmem_seg* rotor = vmp->rotor;
+  if (rotor->type == kSegFree && vmp->rotor_addr > rotor->start) {
+    Request after = r;
+    if (after.minaddr < vmp->rotor_addr) after.minaddr = vmp->rotor_addr;
+    vmp->searches++;
+    if (fit(rotor, after, addr)) return rotor;
+  }
+  for (vmem_seg* v = rotor->knext;; v = v->knext) {
+    if (v->type == kSegFree) {
+      vmp->searches++;
+      if (fit(v, r, addr)) return v;
+    }
+    if (v == rotor) return nullptr;
+  }
+}
+
+vmem_seg* find(vmem* vmp, const Request& r, int policy, uintptr_t* addr) {
+  if (policy == VM_NEXTFIT) return search_rotor(vmp, r, addr);
+  unsigned floor = highbit(r.size);
+  if (policy == VM_BESTFIT) return search_lists(vmp, r, floor, true, false, addr);
+  // Instant fit: from the first list whose members all fit (for an
+  // unconstrained request its first segment is taken), then the list that
+  // might hold a fit.
+  unsigned sure = floor + !is_pow2(r.size);
+  if (vmem_seg* v = search_lists(vmp, r, sure, false, false, addr)) return v;
+  if (sure != floor) return search_lists(vmp, r, floor, false, true, addr);
+  return nullptr;
+}
+
+int policy_of(int vmflag, const vmem* vmp) {
+  if (vmflag & VM_NEXTFIT) return VM_NEXTFIT;
+  if (vmflag & VM_BESTFIT) return VM_BESTFIT;
+  if (vmflag & VM_INSTANTFIT) return VM_INSTANTFIT;
+  return vmp->policy;
+}
+
+// ---------------------------------------------------------------------------
+// The hash table grows (section 4). No lock held on entry.
+
+unsigned order_for(size_t bytes) {
+  unsigned order = 0;
+  while ((kPageBytes << order) < bytes) order++;
+  return order;
+}
+
+void hash_set(vmem* vmp, Link** table, uintptr_t buckets) {
+  uintptr_t nalloc = nalloc_of(vmp);
+  vmp->hash = table;
+  vmp->hash_rshift = kBits - highbit(buckets);
+  vmp->hash_limit = kHashLoad * buckets;
+  vmp->hash_room = static_cast<intptr_t>(vmp->hash_limit - nalloc);
+}
+
+__attribute__((noinline)) void hash_grow(vmem* vmp) {
+  uintptr_t want;
+  {
+    ArenaLock h(vmp);
+    if (vmp->hash_growing || vmp->hash_room >= 0) return;
+    vmp->hash_growing = true;
+    want = kPageBytes / sizeof(Link*);
+    while (want < 2 * nalloc_of(vmp) && want * sizeof(Link*) < (kPageBytes << kMaxOrder)) want <<= 1;
+  }
+  unsigned order = order_for(want * sizeof(Link*));
+  auto** table = static_cast<Link**>(page_alloc_va(order, KM_NOSLEEP));
+  if (table) __builtin_memset(table, 0, kPageBytes << order);
+
+  Link** old;
+  uintptr_t old_n;
+  {
+    ArenaLock h(vmp);
+    vmp->hash_growing = false;
+    old_n = uintptr_t{1} << (kBits - vmp->hash_rshift);
+    if (!table || want <= old_n) {
+      // No pages (or already the largest table): try again when the arena
+      // has doubled.
+      if (vmp->hash_limit < ~uintptr_t{0} / 4) {
+        vmp->hash_room += static_cast<intptr_t>(vmp->hash_limit);
+        vmp->hash_limit *= 2;
+      }
+      old = table;
+      old_n = want;
+    } else {
+      old = vmp->hash;
+      hash_set(vmp, table, want);
+      vmp->hash_rescales++;
+      for (uintptr_t i = 0; i < old_n; i++) {
+        Link* l = old[i];
+        while (l) {
+          Link* next = l->next;
+          Link** b = hash_bucket(vmp, seg_of(l)->start);
+          l->next = *b;
+          *b = l;
+          l = next;
+        }
+      }
+    }
+  }
+  if (old && old != vmp->hash0) page_free_va(old, order_for(old_n * sizeof(Link*)));
+}
+
+// ---------------------------------------------------------------------------
+// Allocation.
+
+// Grows the hash after an allocation (no lock held) and returns its address.
+__attribute__((noinline)) uintptr_t grow_then(vmem* vmp, uintptr_t addr) {
+  hash_grow(vmp);
+  return addr;
+}
+
+// Imports a span big enough for r from the source (lock dropped meanwhile).
+bool import_span(vmem* vmp, const Request& r, int vmflag, ArenaLock& h) {
+  uintptr_t aq = vmp->quantum;
+  if (vmp->source && vmp->source->quantum > aq) aq = vmp->source->quantum;
+  uintptr_t need = r.size + r.phase + (r.align > aq ? r.align - aq : 0);
+  uintptr_t asize = round_up(need, aq - 1);
+  if (need < r.size || asize < need) return false;
+  h.release();
+  void* va = vmp->afunc(vmp->source, asize, vmflag & VM_KMFLAGS);
+  h.acquire();
+  if (!va) return false;
+  auto base = reinterpret_cast<uintptr_t>(va);
+  VMEM_ASSERT(!(base & vmp->qmask) && base + asize > base);
+  if (!ensure_tags(vmp, 2, vmflag, h)) {
+    h.release();
+    if (vmp->ffunc) vmp->ffunc(vmp->source, va, asize);
+    h.acquire();
+    return false;
+  }
+  span_create(vmp, base, asize, true);
+  vmp->imports++;
+  return true;
+}
+
+// Everything but the instant-fit fast path: searching, importing, waiting.
+void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early) {
+  ArenaLock h(vmp);
+  unsigned imports = 0;
+  for (;;) {
+    if (ensure_tags(vmp, kSegMinFree, vmflag, h)) {
+      uintptr_t addr;
+      if (vmem_seg* v = find(vmp, r, policy, &addr)) {
+        vmem_seg* a = seg_alloc(vmp, v, addr, r.size);
+        if (policy == VM_NEXTFIT) {
+          vmp->rotor = a;
+          vmp->rotor_addr = addr + r.size;
+        }
+        if (early) {
+          a->early = 1;
+          __atomic_store_n(&vmp->early_segs, vmp->early_segs + 1, __ATOMIC_RELAXED);
+        }
+        bool grow = vmp->hash_room < 0;
+        h.release();
+        if (grow) hash_grow(vmp);
+        return reinterpret_cast<void*>(addr);
+      }
+      if (vmp->afunc && !r.nocross && !r.minaddr && !r.maxaddr &&
+          (!(vmflag & VM_NOSLEEP) || imports < kMaxImportsPerCall)) {
+        imports++;
+        if (import_span(vmp, r, vmflag, h)) continue;
+      }
+    }
+    if (vmflag & VM_NOSLEEP) break;
+    // VM_SLEEP: let kmem give back what its caches hold, wait, retry.
+    h.release();
+    if (kmem_up()) kmem_reap(false);
+    plat::wait_for_memory();
+    h.acquire();
+  }
+  vmp->failures++;
+  return nullptr;
+}
+
+// vmem_alloc's way for everything the fast path does not take: quantum
+// caches, other policies, sizes that do not fit, a missed fast path.
+__attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, uintptr_t caller) {
+  bool early = false;
+  if (size - 1 < vmp->qcache_want) {
+    if (__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))
+      return kmem_cache_alloc(vmp->qcache[(size - 1) >> vmp->qshift], vmflag & VM_KMFLAGS);
+    early = true;  // before the caches exist: from the arena, marked
+  }
+  uintptr_t asize = round_up(size, vmp->qmask);
+  if (asize < size || !size) {
+    report(kErrBadArgs, vmp, 0, caller, size);
+    return nullptr;
+  }
+  Request r{asize, vmp->quantum, 0, 0, 0, 0};
+  return xalloc(vmp, r, policy_of(vmflag, vmp), vmflag, early);
+}
+
+// The fast path (section 3): the first segment of the lowest free list
+// whose members all fit: lists >= highbit(size), or above it when size is
+// not a power of two, i.e. >= highbit(2 * size - 1). When there is none (or
+// no spare tag) it hands the request to `slow` (a tail call, so that
+// nothing has to be kept across the fast path). asize is size rounded to
+// the quantum, nonzero and at most kFastMax.
+template <typename Slow>
+__attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
+  plat::IrqState irq = plat::irq_save();
+  vmp->lock.lock();
+  uintptr_t map = vmp->freemap & (~uintptr_t{0} << highbit(2 * asize - 1));
+  if (__builtin_expect(!map || !vmp->stock, 0)) {  // it takes at most one tag
+    vmp->lock.unlock();
+    plat::irq_restore(irq);
+    return slow();
+  }
+  unsigned i = lowbit(map);
+  vmem_seg* v = seg_of(vmp->freelist[i].next);
+  uintptr_t addr = v->start;
+  seg_alloc_front(vmp, v, i, addr, asize);
+  bool grow = vmp->hash_room < 0;
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  if (__builtin_expect(grow, 0)) return reinterpret_cast<void*>(grow_then(vmp, addr));
+  return reinterpret_cast<void*>(addr);
+}
+
+// ---------------------------------------------------------------------------
+// Free.
+
+// A free that matches no allocated segment (lock held; released here):
+// finds what the address is (inside a free segment: freed already; inside
+// an allocated one but not its start; or in no span at all) and reports it.
+__attribute__((noinline)) void bad_free(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
+                                        uintptr_t caller, const vmem_seg* found) {
+  const char* kind = found ? kErrWrongSize : kErrOutside;
+  for (const vmem_seg* s = vmp->seg0.knext; !found && s != &vmp->seg0; s = s->knext) {
+    if (s->type == kSegSpan || addr < s->start || addr >= s->end) continue;
+    kind = s->type == kSegFree ? kErrDoubleFree : kErrNotAllocated;
+    break;
+  }
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  report(kind, vmp, addr, caller, size);
+}
+
+// The free segment v is a whole imported span (lock held; released here):
+// remove it and give it back to the source.
+__attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_seg* span, vmem_seg* v) {
+  void* base = reinterpret_cast<void*>(v->start);
+  uintptr_t bytes = seg_size(v);
+  freelist_remove(vmp, v, highbit(bytes));
+  span_destroy(vmp, span, v);
+  vmp->span_returns++;
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  vmp->ffunc(vmp->source, base, bytes);
+}
+
+// v, just freed, has free segments on both sides: prev takes all three
+// (lock held). Returns prev.
+__attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
+  VMEM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
+  freelist_remove(vmp, next, highbit(seg_size(next)));
+  unsigned i = highbit(seg_size(prev));
+  prev->end = next->end;
+  seg_unlink(vmp, v, prev);
+  seg_unlink(vmp, next, prev);
+  putseg(vmp, v);
+  putseg(vmp, next);
+  unsigned j = highbit(seg_size(prev));
+  if (j != i) {
+    freelist_remove(vmp, prev, i);
+    freelist_insert_at(vmp, prev, j);
+  }
+  return prev;
+}
+
+// Frees the allocated segment at addr: a free neighbour grows over it (the
+// mirror of seg_alloc_front), and a wholly free imported span goes back.
+__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, uintptr_t caller) {
+  uintptr_t asize = round_up(size, vmp->qmask);
+  plat::IrqState irq = plat::irq_save();
+  vmp->lock.lock();
+  Link** link = hash_bucket(vmp, addr);
+  Link* l;
+  while ((l = *link) && seg_of(l)->start != addr) link = &l->next;
+  vmem_seg* v = seg_of(l);
+  if (__builtin_expect(!l || v->end - addr != asize, 0)) return bad_free(vmp, irq, addr, size, caller, l ? v : nullptr);
+  VMEM_DEBUG_ASSERT(v->type == kSegAlloc);
+  *link = l->next;
+  vmp->hash_room++;
+  vmp->alloc_bytes -= asize;
+  if (__builtin_expect(v->early, 0)) {
+    v->early = 0;
+    __atomic_store_n(&vmp->early_segs, vmp->early_segs - 1, __ATOMIC_RELAXED);
+  }
+
+  vmem_seg* next = v->knext;
+  vmem_seg* prev = v->kprev;
+  vmem_seg* n;  // the free segment v ends up in
+  uintptr_t old;
+  if (next->type == kSegFree) {
+    if (__builtin_expect(prev->type == kSegFree, 0)) {
+      n = merge_both(vmp, prev, v, next);
+      goto merged;
+    }
+    VMEM_DEBUG_ASSERT(next->start == v->end);
+    n = next;
+    old = next->end - v->end;
+    next->start = addr;
+  } else if (prev->type == kSegFree) {
+    VMEM_DEBUG_ASSERT(prev->end == addr);
+    n = prev;
+    old = addr - prev->start;
+    prev->end = v->end;
+  } else {
+    v->type = kSegFree;
+    freelist_insert_at(vmp, v, highbit(asize));
+    n = v;
+    goto merged;
+  }
+  // n grew over v: v's tag goes, and n changes free list if its class did.
+  prev->knext = next;
+  next->kprev = prev;
+  if (vmp->rotor == v) vmp->rotor = n;
+  putseg(vmp, v);
+  {
+    unsigned i = highbit(old), j = highbit(old + asize);
+    if (__builtin_expect(j != i, 0)) {
+      freelist_remove(vmp, n, i);
+      freelist_insert_at(vmp, n, j);
+    }
+  }
+merged:
+  vmem_seg* span = n->kprev;
+  if (__builtin_expect(span->type == kSegSpan && n->knext->type == kSegSpan, 0) && span->imported && vmp->ffunc)
+    return span_release(vmp, irq, span, n);
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+}
+
+// A free of a size the quantum caches serve. Segments allocated directly
+// before the caches existed (marked early) go back to the arena.
+__attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, uintptr_t caller) {
+  auto addr = reinterpret_cast<uintptr_t>(vaddr);
+  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE)) return xfree(vmp, addr, size, caller);
+  if (__atomic_load_n(&vmp->early_segs, __ATOMIC_RELAXED)) {
+    bool early;
+    {
+      ArenaLock h(vmp);
+      Link** link;
+      vmem_seg* v = hash_find(vmp, addr, &link);
+      early = v && v->early;
+    }
+    if (early) return xfree(vmp, addr, size, caller);
+  }
+  kmem_cache_free(vmp->qcache[(size - 1) >> vmp->qshift], vaddr);
+}
+
+// Checks xalloc's constraints and fills r; false (reported) if invalid.
+bool make_request(vmem* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                  void* maxaddr, uintptr_t caller, Request& r) {
+  uintptr_t q = vmp->quantum;
+  r.size = round_up(size, vmp->qmask);
+  r.align = align < q ? q : align;
+  r.phase = phase;
+  r.nocross = nocross;
+  r.minaddr = reinterpret_cast<uintptr_t>(minaddr);
+  r.maxaddr = reinterpret_cast<uintptr_t>(maxaddr);
+  bool ok = size && r.size >= size && is_pow2(r.align) && !((r.align | phase | nocross) & vmp->qmask) &&
+            phase < r.align && (!nocross || is_pow2(nocross)) && (!r.maxaddr || r.minaddr < r.maxaddr);
+  // With nocross, the segment and its phase must fit between two boundaries.
+  if (ok && nocross && (r.align > nocross || phase + r.size > nocross)) ok = false;
+  if (!ok) report(kErrBadArgs, vmp, r.minaddr, caller, size);
+  return ok;
+}
+
+// ---------------------------------------------------------------------------
+// Quantum caches (section 5). No lock held.
+
+void format_qcache_name(char* out, const char* arena, unsigned n) {
+  unsigned i = 0;
+  for (; arena[i] && i < VMEM_NAMELEN - 4; i++) out[i] = arena[i];
+  out[i++] = '_';
+  char digits[4];
+  unsigned d = 0;
+  do {
+    digits[d++] = static_cast<char>('0' + n % 10);
+    n /= 10;
+  } while (n);
+  while (d) out[i++] = digits[--d];
+  out[i] = 0;
+}
+
+void qcache_create(vmem* vmp) {
+  unsigned n = static_cast<unsigned>(vmp->qcache_want >> vmp->qshift);
+  kmem_cache_t* caches[kMaxQcaches] = {};
+  for (unsigned i = 0; i < n; i++) {
+    char name[VMEM_NAMELEN];
+    format_qcache_name(name, vmp->name, i + 1);
+    caches[i] = kmem_cache_create(name, (i + 1) * vmp->quantum, vmp->quantum, nullptr, nullptr, nullptr, nullptr,
+                                  vmp, KMC_QCACHE | KMC_NOTOUCH);
+    if (!caches[i]) {
+      plat::log("vmem: '%s': cannot create quantum cache '%s'; the arena runs uncached", vmp->name, name);
+      while (i--) (void)kmem_cache_destroy(caches[i]);
+      ArenaLock h(vmp);
+      vmp->qcache_state = kQcacheNone;
+      return;
+    }
+  }
+  ArenaLock h(vmp);
+  for (unsigned i = 0; i < n; i++) vmp->qcache[i] = caches[i];
+  vmp->qcache_state = kQcacheReady;
+  __atomic_store_n(&vmp->qcache_max, vmp->qcache_want, __ATOMIC_RELEASE);
+}
+
+// Marks vmp's caches as being created if they are pending; true if the
+// caller should create them.
+bool qcache_claim(vmem* vmp) {
+  ArenaLock h(vmp);
+  if (vmp->qcache_state != kQcachePending) return false;
+  vmp->qcache_state = kQcacheCreating;
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Verification (section 9). Arena lock held.
+
+bool verify_failed(const vmem* vmp, const char* what, uintptr_t addr) {
+  plat::log("vmem_verify('%s'): %s at 0x%llx", vmp->name, what, static_cast<unsigned long long>(addr));
+  return false;
+}
+
+bool verify_locked(const vmem* vmp) {
+  const vmem_seg* seg0 = &vmp->seg0;
+  uintptr_t q = vmp->quantum;
+  uintptr_t nalloc = 0, nfree = 0, nspans = 0, nearly = 0;
+  size_t alloc_bytes = 0, span_bytes = 0, imported = 0;
+  bool rotor_seen = vmp->rotor == seg0;
+  const vmem_seg* span = nullptr;
+  const Link* span_list = vmp->spans.next;
+  uintptr_t cursor = 0;  // where the next segment of the current span starts
+  for (const vmem_seg* v = seg0->knext;; v = v->knext) {
+    if (v->kprev->knext != v || v->knext->kprev != v) return verify_failed(vmp, "broken segment list", v->start);
+    if (v == vmp->rotor) rotor_seen = true;
+    if (v == seg0 || v->type == kSegSpan) {
+      if (span && cursor != span->end) return verify_failed(vmp, "segments do not tile their span", span->start);
+      if (v == seg0) break;
+      if (&v->link != span_list || span_list->next->prev != span_list)
+        return verify_failed(vmp, "span list out of step", v->start);
+      span_list = span_list->next;
+      if (v->start >= v->end || ((v->start | v->end) & (q - 1))) return verify_failed(vmp, "bad span", v->start);
+      span = v;
+      cursor = v->start;
+      nspans++;
+      span_bytes += seg_size(v);
+      if (v->imported) imported += seg_size(v);
+      continue;
+    }
+    if (!span) return verify_failed(vmp, "segment before any span", v->start);
+    if (v->start != cursor || v->end <= v->start || ((v->start | v->end) & (q - 1)))
+      return verify_failed(vmp, "bad segment bounds", v->start);
+    cursor = v->end;
+    if (v->type == kSegFree) {
+      if (v->kprev->type == kSegFree) return verify_failed(vmp, "adjacent free segments", v->start);
+      if (v->early) return verify_failed(vmp, "free segment marked early", v->start);
+      nfree++;
+      const Link* head = &vmp->freelist[highbit(seg_size(v))];
+      const Link* f = head->next;
+      while (f != head && f != &v->link) f = f->next;
+      if (f == head) return verify_failed(vmp, "free segment not on its free list", v->start);
+    } else if (v->type == kSegAlloc) {
+      nalloc++;
+      nearly += v->early;
+      alloc_bytes += seg_size(v);
+      const Link* f = *hash_bucket(vmp, v->start);
+      while (f && f != &v->link) f = f->next;
+      if (!f) return verify_failed(vmp, "allocated segment not in the hash", v->start);
+    } else {
+      return verify_failed(vmp, "bad tag type", v->start);
+    }
+  }
+  if (span_list != &vmp->spans) return verify_failed(vmp, "span list longer than the segment list", 0);
+  if (!rotor_seen) return verify_failed(vmp, "rotor not on the segment list", 0);
+  uintptr_t listed = 0;
+  for (unsigned i = 0; i < kFreeLists; i++) {
+    const Link* head = &vmp->freelist[i];
+    bool empty = head->next == head;
+    if (empty != !(vmp->freemap & (uintptr_t{1} << i))) return verify_failed(vmp, "freemap out of step", i);
+    for (const Link* f = head->next; f != head; f = f->next) {
+      const vmem_seg* s = seg_of(f);
+      if (s->type != kSegFree || highbit(seg_size(s)) != i || f->next->prev != f)
+        return verify_failed(vmp, "bad free list entry", s->start);
+      listed++;
+    }
+  }
+  if (listed != nfree) return verify_failed(vmp, "free lists hold other segments", listed);
+  uintptr_t hashed = 0, buckets = uintptr_t{1} << (kBits - vmp->hash_rshift);
+  for (uintptr_t b = 0; b < buckets; b++)
+    for (const Link* f = vmp->hash[b]; f; f = f->next) {
+      if (seg_of(f)->type != kSegAlloc || hash_bucket(vmp, seg_of(f)->start) != &vmp->hash[b])
+        return verify_failed(vmp, "bad hash entry", seg_of(f)->start);
+      hashed++;
+    }
+  if (hashed != nalloc || nalloc != nalloc_of(vmp)) return verify_failed(vmp, "allocated segment count", hashed);
+  if (nearly != vmp->early_segs) return verify_failed(vmp, "early segment count", nearly);
+  if (alloc_bytes != vmp->alloc_bytes) return verify_failed(vmp, "allocated bytes", alloc_bytes);
+  if (span_bytes != vmp->span_bytes || imported != vmp->imported_bytes || nspans != vmp->nspans)
+    return verify_failed(vmp, "span totals", span_bytes);
+  uintptr_t stock = 0;
+  for (const Link* f = vmp->stock; f; f = f->next, stock++)
+    if (seg_of(f)->type != kSegSpare || seg_of(f)->early) return verify_failed(vmp, "spare tag in use", stock);
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Statistics, walking, kmem hooks.
+
+void vmem_stats(const vmem_t* cvmp, VmemStats& o) {
+  auto* vmp = const_cast<vmem*>(cvmp);
+  o = VmemStats{};
+  ArenaLock h(vmp);
+  copy_name(o.name, vmp->name);
+  o.quantum = vmp->quantum;
+  o.span_bytes = vmp->span_bytes;
+  o.imported_bytes = vmp->imported_bytes;
+  o.alloc_bytes = vmp->alloc_bytes;
+  o.free_bytes = vmp->span_bytes - vmp->alloc_bytes;
+  o.spans = vmp->nspans;
+  o.segs_alloc = nalloc_of(vmp);
+  for (unsigned i = 0; i < kFreeLists; i++)
+    for (const Link* f = vmp->freelist[i].next; f != &vmp->freelist[i]; f = f->next) o.segs_free++;
+  o.allocs = vmp->allocs;
+  o.frees = vmp->allocs - nalloc_of(vmp);
+  o.failures = vmp->failures;
+  o.imports = vmp->imports;
+  o.span_returns = vmp->span_returns;
+  o.searches = vmp->searches;
+  o.hash_buckets = uintptr_t{1} << (kBits - vmp->hash_rshift);
+  o.hash_rescales = vmp->hash_rescales;
+  o.qcache_max = vmp->qcache_max;
+  o.source = vmp->source ? vmp->source->name : nullptr;
+}
+
+void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg) {
+  GlobalLock g(g_arenas_lock);
+  for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) fn(vmp, arg);
+}
+
+void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pages) {
+  uint64_t stocked = 0;
+  {
+    GlobalLock g(g_arenas_lock);
+    for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) {
+      ArenaLock h(vmp);
+      stocked += stock_count(vmp);
+    }
+  }
+  GlobalLock g(g_pool_lock);
+  tags_total = g_pool_total;
+  tags_free = g_pool_free + stocked;
+  pages = g_pool_pages;
+}
+
+bool vmem_verify(const vmem_t* cvmp) {
+  auto* vmp = const_cast<vmem*>(cvmp);
+  ArenaLock h(vmp);
+  return verify_locked(vmp);
+}
+
+void vmem_kmem_ready() {
+  for (;;) {
+    vmem* todo = nullptr;
+    {
+      GlobalLock g(g_arenas_lock);
+      for (vmem* vmp = g_arenas; vmp && !todo; vmp = vmp->next)
+        if (qcache_claim(vmp)) todo = vmp;
+    }
+    if (!todo) return;
+    qcache_create(todo);
+  }
+}
+
+// kmem_reap reaps every cache, quantum caches included (they are ordinary
+// caches on its list), and then calls this. What vmem holds on its own
+// account is spare tags: each arena's stock goes back to the pool down to
+// the minimum an operation needs.
+void vmem_qcache_reap() {
+  GlobalLock g(g_arenas_lock);
+  for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) {
+    ArenaLock h(vmp);
+    uintptr_t n = stock_count(vmp);
+    if (n > kSegMinFree) pool_put(vmp, n - kSegMinFree);
+  }
+}
+
+}  // namespace mm
+
+// ---------------------------------------------------------------------------
+// The public API.
+
+using namespace mm;
+
+vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, vmem_alloc_t* afunc,
+                    vmem_free_t* ffunc, vmem_t* source, size_t qcache_max, int vmflag) {
+  uintptr_t caller = caller_of_api();
+  int policy = vmflag & VM_POLICY;
+  if (!is_pow2(quantum) || (policy & (policy - 1)) || (afunc && !source)) {
+    report(kErrBadArgs, nullptr, reinterpret_cast<uintptr_t>(base), caller, quantum);
+    return nullptr;
+  }
+  vmem* vmp = nullptr;
+  {
+    GlobalLock g(g_arenas_lock);
+    for (vmem& slot : g_slots)
+      if (!slot.in_use) {
+        vmp = &slot;
+        break;
+      }
+    if (vmp) {
+      new (vmp) vmem{};
+      vmp->in_use = true;
+    }
+  }
+  if (!vmp) {
+    plat::log("vmem_create('%s'): all %u arenas in use", name ? name : "?", kMaxArenas);
+    return nullptr;
+  }
+  copy_name(vmp->name, name ? name : "anonymous");
+  vmp->quantum = quantum;
+  vmp->qmask = quantum - 1;
+  vmp->qshift = highbit(quantum);
+  vmp->policy = policy ? policy : VM_INSTANTFIT;
+  for (Link& head : vmp->freelist) head.next = head.prev = &head;
+  vmp->seg0.knext = vmp->seg0.kprev = &vmp->seg0;
+  vmp->seg0.type = kSegSpan;
+  vmp->spans.next = vmp->spans.prev = &vmp->spans;
+  vmp->rotor = &vmp->seg0;
+  hash_set(vmp, vmp->hash0, kHashInitial);
+  vmp->source = source;
+  vmp->afunc = afunc;
+  vmp->ffunc = ffunc;
+  size_t nq = qcache_max >> vmp->qshift;
+  vmp->qcache_want = (nq < kMaxQcaches ? nq : kMaxQcaches) << vmp->qshift;
+  if (vmp->qcache_want) vmp->qcache_state = kQcachePending;
+  vmp->fast_span = vmp->policy == VM_INSTANTFIT ? kFastMax - vmp->qcache_want : 0;
+  {
+    GlobalLock g(g_arenas_lock);
+    vmem** pp = &g_arenas;
+    while (*pp) pp = &(*pp)->next;
+    *pp = vmp;
+  }
+  if ((base || size) && !vmem_add(vmp, base, size, vmflag)) {
+    (void)vmem_destroy(vmp);
+    return nullptr;
+  }
+  if (vmp->qcache_want && kmem_up() && qcache_claim(vmp)) qcache_create(vmp);
+  return vmp;
+}
+
+bool vmem_destroy(vmem_t* vmp) {
+  uintptr_t caller = caller_of_api();
+  if (!vmp || !vmp->in_use) {
+    report(kErrBadArgs, nullptr, reinterpret_cast<uintptr_t>(vmp), caller, 0);
+    return false;
+  }
+  // 1. Arenas that import from this one.
+  {
+    unsigned importers = 0;
+    GlobalLock g(g_arenas_lock);
+    for (vmem* a = g_arenas; a; a = a->next)
+      if (a->source == vmp) {
+        plat::log("vmem_destroy('%s') refused: arena '%s' imports from it", vmp->name, a->name);
+        importers++;
+      }
+    if (importers) {
+      report(kErrDestroyImported, vmp, reinterpret_cast<uintptr_t>(vmp), caller, importers);
+      return false;
+    }
+  }
+  // 2. Outstanding allocations: objects in the quantum caches, segments
+  //    allocated directly (the caches' own slabs do not count).
+  unsigned nq = 0;
+  uint64_t cached_bytes = 0, slab_bytes = 0, slabs = 0;
+  for (; nq < kMaxQcaches && vmp->qcache[nq]; nq++) {
+    KmemCacheStats ks;
+    kmem_cache_stats(vmp->qcache[nq], ks);
+    cached_bytes += ks.buf_inuse * ks.bufsize;
+    slab_bytes += ks.slabs * ks.slab_size;
+    slabs += ks.slabs;
+  }
+  {
+    ArenaLock h(vmp);
+    uint64_t direct_bytes = vmp->alloc_bytes - slab_bytes;
+    uint64_t direct_segs = nalloc_of(vmp) - slabs;
+    if (cached_bytes || direct_bytes) {
+      uintptr_t first = 0;
+      for (vmem_seg* v = vmp->seg0.knext; v != &vmp->seg0 && !first; v = v->knext)
+        if (v->type == kSegAlloc) first = v->start;
+      h.release();
+      plat::log("vmem_destroy('%s') refused: %llu bytes in %llu segments allocated, %llu bytes in quantum caches",
+                vmp->name, static_cast<unsigned long long>(direct_bytes),
+                static_cast<unsigned long long>(direct_segs), static_cast<unsigned long long>(cached_bytes));
+      report(kErrDestroyBusy, vmp, first, caller, direct_bytes + cached_bytes);
+      return false;
+    }
+  }
+  // 3. The quantum caches give their slabs back.
+  __atomic_store_n(&vmp->qcache_max, size_t{0}, __ATOMIC_RELEASE);
+  for (unsigned i = 0; i < nq; i++) {
+    if (!kmem_cache_destroy(vmp->qcache[i])) {
+      plat::log("vmem_destroy('%s'): quantum cache %u still busy", vmp->name, i + 1);
+      return false;
+    }
+    vmp->qcache[i] = nullptr;
+  }
+  {
+    GlobalLock g(g_arenas_lock);
+    vmem** pp = &g_arenas;
+    while (*pp != vmp) pp = &(*pp)->next;
+    *pp = vmp->next;
+  }
+  // 4. Imported spans (all free now) go back to the source; every tag goes
+  //    back to the pool.
+  ArenaLock h(vmp);
+  VMEM_ASSERT(vmp->alloc_bytes == 0 && nalloc_of(vmp) == 0);
+  while (vmp->spans.next != &vmp->spans) {
+    vmem_seg* span = seg_of(vmp->spans.next);
+    vmem_seg* v = span->knext;
+    VMEM_ASSERT(v->type == kSegFree && v->end == span->end);
+    freelist_remove(vmp, v, highbit(seg_size(v)));
+    void* base = reinterpret_cast<void*>(span->start);
+    uintptr_t bytes = seg_size(span);
+    bool give_back = span->imported && vmp->ffunc;
+    span_destroy(vmp, span, v);
+    if (give_back) {
+      h.release();
+      vmp->ffunc(vmp->source, base, bytes);
+      h.acquire();
+    }
+  }
+  VMEM_ASSERT(vmp->freemap == 0);
+  pool_put(vmp, stock_count(vmp));
+  Link** table = vmp->hash;
+  uintptr_t buckets = uintptr_t{1} << (kBits - vmp->hash_rshift);
+  hash_set(vmp, vmp->hash0, kHashInitial);
+  h.release();
+  if (table != vmp->hash0) page_free_va(table, order_for(buckets * sizeof(Link*)));
+  GlobalLock g(g_arenas_lock);
+  vmp->in_use = false;
+  return true;
+}
+
+void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag) {
+  uintptr_t caller = caller_of_api();
+  auto base = reinterpret_cast<uintptr_t>(vaddr);
+  if (!base || !size || ((base | size) & vmp->qmask) || base + size < base || base + size == 0) {
+    report(kErrBadArgs, vmp, base, caller, size);
+    return nullptr;
+  }
+  ArenaLock h(vmp);
+  if (!ensure_tags(vmp, 2, vmflag, h)) return nullptr;
+  for (const Link* l = vmp->spans.next; l != &vmp->spans; l = l->next) {
+    const vmem_seg* span = seg_of(l);
+    if (base < span->end && span->start < base + size) {
+      h.release();
+      report(kErrOverlap, vmp, base, caller, size);
+      return nullptr;
+    }
+  }
+  span_create(vmp, base, size, false);
+  return vaddr;
+}
+
+void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
+  uintptr_t caller = caller_of_api();  // (a load; kept for reports from the slow path)
+  auto slow = [=] { return alloc_slow(vmp, size, vmflag, caller); };
+  // The fast path: a size no quantum cache serves, no other policy asked
+  // for, in an instant-fit arena (fast_span is 0 in others).
+  if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1))
+    return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
+  return slow();
+}
+
+void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
+  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller_of_api());
+  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
+}
+
+void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                  void* maxaddr, int vmflag) {
+  Request r;
+  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller_of_api(), r)) return nullptr;
+  int policy = policy_of(vmflag, vmp);
+  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
+  // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
+  if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
+    return fast_alloc(vmp, r.size, slow);
+  return slow();
+}
+
+void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
+  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
+}
+
+size_t vmem_size(vmem_t* vmp, int typemask) {
+  ArenaLock h(vmp);
+  size_t size = 0;
+  if (typemask & VMEM_ALLOC) size += vmp->alloc_bytes;
+  if (typemask & VMEM_FREE) size += vmp->span_bytes - vmp->alloc_bytes;
+  return size;
+}
