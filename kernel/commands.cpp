@@ -6,6 +6,7 @@
 #include <kernel/timer.h>
 #include <kernel/panic.h>
 #include <kernel/string.h>
+#include "mm_accounting.h"
 
 namespace {
 
@@ -59,6 +60,18 @@ int cmd_meminfo(int argc, char** argv) {
           at(__kernel_end));
   kprintf("  total RAM %llu KiB in %u bank(s); MMU: %s\n", static_cast<unsigned long long>(total >> 10),
           g_boot.mem_count, arch::mmu_description());
+  if (mm_boot::ready()) {
+    mm_boot::MemAccounting a;
+    mm_boot::accounting(a);
+    auto kib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 10); };
+    kprintf("  free %llu KiB + heap %llu KiB (slabs %llu) + kmem metadata %llu KiB + vmem tags %llu KiB\n"
+            "    + page tables %llu KiB + other %llu KiB + reserved %llu KiB = %llu KiB %s RAM %llu KiB\n",
+            kib(a.free), kib(a.heap), kib(a.heap_slabs), kib(a.kmem_meta), kib(a.vmem_tags), kib(a.page_tables),
+            kib(a.other), kib(a.reserved),
+            kib(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved),
+            a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved == a.ram ? "=" : "!=",
+            kib(a.ram));
+  }
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/timer.h>
+#include "mm_accounting.h"
 
 extern const UartOps* const EARLY_UART_OPS;
 
@@ -67,6 +68,7 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   setup_console();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,
           g_boot.bootargs);
+  mm_boot::init();
 
   timer::init_cpu();
   boot.online.store(true, std::memory_order_release);

@@ -5,10 +5,27 @@
 #include <kernel/panic.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/segkmem.h>
+#include <mm/vmem.h>
+#include "mm_accounting.h"
 
 namespace mm_boot {
 
+namespace {
 uint64_t g_boot_free_pages;
+uint64_t g_table_pages;  // page-table pages the arch took from the page allocator
+uint64_t g_kept_at_boot;
+bool g_ready;
+
+uint64_t kept_now() {
+  return page_table_pages() + mm::vmem_metadata_pages() + mm::kmem_metadata_pages();
+}
+}  // namespace
+
+bool ready() { return g_ready; }
+uint64_t boot_free_pages() { return g_boot_free_pages; }
+uint64_t page_table_pages() { return __atomic_load_n(&g_table_pages, __ATOMIC_RELAXED); }
+uint64_t kept_pages_at_boot() { return g_kept_at_boot; }
 
 // Gives the page allocator every RAM bank minus the reserved ranges, then
 // brings vmem and kmem up.
@@ -34,6 +51,7 @@ void init() {
   arch::set_table_allocator([]() -> uintptr_t {
     void* p = mm::page_alloc_va(0, KM_NOSLEEP | KM_PUSHPAGE);
     if (!p) return 0;
+    __atomic_fetch_add(&g_table_pages, 1, __ATOMIC_RELAXED);
     __builtin_memset(p, 0, mm::kPageBytes);
     return reinterpret_cast<uintptr_t>(p);
   });
@@ -41,6 +59,27 @@ void init() {
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;
+  g_kept_at_boot = kept_now();
+  g_ready = true;
+  kprintf("mm: %llu of %llu pages free; heap arena and %s ready\n", static_cast<unsigned long long>(st.free_pages),
+          static_cast<unsigned long long>(st.total_pages), "kmem");
+}
+
+void accounting(MemAccounting& a) {
+  a = MemAccounting{};
+  for (unsigned i = 0; i < g_boot.mem_count; i++) a.ram += g_boot.mem[i].size;
+  mm::PageStats ps;
+  mm::page_stats(ps);
+  a.reserved = a.ram - ps.total_pages * mm::kPageBytes;
+  a.free = ps.free_pages * mm::kPageBytes;
+  a.heap = mm::segkmem_mapped_pages() * mm::kPageBytes;
+  a.heap_slabs = mm::kmem_slab_bytes();
+  a.kmem_meta = mm::kmem_metadata_pages() * mm::kPageBytes;
+  a.vmem_tags = mm::vmem_metadata_pages() * mm::kPageBytes;
+  a.page_tables = page_table_pages() * mm::kPageBytes;
+  uint64_t claimed = a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables;
+  uint64_t usable = ps.total_pages * mm::kPageBytes;
+  a.other = usable > claimed ? usable - claimed : 0;
 }
 
 }  // namespace mm_boot

@@ -80,7 +80,10 @@ void copy_name(char* dst, const char* src) {
 
 struct Magazine {
   Magazine* next;
-  void* rounds[1];  // really mt.rounds of them
+  // slot[0] is always null; the rounds are slot[1..n]. With the sentinel,
+  // "is obj on top of the magazine?" needs no emptiness test: the free fast
+  // path uses it to catch an immediate double free.
+  void* slot[1];
 };
 
 struct MagType {
@@ -94,13 +97,15 @@ MagType g_magtypes[] = {{1, 0, nullptr},  {3, 0, nullptr},  {7, 16384, nullptr},
 constexpr unsigned kMagTypes = sizeof(g_magtypes) / sizeof(g_magtypes[0]);
 
 // The per-CPU layer: touched only by its CPU, with interrupts masked.
+// Invariant: magsize is the capacity of `loaded`, or 0 when there is no
+// loaded magazine, so the fast paths never touch a missing magazine.
 struct alignas(64) CpuCache {
   Magazine* loaded;
   int32_t rounds;   // rounds in loaded
-  int32_t magsize;  // capacity of this CPU's magazines; 0: no magazine layer yet
+  int32_t magsize;  // capacity of loaded; 0 when loaded is null
   Magazine* prev;
   int32_t prounds;  // rounds in prev
-  int32_t pad_;
+  int32_t held;     // size of the magazines this CPU holds (0: none)
   uint64_t allocs;
   uint64_t frees;
 };
@@ -203,6 +208,8 @@ namespace {
 
 void reap_local();
 void run_reclaim_callbacks();
+void* meta_alloc(unsigned order, int kmflag);
+void meta_free(void* p, unsigned order);
 
 plat::Lock g_caches_lock;
 kmem_cache_t* g_caches;  // list of all caches, creation order
@@ -286,7 +293,7 @@ void hash_maybe_grow(kmem_cache_t* cp) {
   unsigned order = 0;
   while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
   if ((kPageBytes << order) < bytes) return;
-  auto** nb = static_cast<HashEnt**>(page_alloc_va(order, KM_NOSLEEP));
+  auto** nb = static_cast<HashEnt**>(meta_alloc(order, KM_NOSLEEP));
   if (!nb) return;
   __builtin_memset(nb, 0, kPageBytes << order);
   want = (kPageBytes << order) / sizeof(HashEnt*);
@@ -315,11 +322,30 @@ void hash_maybe_grow(kmem_cache_t* cp) {
   size_t old_bytes = old_buckets * sizeof(HashEnt*);
   unsigned old_order = 0;
   while ((kPageBytes << old_order) < old_bytes) old_order++;
-  page_free_va(old, old_order);
+  meta_free(old, old_order);
 }
 
-// Creates a slab (no lock held: it calls vmem and kmem_alloc). Returns it
-// ready to insert, all buffers free.
+// Off-slab headers come from the kmem_alloc size caches' slab layer
+// directly, not through magazines: a reap that destroys slabs then leaves
+// no headers cached in magazines behind it.
+kmem_cache_t* size_cache_of(size_t size);
+void* slab_alloc(kmem_cache_t* cp, int kmflag);
+void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller);
+
+void* header_alloc(size_t size, int kmflag) {
+  kmem_cache_t* hc = size_cache_of(size);
+  if (hc) return slab_alloc(hc, kmflag | KM_NOSLEEP);
+  return segkmem_alloc_large(size, kmflag | KM_NOSLEEP);
+}
+
+void header_free(void* p, size_t size) {
+  kmem_cache_t* hc = size_cache_of(size);
+  if (hc) slab_free(hc, p, true, 0);
+  else segkmem_free_large(p, size, 0);
+}
+
+// Creates a slab (no lock held: it calls vmem and the header cache).
+// Returns it ready to insert, all buffers free.
 Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   int vmflag = (kmflag & KM_VMFLAGS) | VM_NOSLEEP;  // KM_SLEEP waits in the caller
   size_t align = cp->offslab ? cp->align : cp->slab_size;
@@ -327,7 +353,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   if (!mem) return nullptr;
   Slab* sp;
   if (cp->offslab) {
-    sp = static_cast<Slab*>(kmem_alloc(cp->header_bytes, kmflag | KM_NOSLEEP));
+    sp = static_cast<Slab*>(header_alloc(cp->header_bytes, kmflag));
     if (!sp) {
       vmem_xfree(cp->arena, mem, cp->slab_size);
       return nullptr;
@@ -373,7 +399,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
 // Gives a wholly free slab's memory back (no lock held).
 void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   void* mem = reinterpret_cast<void*>(sp->mem);
-  if (cp->offslab) kmem_free(sp, cp->header_bytes);
+  if (cp->offslab) header_free(sp, cp->header_bytes);
   vmem_xfree(cp->arena, mem, cp->slab_size);
 }
 
@@ -469,10 +495,9 @@ Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller) {
     list_remove(cp->partial, sp);
   }
   if (sp->refcnt == 0) {
-    if (sp->flags & kSlabVictim) sp->flags &= ~kSlabVictim;
-    // Keep one empty slab to absorb alloc/free churn at the slab boundary;
-    // destroy the rest at once.
-    if (cp->empty.count == 0) {
+    // Keep one empty slab to absorb alloc/free churn at the slab boundary,
+    // and any the consolidator is emptying; destroy the rest at once.
+    if (cp->empty.count == 0 || (sp->flags & kSlabVictim)) {
       list_insert(cp->empty, sp);
       return nullptr;
     }
@@ -574,7 +599,7 @@ int mag_rounds(const kmem_cache_t* cp) { return static_cast<int>(g_magtypes[cp->
 // Destroys a magazine holding n constructed rounds: destructs them, returns
 // them to the slab layer, frees the magazine to its magazine cache.
 void magazine_destroy(kmem_cache_t* cp, Magazine* m, int n, unsigned magtype) {
-  for (int i = 0; i < n; i++) slab_free(cp, m->rounds[i], true, 0);
+  for (int i = 1; i <= n; i++) slab_free(cp, m->slot[i], true, 0);
   kmem_cache_free(g_magtypes[magtype].cache, m);
 }
 
@@ -608,26 +633,26 @@ void cpu_flush(kmem_cache_t* cp, CpuCache* cc) {
   int rounds = cc->rounds, prounds = cc->prounds;
   unsigned mt = 0;
   for (unsigned i = 0; i < kMagTypes; i++)
-    if (static_cast<int>(g_magtypes[i].rounds) == cc->magsize) mt = i;
+    if (static_cast<int>(g_magtypes[i].rounds) == cc->held) mt = i;
   cc->loaded = cc->prev = nullptr;
   cc->rounds = cc->prounds = 0;
-  cc->magsize = 0;  // re-armed on the next slow path
+  cc->magsize = 0;
+  cc->held = 0;
   if (loaded) magazine_destroy(cp, loaded, rounds, mt);
   if (prev) magazine_destroy(cp, prev, prounds, mt);
 }
 
 // Slow path of kmem_cache_alloc: the loaded magazine is empty.
-void* alloc_slow(kmem_cache_t* cp, int kmflag) {
+__attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_id()];
   if (!(cp->flags & KMC_NOMAGAZINE)) {
-    if (cc->magsize != mag_rounds(cp)) {
-      cpu_flush(cp, cc);
-      cc->magsize = mag_rounds(cp);
-    }
+    const int want = mag_rounds(cp);
+    if (cc->held && cc->held != want) cpu_flush(cp, cc);  // the magazine size changed
+    cc->held = want;
     for (;;) {
       if (cc->rounds > 0) {
-        void* obj = cc->loaded->rounds[--cc->rounds];
+        void* obj = cc->loaded->slot[cc->rounds--];
         cc->allocs++;
         plat::irq_restore(s);
         return obj;
@@ -639,6 +664,7 @@ void* alloc_slow(kmem_cache_t* cp, int kmflag) {
         int r = cc->rounds;
         cc->rounds = cc->prounds;
         cc->prounds = r;
+        cc->magsize = want;
         continue;
       }
       // Both empty: trade the previous (empty) one for a full one.
@@ -650,7 +676,8 @@ void* alloc_slow(kmem_cache_t* cp, int kmflag) {
         cc->prev = cc->loaded;
         cc->prounds = 0;
         cc->loaded = full;
-        cc->rounds = cc->magsize;
+        cc->rounds = want;
+        cc->magsize = want;
         continue;
       }
       cp->depot_lock.unlock();
@@ -663,17 +690,16 @@ void* alloc_slow(kmem_cache_t* cp, int kmflag) {
 }
 
 // Slow path of kmem_cache_free: the loaded magazine is full (or absent).
-void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+__attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_id()];
   if (!(cp->flags & KMC_NOMAGAZINE)) {
-    if (cc->magsize != mag_rounds(cp)) {
-      cpu_flush(cp, cc);
-      cc->magsize = mag_rounds(cp);
-    }
+    int want = mag_rounds(cp);
+    if (cc->held && cc->held != want) cpu_flush(cp, cc);  // the magazine size changed
+    cc->held = want;
     for (;;) {
       if (cc->loaded && cc->rounds < cc->magsize) {
-        cc->loaded->rounds[cc->rounds++] = obj;
+        cc->loaded->slot[++cc->rounds] = obj;
         cc->frees++;
         plat::irq_restore(s);
         return;
@@ -684,6 +710,7 @@ void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
         cc->prev = m;
         cc->prounds = cc->rounds;
         cc->rounds = 0;
+        cc->magsize = want;
         continue;
       }
       // Trade the previous (full) one for an empty one.
@@ -693,10 +720,10 @@ void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
         if (cc->prev) maglist_push(cp->full_mags, cc->prev);
         cp->depot_lock.unlock();
         cc->prev = cc->loaded;
-        cc->prounds = cc->rounds;
+        cc->prounds = cc->loaded ? cc->rounds : 0;
         cc->loaded = empty;
         cc->rounds = 0;
-        if (!cc->prev) cc->prounds = 0;
+        cc->magsize = want;
         continue;
       }
       cp->depot_lock.unlock();
@@ -704,11 +731,15 @@ void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
       unsigned mt = cp->magtype;
       plat::irq_restore(s);
       auto* m = static_cast<Magazine*>(kmem_cache_alloc(g_magtypes[mt].cache, KM_NOSLEEP));
+      if (m) m->slot[0] = nullptr;
       s = plat::irq_save();
       cc = &cp->cpu[plat::cpu_id()];
       if (!m) break;
-      if (mt != cp->magtype || cc->magsize != mag_rounds(cp)) {
+      if (mt != cp->magtype) {  // resized meanwhile: start over with the new size
         kmem_cache_free(g_magtypes[mt].cache, m);
+        want = mag_rounds(cp);
+        if (cc->held && cc->held != want) cpu_flush(cp, cc);
+        cc->held = want;
         continue;
       }
       lock_depot(cp);
@@ -721,7 +752,11 @@ void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   slab_free(cp, obj, true, caller);
 }
 
-void report_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+__attribute__((noinline, cold)) void report_double_free(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  report("double free", cp->name, obj, caller);
+}
+
+__attribute__((noinline, cold)) void report_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   // What is at the header position tells a wrong cache from a stranger.
   const Slab* sp = onslab_header(reinterpret_cast<uintptr_t>(obj));
   kmem_cache_t* owner = nullptr;
@@ -738,10 +773,23 @@ void report_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
 // ---------------------------------------------------------------------------
 // Cache creation.
 
+uint64_t g_meta_pages;  // pages of cache structures and hash tables
+
+void* meta_alloc(unsigned order, int kmflag) {
+  void* p = page_alloc_va(order, kmflag);
+  if (p) __atomic_fetch_add(&g_meta_pages, uint64_t{1} << order, __ATOMIC_RELAXED);
+  return p;
+}
+
+void meta_free(void* p, unsigned order) {
+  page_free_va(p, order);
+  __atomic_fetch_sub(&g_meta_pages, uint64_t{1} << order, __ATOMIC_RELAXED);
+}
+
 kmem_cache_t* cache_alloc_struct() {
   unsigned order = 0;
   while ((kPageBytes << order) < sizeof(kmem_cache)) order++;
-  void* p = page_alloc_va(order, KM_SLEEP);
+  void* p = meta_alloc(order, KM_SLEEP);
   __builtin_memset(p, 0, kPageBytes << order);
   return new (p) kmem_cache;
 }
@@ -750,7 +798,7 @@ void cache_free_struct(kmem_cache_t* cp) {
   unsigned order = 0;
   while ((kPageBytes << order) < sizeof(kmem_cache)) order++;
   cp->~kmem_cache();
-  page_free_va(cp, order);
+  meta_free(cp, order);
 }
 
 // Chooses slab size and layout.
@@ -828,7 +876,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   if (cp->flags & KMC_QCACHE) cp->align = quantum;
   cache_layout(cp, quantum);
   if (cp->offslab) {
-    cp->hash = static_cast<HashEnt**>(page_alloc_va(0, KM_SLEEP));
+    cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
     __builtin_memset(cp->hash, 0, kPageBytes);
     cp->hash_buckets = kPageBytes / sizeof(HashEnt*);
   }
@@ -886,6 +934,7 @@ void slab_reap(kmem_cache_t* cp) {
     auto s = plat::irq_save();
     cp->slab_lock.lock();
     Slab* sp = cp->empty.head;
+    while (sp && (sp->flags & kSlabVictim)) sp = sp->next;  // the consolidator is on it
     if (sp) {
       list_remove(cp->empty, sp);
       if (cp->offslab) hash_remove_slab(cp, sp);
@@ -946,126 +995,109 @@ void run_reclaim_callbacks() {
 // ---------------------------------------------------------------------------
 // Consolidation (move callbacks).
 
-// Chooses victims: the emptiest partial slabs, while the cache is sparse
-// (at most 3/4 of its slab-layer buffers in use).
+// Moves objects out of the emptiest partial slabs while the cache is sparse
+// (at most 3/4 of its slab-layer buffers in use). A slab being emptied is
+// marked kSlabVictim: allocations skip it and slab_put never destroys it, so
+// the mover may look at it between callbacks; an emptied victim is left on
+// the empty list for the next reap.
+void set_victim(kmem_cache_t* cp, Slab* sp, bool on) {
+  auto s = plat::irq_save();
+  cp->slab_lock.lock();
+  if (on) sp->flags |= kSlabVictim;
+  else sp->flags &= ~kSlabVictim;
+  cp->slab_lock.unlock();
+  plat::irq_restore(s);
+}
+
+// Pulls obj out of a full depot magazine, if one holds it, freeing that
+// magazine's rounds to the slab layer. Returns true if found.
+bool depot_evict(kmem_cache_t* cp, void* obj) {
+  auto s = plat::irq_save();
+  lock_depot(cp);
+  const int n = mag_rounds(cp);
+  Magazine** pp = &cp->full_mags.head;
+  while (*pp) {
+    bool hit = false;
+    for (int r = 1; r <= n && !hit; r++) hit = (*pp)->slot[r] == obj;
+    if (hit) break;
+    pp = &(*pp)->next;
+  }
+  Magazine* found = *pp;
+  if (found) {
+    *pp = found->next;
+    cp->full_mags.count--;
+    if (cp->full_mags.min > cp->full_mags.count) cp->full_mags.min = cp->full_mags.count;
+  }
+  unsigned mt = cp->magtype;
+  cp->depot_lock.unlock();
+  plat::irq_restore(s);
+  if (found) magazine_destroy(cp, found, n, mt);
+  return found != nullptr;
+}
+
 void move_cache(kmem_cache_t* cp) {
   unsigned calls = 0;
   for (;;) {
-    auto s = plat::irq_save();
-    cp->slab_lock.lock();
-    bool sparse = cp->partial.count >= 2 && cp->buf_slab_inuse * 4 <= cp->buf_total * 3;
     Slab* victim = nullptr;
-    if (sparse) {
-      for (Slab* sp = cp->partial.head; sp; sp = sp->next)
-        if (!(sp->flags & kSlabVictim) && (!victim || sp->refcnt < victim->refcnt)) victim = sp;
+    {
+      auto s = plat::irq_save();
+      cp->slab_lock.lock();
+      if (cp->partial.count >= 2 && cp->buf_slab_inuse * 4 <= cp->buf_total * 3) {
+        for (Slab* sp = cp->partial.head; sp; sp = sp->next)
+          if (!(sp->flags & kSlabVictim) && (!victim || sp->refcnt < victim->refcnt)) victim = sp;
+      }
+      if (victim) victim->flags |= kSlabVictim;
+      cp->slab_lock.unlock();
+      plat::irq_restore(s);
     }
-    uintptr_t old = 0;
-    if (victim) {
-      victim->flags |= kSlabVictim;
-      for (uint32_t i = 0; i < victim->chunks && !old; i++)
-        if (!(victim->freemap[i / 64] & (uint64_t{1} << (i % 64)))) old = victim->base + i * cp->chunk;
-    }
-    cp->slab_lock.unlock();
-    plat::irq_restore(s);
-    if (!victim || !old || calls++ >= kMaxMoveCalls) {
-      if (victim) {
-        s = plat::irq_save();
+    if (!victim) return;
+    bool stop = false;
+    for (;;) {
+      uintptr_t old = 0;
+      {
+        auto s = plat::irq_save();
         cp->slab_lock.lock();
-        victim->flags &= ~kSlabVictim;
+        for (uint32_t i = 0; i < victim->chunks && !old; i++)
+          if (!(victim->freemap[i / 64] & (uint64_t{1} << (i % 64)))) old = victim->base + i * cp->chunk;
         cp->slab_lock.unlock();
         plat::irq_restore(s);
       }
-      return;
-    }
-    // A constructed destination from another slab (victims are skipped).
-    void* dst = slab_alloc(cp, KM_NOSLEEP);
-    if (!dst) {
-      s = plat::irq_save();
-      cp->slab_lock.lock();
-      victim->flags &= ~kSlabVictim;
-      cp->slab_lock.unlock();
-      plat::irq_restore(s);
-      return;
-    }
-    uint32_t di;
-    s = plat::irq_save();
-    cp->slab_lock.lock();
-    Slab* dsp = slab_lookup(cp, reinterpret_cast<uintptr_t>(dst), di);
-    bool same = dsp == victim;
-    cp->slab_lock.unlock();
-    plat::irq_restore(s);
-    if (same) {  // the only room left was in the victim: stop
-      slab_free(cp, dst, true, 0);
-      s = plat::irq_save();
-      cp->slab_lock.lock();
-      victim->flags &= ~kSlabVictim;
-      cp->slab_lock.unlock();
-      plat::irq_restore(s);
-      return;
-    }
-    kmem_cbrc_t rc = cp->move(reinterpret_cast<void*>(old), dst, cp->bufsize, cp->priv);
-    s = plat::irq_save();
-    cp->slab_lock.lock();
-    if (rc <= KMEM_CBRC_DONT_KNOW) cp->moves[rc]++;
-    cp->slab_lock.unlock();
-    plat::irq_restore(s);
-    switch (rc) {
-      case KMEM_CBRC_YES:
-        slab_free(cp, reinterpret_cast<void*>(old), true, 0);
+      if (!old) break;  // emptied
+      if (calls++ >= kMaxMoveCalls) {
+        stop = true;
         break;
-      case KMEM_CBRC_DONT_NEED:
-        slab_free(cp, reinterpret_cast<void*>(old), true, 0);
-        slab_free(cp, dst, true, 0);
+      }
+      // A constructed destination from another slab (victims are skipped).
+      void* dst = slab_alloc(cp, KM_NOSLEEP);
+      if (!dst) {
+        stop = true;
         break;
-      case KMEM_CBRC_DONT_KNOW:
-        slab_free(cp, dst, true, 0);
-        // The old buffer may be sitting free in the magazine layer: pull it
-        // out of the depot so its slab can empty.
-        {
-          Magazine* found = nullptr;
-          int round = -1;
-          s = plat::irq_save();
-          lock_depot(cp);
-          for (Magazine* m = cp->full_mags.head; m && !found; m = m->next)
-            for (int r = 0; r < mag_rounds(cp); r++)
-              if (m->rounds[r] == reinterpret_cast<void*>(old)) {
-                found = m;
-                round = r;
-              }
-          if (found) {  // move the last round into the hole; the magazine loses one
-            // A full magazine must stay full: swap the buffer out for one
-            // from the slab layer is not possible here, so take the whole
-            // magazine out and free its rounds to the slabs.
-            Magazine** pp = &cp->full_mags.head;
-            while (*pp != found) pp = &(*pp)->next;
-            *pp = found->next;
-            cp->full_mags.count--;
-            if (cp->full_mags.min > cp->full_mags.count) cp->full_mags.min = cp->full_mags.count;
-          }
-          unsigned mt = cp->magtype;
-          cp->depot_lock.unlock();
-          plat::irq_restore(s);
-          (void)round;
-          if (found) magazine_destroy(cp, found, static_cast<int>(g_magtypes[mt].rounds), mt);
-        }
-        break;
-      case KMEM_CBRC_NO:
-      case KMEM_CBRC_LATER:
-      default:
-        slab_free(cp, dst, true, 0);
-        // Leave this slab alone for the rest of the pass.
-        s = plat::irq_save();
+      }
+      kmem_cbrc_t rc = cp->move(reinterpret_cast<void*>(old), dst, cp->bufsize, cp->priv);
+      {
+        auto s = plat::irq_save();
         cp->slab_lock.lock();
-        victim->flags &= ~kSlabVictim;
+        if (rc <= KMEM_CBRC_DONT_KNOW) cp->moves[rc]++;
         cp->slab_lock.unlock();
         plat::irq_restore(s);
-        return;
+      }
+      if (rc == KMEM_CBRC_YES) {
+        slab_free(cp, reinterpret_cast<void*>(old), true, 0);
+      } else if (rc == KMEM_CBRC_DONT_NEED) {
+        slab_free(cp, reinterpret_cast<void*>(old), true, 0);
+        slab_free(cp, dst, true, 0);
+      } else if (rc == KMEM_CBRC_DONT_KNOW) {
+        slab_free(cp, dst, true, 0);
+        // The old buffer may be sitting free in the depot: get it out so its
+        // slab can empty. Otherwise leave this slab.
+        if (!depot_evict(cp, reinterpret_cast<void*>(old))) break;
+      } else {  // NO or LATER: leave this slab alone for this pass
+        slab_free(cp, dst, true, 0);
+        break;
+      }
     }
-    s = plat::irq_save();
-    cp->slab_lock.lock();
-    if (victim->refcnt) victim->flags &= ~kSlabVictim;
-    cp->slab_lock.unlock();
-    plat::irq_restore(s);
+    set_victim(cp, victim, false);
+    if (stop) return;
   }
 }
 
@@ -1117,8 +1149,8 @@ void kmem_init() {
     } while (r);
     while (d) name[n++] = digits[--d];
     name[n] = 0;
-    mt.cache = cache_create(name, sizeof(Magazine) + (mt.rounds - 1) * sizeof(void*), 64, nullptr, nullptr,
-                            nullptr, nullptr, nullptr, KMC_NOMAGAZINE);
+    mt.cache = cache_create(name, sizeof(Magazine) + mt.rounds * sizeof(void*), 64, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, KMC_NOMAGAZINE);
   }
   for (unsigned i = 0; i < kAllocCaches; i++) {
     char name[kNameLen];
@@ -1231,6 +1263,8 @@ uint64_t kmem_slab_bytes() {
   return total;
 }
 
+uint64_t kmem_metadata_pages() { return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED); }
+
 void kmem_reap(bool all) {
   if (!g_ready) return;
   run_reclaim_callbacks();
@@ -1318,7 +1352,7 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
     size_t bytes = cp->hash_buckets * sizeof(HashEnt*);
     unsigned order = 0;
     while ((kPageBytes << order) < bytes) order++;
-    page_free_va(cp->hash, order);
+    meta_free(cp->hash, order);
   }
   cache_free_struct(cp);
   return true;
@@ -1328,7 +1362,7 @@ void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_id()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
-    void* obj = cc->loaded->rounds[--cc->rounds];
+    void* obj = cc->loaded->slot[cc->rounds--];
     cc->allocs++;
     plat::irq_restore(s);
     return obj;
@@ -1343,7 +1377,12 @@ void kmem_cache_free(kmem_cache_t* cp, void* obj) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_id()];
   if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
-    cc->loaded->rounds[cc->rounds++] = obj;
+    Magazine* m = cc->loaded;
+    if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
+      plat::irq_restore(s);
+      return report_double_free(cp, obj, caller_of_api());
+    }
+    m->slot[++cc->rounds] = obj;
     cc->frees++;
     plat::irq_restore(s);
     return;
@@ -1353,12 +1392,18 @@ void kmem_cache_free(kmem_cache_t* cp, void* obj) {
 }
 
 namespace {
-kmem_cache_t* size_cache(size_t size) {
+inline kmem_cache_t* size_cache(size_t size) {
   if (size - 1 < kSmallMax) return g_small_table[(size - 1) >> 3];
   if (size - 1 < kAllocMax) return g_large_table[(size - 1) >> 10];
   return nullptr;
 }
 }  // namespace
+
+namespace mm {
+namespace {
+kmem_cache_t* size_cache_of(size_t size) { return ::size_cache(size); }
+}  // namespace
+}  // namespace mm
 
 void* kmem_alloc(size_t size, int kmflag) {
   kmem_cache_t* cp = size_cache(size);

@@ -247,6 +247,7 @@ plat::Lock g_arenas_lock;
 plat::Lock g_pool_lock;  // nests inside an arena lock
 Link* g_pool;
 uintptr_t g_pool_free, g_pool_total, g_pool_pages;
+uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas
 
 // ---------------------------------------------------------------------------
 // Small helpers.
@@ -765,7 +766,10 @@ __attribute__((noinline)) void hash_grow(vmem* vmp) {
   }
   unsigned order = order_for(want * sizeof(Link*));
   auto** table = static_cast<Link**>(page_alloc_va(order, KM_NOSLEEP));
-  if (table) __builtin_memset(table, 0, kPageBytes << order);
+  if (table) {
+    __builtin_memset(table, 0, kPageBytes << order);
+    __atomic_fetch_add(&g_hash_pages, uintptr_t{1} << order, __ATOMIC_RELAXED);
+  }
 
   Link** old;
   uintptr_t old_n;
@@ -798,7 +802,11 @@ __attribute__((noinline)) void hash_grow(vmem* vmp) {
       }
     }
   }
-  if (old && old != vmp->hash0) page_free_va(old, order_for(old_n * sizeof(Link*)));
+  if (old && old != vmp->hash0) {
+    unsigned old_order = order_for(old_n * sizeof(Link*));
+    page_free_va(old, old_order);
+    __atomic_fetch_sub(&g_hash_pages, uintptr_t{1} << old_order, __ATOMIC_RELAXED);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -1243,6 +1251,12 @@ void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg) {
   for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) fn(vmp, arg);
 }
 
+uint64_t vmem_metadata_pages() {
+  uint64_t tags, tags_free, pages;
+  vmem_seg_pool_stats(tags, tags_free, pages);
+  return pages + __atomic_load_n(&g_hash_pages, __ATOMIC_RELAXED);
+}
+
 void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pages) {
   uint64_t stocked = 0;
   {
@@ -1441,7 +1455,11 @@ bool vmem_destroy(vmem_t* vmp) {
   uintptr_t buckets = uintptr_t{1} << (kBits - vmp->hash_rshift);
   hash_set(vmp, vmp->hash0, kHashInitial);
   h.release();
-  if (table != vmp->hash0) page_free_va(table, order_for(buckets * sizeof(Link*)));
+  if (table != vmp->hash0) {
+    unsigned order = order_for(buckets * sizeof(Link*));
+    page_free_va(table, order);
+    __atomic_fetch_sub(&g_hash_pages, uintptr_t{1} << order, __ATOMIC_RELAXED);
+  }
   GlobalLock g(g_arenas_lock);
   vmp->in_use = false;
   return true;

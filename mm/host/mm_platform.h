@@ -14,7 +14,8 @@ namespace mm::plat {
 
 constexpr unsigned kMaxCpus = 64;
 
-extern thread_local int t_cpu;
+// constinit: no dynamic initialisation, so no TLS wrapper call on the fast path.
+extern thread_local constinit int t_cpu;
 unsigned claim_cpu_slot();  // slow path: first call on a thread
 inline unsigned cpu_id() {
   int c = t_cpu;

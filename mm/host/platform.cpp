@@ -20,7 +20,7 @@
 
 namespace mm::plat {
 
-thread_local int t_cpu = -1;
+thread_local constinit int t_cpu = -1;
 uint8_t* g_direct_map;
 uint64_t g_phys_base;
 

@@ -70,8 +70,12 @@ void kmem_cache_walk(void (*fn)(const kmem_cache_t* cp, void* arg), void* arg);
 void kmem_reap(bool all = false);
 // One pass of the consolidator over caches with a move callback.
 void kmem_move_pass();
-// Bytes held by all slabs of all caches.
+// Bytes held by the slabs of caches whose memory is page-backed (every cache
+// but vmem quantum caches over integer arenas).
 uint64_t kmem_slab_bytes();
+// Pages kmem took straight from the page allocator for its own bookkeeping
+// (cache structures, off-slab hash tables).
+uint64_t kmem_metadata_pages();
 
 // Errors kmem and vmem detect on bad input (double free, foreign pointer,
 // wrong cache, wrong size, destroy with live objects...). The default hook

@@ -76,6 +76,9 @@ void vmem_stats(const vmem_t* vmp, VmemStats& out);
 void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg);
 // Boundary-tag pool usage: tags held, free, and pages taken for them.
 void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pages);
+// Pages vmem took from the page allocator for itself: boundary-tag pages
+// plus grown hash tables.
+uint64_t vmem_metadata_pages();
 // Called by kmem once it is ready: creates quantum caches for arenas that
 // asked for them before kmem existed.
 void vmem_kmem_ready();

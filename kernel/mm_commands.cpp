@@ -1,0 +1,107 @@
+// Shell commands that show the memory subsystem: slabinfo, vmem, buddyinfo,
+// kmem (reap, move, stats) and the memory accounting behind meminfo.
+#include <kernel/console.h>
+#include <kernel/shell.h>
+#include <kernel/string.h>
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/segkmem.h>
+#include <mm/vmem.h>
+#include "mm_accounting.h"
+
+namespace {
+
+using ull = unsigned long long;
+
+int no_args(int argc, char** argv) {
+  return argc == 1 ? 0 : shell::usage_error(argv[0], "takes no arguments");
+}
+
+// slabinfo: one row per cache, like illumos ::kmastat.
+int cmd_slabinfo(int argc, char** argv) {
+  if (argc > 2) return shell::usage_error(argv[0], "usage: slabinfo [name-substring]");
+  const char* filter = argc == 2 ? argv[1] : nullptr;
+  kprintf("%-22s %6s %8s %8s %6s %5s %9s %9s %5s %4s %6s %5s %5s\n", "cache", "buf", "inuse", "total", "slabs",
+          "mag", "allocs", "frees", "fail", "cont", "depot", "reaps", "moves");
+  struct Ctx {
+    const char* filter;
+    unsigned shown;
+  } ctx{filter, 0};
+  mm::kmem_cache_walk(
+      [](const kmem_cache_t* cp, void* arg) {
+        auto* c = static_cast<Ctx*>(arg);
+        mm::KmemCacheStats s;
+        mm::kmem_cache_stats(cp, s);
+        if (c->filter && !strstr(s.name, c->filter)) return;
+        c->shown++;
+        kprintf("%-22s %6llu %8llu %8llu %6llu %5llu %9llu %9llu %5llu %4llu %3llu/%-2llu %5llu %5llu\n", s.name,
+                (ull)s.bufsize, (ull)s.buf_inuse, (ull)s.buf_total, (ull)s.slabs, (ull)s.magazine_size, (ull)s.allocs,
+                (ull)s.frees, (ull)(s.alloc_fail + s.ctor_fail), (ull)s.depot_contention, (ull)s.depot_full,
+                (ull)s.depot_empty, (ull)s.reaps, (ull)s.moves_yes);
+      },
+      &ctx);
+  if (filter && !ctx.shown) return shell::usage_error(argv[0], "no cache name contains '%s'", filter);
+  kprintf("(inuse: held by clients; depot: full/empty magazines; cont: depot lock contention)\n");
+  return 0;
+}
+
+int cmd_vmem(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  kprintf("%-16s %8s %12s %12s %12s %6s %6s %6s %8s %8s %s\n", "arena", "quantum", "size", "inuse", "imported",
+          "spans", "alloc", "free", "allocs", "fails", "source");
+  mm::vmem_walk(
+      [](const vmem_t* vmp, void*) {
+        mm::VmemStats s;
+        mm::vmem_stats(vmp, s);
+        kprintf("%-16s %8llu %12llu %12llu %12llu %6llu %6llu %6llu %8llu %8llu %s\n", s.name, (ull)s.quantum,
+                (ull)s.span_bytes, (ull)s.alloc_bytes, (ull)s.imported_bytes, (ull)s.spans, (ull)s.segs_alloc,
+                (ull)s.segs_free, (ull)s.allocs, (ull)s.failures, s.source ? s.source : "-");
+      },
+      nullptr);
+  uint64_t tags, tags_free, pages;
+  mm::vmem_seg_pool_stats(tags, tags_free, pages);
+  kprintf("boundary tags: %llu (%llu free) in %llu pages\n", (ull)tags, (ull)tags_free, (ull)pages);
+  return 0;
+}
+
+int cmd_buddyinfo(int argc, char** argv) {
+  if (int r = no_args(argc, argv)) return r;
+  mm::PageStats s;
+  mm::page_stats(s);
+  kprintf("order:");
+  for (unsigned o = 0; o <= mm::kMaxOrder; o++) kprintf(" %6u", o);
+  kprintf("\nfree: ");
+  for (unsigned o = 0; o <= mm::kMaxOrder; o++) kprintf(" %6llu", (ull)s.free_blocks[o]);
+  kprintf("\n%llu of %llu pages free (%llu in per-CPU caches), reserve %llu for KM_PUSHPAGE\n", (ull)s.free_pages,
+          (ull)s.total_pages, (ull)s.pcp_pages, (ull)s.reserve_pages);
+  kprintf("allocs %llu, frees %llu, failures %llu, from the reserve %llu, bad frees %llu\n", (ull)s.allocs,
+          (ull)s.frees, (ull)s.failures, (ull)s.pushpage_allocs, (ull)s.bad_frees);
+  return 0;
+}
+
+int cmd_kmem(int argc, char** argv) {
+  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors");
+  if (strcmp(argv[1], "reap") == 0) {
+    mm::kmem_reap(true);
+    mm::page_drain_cpu_caches();
+    kprintf("reaped every cache and per-CPU page cache\n");
+    return 0;
+  }
+  if (strcmp(argv[1], "move") == 0) {
+    mm::kmem_move_pass();
+    kprintf("consolidator pass done (see the moves column of slabinfo)\n");
+    return 0;
+  }
+  if (strcmp(argv[1], "errors") == 0) {
+    kprintf("%llu allocator errors reported since boot\n", (ull)mm::error_count());
+    return 0;
+  }
+  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors)", argv[1]);
+}
+
+}  // namespace
+
+SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
+SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
+SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
+SHELL_COMMAND(kmem, "kmem reap | kmem move | kmem errors", cmd_kmem);

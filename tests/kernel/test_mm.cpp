@@ -1,0 +1,340 @@
+// Memory subsystem tests on the real kernel: every core, real page tables,
+// real exhaustion of the board's RAM.
+#include <kernel/arch.h>
+#include <kernel/console.h>
+#include <kernel/ktest.h>
+#include <kernel/smp.h>
+#include <kernel/string.h>
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/segkmem.h>
+#include <mm/vmem.h>
+#include "../../kernel/mm_accounting.h"
+
+namespace {
+
+// Pages the kernel keeps once it has used them: page tables for the heap
+// window and vmem boundary tags. A "back to the boot value" check counts them.
+uint64_t kept_pages() {
+  return mm_boot::page_table_pages() + mm::vmem_metadata_pages() + mm::kmem_metadata_pages();
+}
+
+void drain_pcp(void*) { mm::page_drain_this_cpu(); }
+
+// Frees every cached object and page everywhere.
+void reap_everything() {
+  mm::kmem_reap(true);
+  smp::call_on_all(drain_pcp, nullptr);
+}
+
+uint64_t free_pages() {
+  mm::PageStats s;
+  mm::page_stats(s);
+  return s.free_pages;
+}
+
+// Captures allocator error reports during a test.
+struct ErrorCapture {
+  static inline unsigned count;
+  static inline mm::MemError last;
+  static void hook(const mm::MemError& e) {
+    count++;
+    last = e;
+  }
+  mm::MemErrorHook old;
+  ErrorCapture() : old(mm::set_error_hook(hook)) { count = 0; }
+  ~ErrorCapture() { mm::set_error_hook(old); }
+};
+
+}  // namespace
+
+KTEST(mm_accounting_adds_up) {
+  KASSERT(mm_boot::ready());
+  reap_everything();
+  mm_boot::MemAccounting a;
+  mm_boot::accounting(a);
+  // Every allocated page is claimed by the subsystem that holds it.
+  KEXPECT_EQ(a.other, 0u);
+  KEXPECT_EQ(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.reserved, a.ram);
+  KEXPECT(a.heap_slabs <= a.heap);
+  KEXPECT(a.free > a.ram / 2);
+}
+
+namespace {
+struct CrossCore {
+  static constexpr unsigned kPerCpu = 2000;
+  void* objs[kMaxCpus][kPerCpu];
+  unsigned alloc_cpu[kMaxCpus];
+  uint64_t failures;
+};
+
+void cross_alloc(void* arg) {
+  auto* c = static_cast<CrossCore*>(arg);
+  unsigned me = cpu_id();
+  for (unsigned i = 0; i < CrossCore::kPerCpu; i++) {
+    size_t size = 16u << (i % 8);  // 16 .. 2048
+    auto* p = static_cast<uint32_t*>(kmem_alloc(size, KM_SLEEP));
+    p[0] = me;
+    p[1] = i;
+    c->objs[me][i] = p;
+  }
+  c->alloc_cpu[me] = me;
+}
+
+void cross_free(void* arg) {
+  auto* c = static_cast<CrossCore*>(arg);
+  unsigned me = cpu_id();
+  unsigned victim = (me + 1) % g_cpu_count;  // free what the next core allocated
+  for (unsigned i = 0; i < CrossCore::kPerCpu; i++) {
+    auto* p = static_cast<uint32_t*>(c->objs[victim][i]);
+    if (p[0] != victim || p[1] != i) __atomic_fetch_add(&c->failures, 1, __ATOMIC_RELAXED);
+    kmem_free(p, 16u << (i % 8));
+  }
+}
+}  // namespace
+
+KTEST(kmem_alloc_on_every_core_free_on_another) {
+  static CrossCore c;
+  memset(&c, 0, sizeof c);
+  reap_everything();
+  uint64_t before = free_pages() + kept_pages();
+  uint64_t errors = mm::error_count();
+  for (int round = 0; round < 3; round++) {
+    smp::call_on_all(cross_alloc, &c);
+    // All pointers distinct per size class: spot-check a few neighbours.
+    for (unsigned cpu = 0; cpu < g_cpu_count; cpu++)
+      for (unsigned i = 8; i < CrossCore::kPerCpu; i++) KEXPECT(c.objs[cpu][i] != c.objs[cpu][i - 8]);
+    smp::call_on_all(cross_free, &c);
+  }
+  KEXPECT_EQ(c.failures, 0u);
+  KEXPECT_EQ(mm::error_count(), errors);
+  reap_everything();
+  KEXPECT_EQ(free_pages() + kept_pages(), before);
+}
+
+namespace {
+kmem_cache_t* g_exhaust_cache;
+}
+
+KTEST(exhaustion_nosleep_fails_pushpage_succeeds_and_all_comes_back) {
+  reap_everything();
+  uint64_t boot = mm_boot::boot_free_pages();
+  g_exhaust_cache = kmem_cache_create("test_exhaust", 2048, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(g_exhaust_cache);
+  // Chain every object through its first word: no other storage needed.
+  void* head = nullptr;
+  uint64_t n = 0;
+  for (;;) {
+    void* p = kmem_cache_alloc(g_exhaust_cache, KM_NOSLEEP);
+    if (!p) break;
+    *static_cast<void**>(p) = head;
+    head = p;
+    n++;
+  }
+  mm::PageStats s;
+  mm::page_stats(s);
+  KEXPECT(n > 0);
+  KEXPECT(s.free_pages <= s.reserve_pages + s.pcp_pages + 64);
+  // NOSLEEP keeps failing cleanly, from kmem_alloc too.
+  KEXPECT(kmem_cache_alloc(g_exhaust_cache, KM_NOSLEEP) == nullptr);
+  KEXPECT(mm::page_alloc(0, KM_NOSLEEP) == 0);
+  // The reserve still serves KM_PUSHPAGE.
+  void* pushed = kmem_cache_alloc(g_exhaust_cache, KM_NOSLEEP | KM_PUSHPAGE);
+  KEXPECT(pushed != nullptr);
+  uint64_t pushed_page = mm::page_alloc(0, KM_NOSLEEP | KM_PUSHPAGE);
+  KEXPECT(pushed_page != 0);
+  // The system keeps working: the console and the other cores still run.
+  kprintf("    exhausted after %llu objects of 2048 bytes; reserve %llu pages\n", (unsigned long long)n,
+          (unsigned long long)s.reserve_pages);
+  KEXPECT(cpus_online() == g_cpu_count);
+  if (pushed_page) mm::page_free(pushed_page, 0);
+  if (pushed) kmem_cache_free(g_exhaust_cache, pushed);
+  while (head) {
+    void* next = *static_cast<void**>(head);
+    kmem_cache_free(g_exhaust_cache, head);
+    head = next;
+  }
+  KEXPECT(kmem_cache_destroy(g_exhaust_cache));
+  reap_everything();
+  // Back to the boot value, once the pages the kernel keeps after use
+  // (page tables, boundary tags, kmem bookkeeping) since boot are counted.
+  KEXPECT_EQ(free_pages() + kept_pages() - mm_boot::kept_pages_at_boot(), boot);
+}
+
+namespace {
+struct CtorState {
+  bool fail;
+  unsigned ctors, dtors;
+};
+int counting_ctor(void* buf, void* priv, int) {
+  auto* st = static_cast<CtorState*>(priv);
+  if (st->fail) return -1;
+  st->ctors++;
+  *static_cast<uint64_t*>(buf) = 0xC0FFEE;
+  return 0;
+}
+void counting_dtor(void* buf, void* priv) {
+  auto* st = static_cast<CtorState*>(priv);
+  st->dtors++;
+  *static_cast<uint64_t*>(buf) = 0;
+}
+}  // namespace
+
+KTEST(constructor_failure_returns_null_and_leaks_nothing) {
+  static CtorState st;
+  st = {};
+  kmem_cache_t* cp = kmem_cache_create("test_ctor", 96, 0, counting_ctor, counting_dtor, nullptr, &st, nullptr, 0);
+  KASSERT(cp);
+  void* ok = kmem_cache_alloc(cp, KM_NOSLEEP);
+  KASSERT(ok);
+  KEXPECT_EQ(*static_cast<uint64_t*>(ok), 0xC0FFEEu);
+  kmem_cache_free(cp, ok);
+  // Objects stay constructed between free and alloc: no new ctor call.
+  unsigned ctors = st.ctors;
+  void* again = kmem_cache_alloc(cp, KM_NOSLEEP);
+  KEXPECT(again == ok);
+  KEXPECT_EQ(st.ctors, ctors);
+  KEXPECT_EQ(st.dtors, 0u);
+  kmem_cache_free(cp, again);
+  // Force the slab layer: reap, then fail the constructor.
+  mm::kmem_reap(true);
+  KEXPECT(st.dtors >= 1u);
+  st.fail = true;
+  KEXPECT(kmem_cache_alloc(cp, KM_NOSLEEP) == nullptr);
+  mm::KmemCacheStats s;
+  mm::kmem_cache_stats(cp, s);
+  KEXPECT(s.ctor_fail >= 1u);
+  KEXPECT_EQ(s.buf_inuse, 0u);
+  st.fail = false;
+  KEXPECT(kmem_cache_destroy(cp));
+}
+
+KTEST(cache_destroy_returns_every_page) {
+  reap_everything();
+  uint64_t before = free_pages() + kept_pages();
+  kmem_cache_t* cp = kmem_cache_create("test_destroy", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  static void* objs[3000];
+  for (auto& o : objs) o = kmem_cache_alloc(cp, KM_SLEEP);
+  mm::KmemCacheStats s;
+  mm::kmem_cache_stats(cp, s);
+  KEXPECT(s.slabs >= 3000 / s.objs_per_slab);
+  for (auto& o : objs) kmem_cache_free(cp, o);
+  KEXPECT(kmem_cache_destroy(cp));
+  // Magazines and internal bookkeeping went back to kmem's own caches,
+  // which give their pages up on reap.
+  reap_everything();
+  KEXPECT_EQ(free_pages() + kept_pages(), before);
+}
+
+KTEST(bad_frees_are_reported_and_refused) {
+  ErrorCapture cap;
+  kmem_cache_t* a = kmem_cache_create("test_bad_a", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  kmem_cache_t* b = kmem_cache_create("test_bad_b", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(a && b);
+  void* x = kmem_cache_alloc(a, KM_SLEEP);
+  // Free to the wrong cache.
+  kmem_cache_free(b, x);
+  KEXPECT_EQ(ErrorCapture::count, 1u);
+  KEXPECT(strcmp(ErrorCapture::last.where, "test_bad_b") == 0);
+  KEXPECT_EQ(ErrorCapture::last.address, reinterpret_cast<uintptr_t>(x));
+  KEXPECT(ErrorCapture::last.caller != 0);
+  // A pointer kmem never handed out (a kernel stack address).
+  uint64_t local[16];
+  kmem_cache_free(a, &local[4]);
+  KEXPECT_EQ(ErrorCapture::count, 2u);
+  // Wrong size to kmem_free.
+  void* y = kmem_alloc(100, KM_SLEEP);  // 112-byte cache
+  kmem_free(y, 300);                    // 320-byte cache
+  KEXPECT_EQ(ErrorCapture::count, 3u);
+  KEXPECT(strstr(ErrorCapture::last.kind, "size") != nullptr);
+  kmem_free(y, 100);
+  // Double free: caught on the second free.
+  kmem_cache_free(a, x);
+  kmem_cache_free(a, x);
+  KEXPECT_EQ(ErrorCapture::count, 4u);
+  KEXPECT(strstr(ErrorCapture::last.kind, "double free") != nullptr);
+  // Destroy with live objects: refused and reported with the count.
+  void* live = kmem_cache_alloc(b, KM_SLEEP);
+  KEXPECT(!kmem_cache_destroy(b));
+  KEXPECT_EQ(ErrorCapture::count, 5u);
+  KEXPECT_EQ(ErrorCapture::last.detail, 1u);
+  kmem_cache_free(b, live);
+  KEXPECT(kmem_cache_destroy(a));
+  KEXPECT(kmem_cache_destroy(b));
+  KEXPECT_EQ(ErrorCapture::count, 5u);
+}
+
+namespace {
+// A client whose objects are tracked in a table; the move callback updates
+// the table, as a real client would update its references.
+struct MovClient {
+  static constexpr unsigned kN = 4000;
+  void* table[kN];
+  unsigned moved, refused;
+  bool refuse_odd;
+};
+MovClient g_mov;
+
+struct MovObj {
+  uint32_t index;
+  uint32_t check;
+  uint8_t payload[48];
+};
+
+kmem_cbrc_t mov_cb(void* old, void* new_, size_t size, void*) {
+  auto* o = static_cast<MovObj*>(old);
+  if (o->index >= MovClient::kN || g_mov.table[o->index] != old) return KMEM_CBRC_DONT_KNOW;
+  if (g_mov.refuse_odd && (o->index & 1)) {
+    g_mov.refused++;
+    return KMEM_CBRC_LATER;
+  }
+  memcpy(new_, old, size);
+  g_mov.table[o->index] = new_;
+  g_mov.moved++;
+  return KMEM_CBRC_YES;
+}
+}  // namespace
+
+KTEST(move_callback_relocates_objects_and_frees_slabs) {
+  kmem_cache_t* cp = kmem_cache_create("test_move", sizeof(MovObj), 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  kmem_cache_set_move(cp, mov_cb);
+  memset(&g_mov, 0, sizeof g_mov);
+  for (unsigned i = 0; i < MovClient::kN; i++) {
+    auto* o = static_cast<MovObj*>(kmem_cache_alloc(cp, KM_SLEEP));
+    o->index = i;
+    o->check = i * 2654435761u;
+    for (unsigned k = 0; k < sizeof o->payload; k++) o->payload[k] = static_cast<uint8_t>(i + k);
+    g_mov.table[i] = o;
+  }
+  // Keep one object in ten: the cache becomes sparse.
+  for (unsigned i = 0; i < MovClient::kN; i++) {
+    if (i % 10 == 0) continue;
+    kmem_cache_free(cp, g_mov.table[i]);
+    g_mov.table[i] = nullptr;
+  }
+  mm::kmem_reap(true);  // magazines back to the slabs, empty slabs freed
+  mm::KmemCacheStats before;
+  mm::kmem_cache_stats(cp, before);
+  mm::kmem_move_pass();
+  mm::kmem_reap(true);
+  mm::KmemCacheStats after;
+  mm::kmem_cache_stats(cp, after);
+  KEXPECT(g_mov.moved > 0);
+  KEXPECT(after.moves_yes == g_mov.moved);
+  KEXPECT(after.slabs < before.slabs);
+  // Every kept object is intact wherever it lives now.
+  unsigned intact = 0;
+  for (unsigned i = 0; i < MovClient::kN; i += 10) {
+    auto* o = static_cast<MovObj*>(g_mov.table[i]);
+    bool ok = o->index == i && o->check == i * 2654435761u;
+    for (unsigned k = 0; k < sizeof o->payload; k++) ok &= o->payload[k] == static_cast<uint8_t>(i + k);
+    intact += ok;
+  }
+  KEXPECT_EQ(intact, MovClient::kN / 10);
+  kprintf("    moved %u objects, slabs %llu -> %llu\n", g_mov.moved, (unsigned long long)before.slabs,
+          (unsigned long long)after.slabs);
+  for (unsigned i = 0; i < MovClient::kN; i += 10) kmem_cache_free(cp, g_mov.table[i]);
+  KEXPECT(kmem_cache_destroy(cp));
+}
