@@ -983,7 +983,7 @@ void reap_local() {
     depot_reap(c, true);
     slab_reap(c);
   }
-  for (auto& mt : g_magtypes) slab_reap(mt.cache);
+  for (kmem_cache_t* c = g_caches; c; c = c->list_next) slab_reap(c);  // late empties (see kmem_reap)
 }
 
 // Each cache with a reclaim callback is asked to give memory back.
@@ -1275,8 +1275,9 @@ void kmem_reap(bool all) {
     slab_reap(cp);
     cp->reaps++;
   }
-  // Magazine caches last: the reaps above freed magazines into them.
-  for (auto& mt : g_magtypes) slab_reap(mt.cache);
+  // Destroying slabs above freed off-slab headers and magazines into caches
+  // reaped earlier in the loop: one more pass gives those slabs back too.
+  for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next) slab_reap(cp);
   vmem_qcache_reap();
 }
 
