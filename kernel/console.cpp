@@ -22,6 +22,7 @@ constexpr unsigned kRxSize = 256;  // power of two
 char g_rx[kRxSize];
 std::atomic<unsigned> g_rx_head{0}, g_rx_tail{0};
 std::atomic<unsigned> g_rx_dropped{0};
+void (*g_idle_hook)();
 
 void put_locked(const char* s, size_t n) {
   if (!g_uart) return;
@@ -95,8 +96,11 @@ int getc() {
     // which is taken once they are restored, so no wake-up is lost.
     arch::wait_for_interrupt();
     arch::irq_restore(s);
+    if (g_idle_hook) g_idle_hook();
   }
 }
+
+void set_idle_hook(void (*fn)()) { g_idle_hook = fn; }
 
 }  // namespace console
 

@@ -3,6 +3,7 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/panic.h>
+#include <kernel/timer.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/segkmem.h>
@@ -23,6 +24,20 @@ uint64_t kept_now() {
 }  // namespace
 
 bool ready() { return g_ready; }
+
+namespace {
+// The depot's unused working set goes back every kReapPeriod while the
+// console is idle (and under memory pressure, from the allocators).
+constexpr uint64_t kReapPeriodNs = 15ull * 1000000000ull;
+uint64_t g_last_reap;
+
+void periodic_reap() {
+  uint64_t now = timer::now_ns();
+  if (now - g_last_reap < kReapPeriodNs) return;
+  g_last_reap = now;
+  mm::kmem_reap(false);
+}
+}  // namespace
 uint64_t boot_free_pages() { return g_boot_free_pages; }
 uint64_t page_table_pages() { return __atomic_load_n(&g_table_pages, __ATOMIC_RELAXED); }
 uint64_t kept_pages_at_boot() { return g_kept_at_boot; }
@@ -61,6 +76,7 @@ void init() {
   g_boot_free_pages = st.free_pages;
   g_kept_at_boot = kept_now();
   g_ready = true;
+  console::set_idle_hook(periodic_reap);
   kprintf("mm: %llu of %llu pages free; heap arena and %s ready\n", static_cast<unsigned long long>(st.free_pages),
           static_cast<unsigned long long>(st.total_pages), "kmem");
 }

@@ -31,8 +31,10 @@ void write(const char* s, size_t n);
 void rx_interrupt();
 // Next input byte, or -1 if none is waiting.
 int try_getc();
-// Blocks (wfi) until a byte arrives.
+// Blocks (wfi) until a byte arrives. While it waits, the idle hook (if
+// set) runs each time the core wakes, with interrupts enabled.
 int getc();
+void set_idle_hook(void (*fn)());
 // True when a raw byte writer (kmemtrace dump) may bypass line discipline.
 void write_raw(const void* data, size_t n);
 }  // namespace console
