@@ -15,6 +15,8 @@ bool map_heap(uintptr_t va, uint64_t pa, size_t size) {
 }
 
 void unmap_heap(uintptr_t va, size_t size) { arch::unmap(va, size); }
+void unmap_heap_deferred(uintptr_t va, size_t size) { arch::unmap_deferred(va, size); }
+void heap_tlb_sync() { arch::tlb_sync(); }
 
 uint64_t heap_to_phys(uintptr_t va) {
   uintptr_t base;

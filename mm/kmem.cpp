@@ -984,6 +984,7 @@ void reap_local() {
     slab_reap(c);
   }
   for (kmem_cache_t* c = g_caches; c; c = c->list_next) slab_reap(c);  // late empties (see kmem_reap)
+  segkmem_flush();
 }
 
 // Each cache with a reclaim callback is asked to give memory back.
@@ -1279,6 +1280,7 @@ void kmem_reap(bool all) {
   // reaped earlier in the loop: one more pass gives those slabs back too.
   for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next) slab_reap(cp);
   vmem_qcache_reap();
+  segkmem_flush();
 }
 
 void kmem_move_pass() {

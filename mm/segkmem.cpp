@@ -9,6 +9,12 @@
 //    address, so page_of() works on heap addresses.
 // 3. Failure is a value: a NOSLEEP import that cannot get every page gives
 //    back what it took and returns null.
+// 4. Releases are batched: a span kmem_default gives back is queued, still
+//    mapped and unused; when kBatch spans are queued (or on reap, or when an
+//    import runs short) they are all unmapped, other CPUs' TLBs are synced
+//    once, and only then are the pages freed and the addresses returned to
+//    "heap". Where shootdowns are expensive (SBI remote fences on RISC-V)
+//    this makes one out of many. The queued pages still count as heap.
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
@@ -23,6 +29,44 @@ namespace {
 vmem_t* g_heap;
 vmem_t* g_default;
 uint64_t g_mapped_pages;
+
+constexpr unsigned kBatch = 64;
+struct Span {
+  uintptr_t va;
+  size_t size;
+};
+plat::Lock g_batch_lock;
+Span g_batch[kBatch];
+unsigned g_batched;
+
+// Unmaps every queued span, syncs TLBs once, frees the pages and returns
+// the addresses. Called with g_batch_lock held.
+void flush_batch() {
+  if (!g_batched) return;
+  Page* chain = nullptr;  // pages to free, linked through Page::next (ours while allocated)
+  for (unsigned i = 0; i < g_batched; i++) {
+    for (size_t off = 0; off < g_batch[i].size; off += kPageBytes) {
+      uint64_t pa = plat::heap_to_phys(g_batch[i].va + off);
+      Page* p = pa ? page_of_phys(pa) : nullptr;
+      if (!p) continue;
+      p->next = chain;
+      chain = p;
+    }
+    plat::unmap_heap_deferred(g_batch[i].va, g_batch[i].size);
+  }
+  plat::heap_tlb_sync();
+  while (chain) {
+    Page* p = chain;
+    chain = p->next;
+    p->flags &= static_cast<uint16_t>(~kPageVmem);
+    p->owner = nullptr;
+    p->next = nullptr;
+    page_free(page_to_phys(p), 0);
+    __atomic_fetch_sub(&g_mapped_pages, 1, __ATOMIC_RELAXED);
+  }
+  for (unsigned i = 0; i < g_batched; i++) vmem_free(g_heap, reinterpret_cast<void*>(g_batch[i].va), g_batch[i].size);
+  g_batched = 0;
+}
 
 void release_pages(uintptr_t va, size_t size) {
   for (size_t off = 0; off < size; off += kPageBytes) {
@@ -48,7 +92,9 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
       if (pa) page_free(pa, 0);
       release_pages(base, off);
       vmem_free(src, va, size);
-      return nullptr;
+      // Pages may be waiting in the release batch: free them and retry once.
+      if (!segkmem_flush()) return nullptr;
+      return segkmem_import(src, size, vmflag);
     }
     if (Page* p = page_of_phys(pa)) {
       p->flags |= kPageVmem;
@@ -59,9 +105,13 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
   return va;
 }
 
-void segkmem_release(vmem_t* src, void* va, size_t size) {
-  release_pages(reinterpret_cast<uintptr_t>(va), size);
-  vmem_free(src, va, size);
+void segkmem_release(vmem_t*, void* va, size_t size) {
+  auto s = plat::irq_save();
+  g_batch_lock.lock();
+  if (g_batched == kBatch) flush_batch();
+  g_batch[g_batched++] = {reinterpret_cast<uintptr_t>(va), size};
+  g_batch_lock.unlock();
+  plat::irq_restore(s);
 }
 }  // namespace
 
@@ -100,6 +150,16 @@ void* segkmem_alloc_large(size_t size, int kmflag) {
 void segkmem_free_large(void* buf, size_t size, uintptr_t) {
   size = (size + kPageBytes - 1) & ~(kPageBytes - 1);
   vmem_free(g_default, buf, size);
+}
+
+bool segkmem_flush() {
+  auto s = plat::irq_save();
+  g_batch_lock.lock();
+  bool any = g_batched != 0;
+  flush_batch();
+  g_batch_lock.unlock();
+  plat::irq_restore(s);
+  return any;
 }
 
 uint64_t segkmem_mapped_pages() { return __atomic_load_n(&g_mapped_pages, __ATOMIC_RELAXED); }

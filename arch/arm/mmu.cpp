@@ -416,6 +416,11 @@ void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4K pages, 32-bit VA"; }
 
+// TLB invalidations here are broadcast to every core already (inner
+// shareable), and cheap: nothing to defer.
+void unmap_deferred(uintptr_t va, size_t size) { unmap(va, size); }
+void tlb_sync() {}
+
 }  // namespace arch
 
 namespace arm {

@@ -295,4 +295,9 @@ void heap_window(uintptr_t& base, size_t& size) {
 
 const char* mmu_description() { return "AArch64 4K granule, 39-bit VA, 3 levels"; }
 
+// TLB invalidations here are broadcast to every core already (inner
+// shareable), and cheap: nothing to defer.
+void unmap_deferred(uintptr_t va, size_t size) { unmap(va, size); }
+void tlb_sync() {}
+
 }  // namespace arch

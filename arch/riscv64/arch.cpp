@@ -122,6 +122,10 @@ bool isa_has(const char* isa, const char* ext) {
 
 }  // namespace
 
+namespace arch {
+bool spurious_fault(uintptr_t va, bool write, bool exec);  // mmu.cpp
+}
+
 extern "C" void riscv_trap(TrapFrame* f) {
   PerCpu& cpu = this_cpu();
   if (f->scause & kCauseInterrupt) {
@@ -147,6 +151,10 @@ extern "C" void riscv_trap(TrapFrame* f) {
     cpu.irq_depth--;
     return;
   }
+  // A page fault on a mapping another hart just made (this hart's TLB held
+  // the old invalid entry): fence and retry.
+  uint64_t cause = f->scause;
+  if ((cause == 12 || cause == 13 || cause == 15) && arch::spurious_fault(f->stval, cause == 15, cause == 12)) return;
   // A probing instruction (probe_write, the stimecmp probe) resumes at its
   // fixup; the fault is recorded for the caller to look at.
   char buf[96];

@@ -86,8 +86,11 @@ uint64_t leaf_bits(unsigned flags) {
   return b;
 }
 
+bool g_changed_valid;  // under g_map_lock: a valid entry changed (needs remote fences)
+
 void set_entry(uint64_t* slot, uint64_t v) {
   if (*slot == v) return;
+  if (g_mmu_live && (*slot & kPteV)) g_changed_valid = true;
   *slot = v;
   if (g_mmu_live) g_changed = true;
 }
@@ -154,10 +157,26 @@ void map_flags(uint64_t start, uint64_t end, unsigned flags) {
   if (end > start) map_range(start, start, end - start, leaf_bits(flags));
 }
 
-// Makes table changes visible: this hart's TLB, then every other online hart.
-void fence_all() {
+// Makes table changes visible: this hart's TLB, then every other online
+// hart, all in one SBI call when their hart ids fit one 64-bit mask (else
+// one call per hart).
+void fence_all(uintptr_t start = 0, size_t size = ~size_t{0}) {
   asm volatile("sfence.vma" ::: "memory");
   unsigned self = cpu_id();
+  unsigned long mask = 0, base = ~0ul, high = 0;
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index == self || !c.online.load(std::memory_order_acquire)) return;
+    if (c.hwid < base) base = c.hwid;
+    if (c.hwid > high) high = c.hwid;
+  });
+  if (base == ~0ul) return;
+  if (high - base < 64) {
+    for_each_cpu([&](PerCpu& c) {
+      if (c.index != self && c.online.load(std::memory_order_acquire)) mask |= 1ul << (c.hwid - base);
+    });
+    (void)sbi::remote_sfence_vma_mask(mask, base, start, size);
+    return;
+  }
   for_each_cpu([&](PerCpu& c) {
     if (c.index != self && c.online.load(std::memory_order_acquire)) (void)sbi::remote_sfence_vma(c.hwid);
   });
@@ -224,8 +243,14 @@ bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags) {
   uint64_t pstart = align_down(pa, kPageSize);
   uint64_t end = align_up(va + size, kPageSize);
   g_changed = false;
+  g_changed_valid = false;
   bool ok = map_range(start, pstart, end - start, leaf_bits(flags));
-  if (g_changed) fence_all();
+  // Invalid -> valid needs only this hart's fence: another hart that cached
+  // the invalid entry takes a spurious page fault, which the trap handler
+  // retries after its own fence (arch::spurious_fault). Changing a valid
+  // entry needs every hart.
+  if (g_changed_valid) fence_all();
+  else if (g_changed) asm volatile("sfence.vma" ::: "memory");
   return ok;
 }
 
@@ -234,7 +259,8 @@ uintptr_t map_device(uint64_t pa, size_t size) {
   return pa;
 }
 
-void unmap(uintptr_t va, size_t size) {
+namespace {
+void unmap_range(uintptr_t va, size_t size, bool remote) {
   Guard<SpinLock, IrqSave> g(g_map_lock);
   g_changed = false;
   uint64_t end = align_up(va + size, kPageSize);
@@ -253,7 +279,31 @@ void unmap(uintptr_t va, size_t size) {
     set_entry(slot, 0);
     a += block;
   }
-  if (g_changed) fence_all();
+  if (!g_changed) return;
+  if (remote) fence_all(align_down(va, kPageSize), end - align_down(va, kPageSize));
+  else asm volatile("sfence.vma" ::: "memory");
+}
+}  // namespace
+
+void unmap(uintptr_t va, size_t size) { unmap_range(va, size, true); }
+
+bool spurious_fault(uintptr_t va, bool write, bool exec) {
+  unsigned level;
+  const uint64_t* slot = find_leaf(va, level);
+  if (!slot) return false;
+  uint64_t pte = *slot;
+  if (write ? !(pte & kPteW) : exec ? !(pte & kPteX) : !(pte & kPteR)) return false;
+  asm volatile("sfence.vma %0" ::"r"(va) : "memory");
+  return true;
+}
+
+// Only this hart's TLB now; the others at the next tlb_sync(): SBI remote
+// fences are slow (a round trip through the firmware to every hart).
+void unmap_deferred(uintptr_t va, size_t size) { unmap_range(va, size, false); }
+
+void tlb_sync() {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  fence_all();
 }
 
 uint64_t translate(uintptr_t va) {

@@ -109,6 +109,13 @@ Result remote_sfence_vma(uint64_t hartid) {
   return {call(kLegacyRemoteSfenceVma, 0, reinterpret_cast<uintptr_t>(&mask), 0, ~0ul).error, 0};
 }
 
+Result remote_sfence_vma_mask(unsigned long mask, unsigned long base, uintptr_t start, size_t size) {
+  if (g_sbi.rfence) return call(kEidRfence, 1, mask, base, start, size);
+  unsigned long m = mask << base;
+  if (base >= 64) return {kErrNotSupported, 0};
+  return {call(kLegacyRemoteSfenceVma, 0, reinterpret_cast<uintptr_t>(&m), start, size).error, 0};
+}
+
 void system_off(bool failure) {
   if (g_sbi.srst) call(kEidSrst, 0, 0 /* shutdown */, failure ? 1 : 0);
   legacy(kLegacyShutdown);

@@ -5,6 +5,7 @@
 // other register. sbi::init() asks which extensions are there; the helpers
 // fall back to the legacy v0.1 calls where a v0.2 extension is missing.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace sbi {
@@ -32,6 +33,10 @@ void set_timer(uint64_t when);
 Result send_ipi(uint64_t hartid);
 // RFENCE: sfence.vma (whole address space) on one other hart.
 Result remote_sfence_vma(uint64_t hartid);
+// One call for every hart in mask (bit i = hart base + i), over [start,
+// start + size): OpenSBI signals them all before waiting, instead of one
+// round trip per hart.
+Result remote_sfence_vma_mask(unsigned long mask, unsigned long base, uintptr_t start, size_t size);
 // SRST: shut the system down; `failure` reports a system failure.
 void system_off(bool failure);
 

@@ -87,6 +87,9 @@ void unmap_heap(uintptr_t va, size_t size) {
   for (size_t off = 0; off < size; off += 4096) g_heap_pt[(va + off - reinterpret_cast<uintptr_t>(g_heap_base)) >> 12] = 0;
 }
 
+void unmap_heap_deferred(uintptr_t va, size_t size) { unmap_heap(va, size); }
+void heap_tlb_sync() {}
+
 uint64_t heap_to_phys(uintptr_t va) {
   uintptr_t base = reinterpret_cast<uintptr_t>(g_heap_base);
   if (va < base || va >= base + g_heap_size) return 0;

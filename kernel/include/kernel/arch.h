@@ -80,6 +80,12 @@ enum MapFlags : unsigned {
 // Removes the mappings of [va, va + size) (page-aligned), with the TLB
 // maintenance every core needs.
 void unmap(uintptr_t va, size_t size);
+// Like unmap(), but other cores' TLBs may keep the old entries until the
+// next tlb_sync(): the caller must not reuse the addresses or free the pages
+// before it. Lets the heap batch its shootdowns (one per many unmaps where
+// they are expensive, as with SBI remote fences).
+void unmap_deferred(uintptr_t va, size_t size);
+void tlb_sync();
 // The physical address va maps to, or 0 if unmapped.
 uint64_t translate(uintptr_t va);
 // The kernel heap's virtual window (outside the identity map of RAM and

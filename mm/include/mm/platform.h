@@ -38,6 +38,10 @@ void heap_window(uintptr_t& base, size_t& size);
 // non-executable memory (the kernel heap). False if page tables ran out.
 [[nodiscard]] bool map_heap(uintptr_t va, uint64_t pa, size_t size);
 void unmap_heap(uintptr_t va, size_t size);
+// Unmaps, but other CPUs may still hold stale translations until the next
+// heap_tlb_sync(): neither the addresses nor the pages may be reused before.
+void unmap_heap_deferred(uintptr_t va, size_t size);
+void heap_tlb_sync();
 // The physical address behind a heap virtual address, 0 if unmapped.
 uint64_t heap_to_phys(uintptr_t va);
 

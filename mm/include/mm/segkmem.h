@@ -19,7 +19,10 @@ vmem_t* segkmem_default_arena();
 // Page-granular allocations for kmem_alloc sizes beyond the size caches.
 void* segkmem_alloc_large(size_t size, int kmflag);
 void segkmem_free_large(void* buf, size_t size, uintptr_t caller);
-// Pages currently mapped into the heap by segkmem.
+// Frees the spans waiting in the release batch (see segkmem.cpp). Returns
+// true if there were any. kmem_reap calls it.
+bool segkmem_flush();
+// Pages currently mapped into the heap by segkmem (including queued ones).
 uint64_t segkmem_mapped_pages();
 
 }  // namespace mm
