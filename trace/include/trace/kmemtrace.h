@@ -1,0 +1,113 @@
+// kmemtrace: allocation events of the whole kernel, one ring per CPU.
+//
+// 1. What it is. Each allocator's public entry points call record_alloc /
+//    record_free; the event (trace/abi.h) goes into the ring of the CPU
+//    that runs the call (trace/ring.h). `kmemtrace dump` writes the rings on
+//    the console as frames (trace/frame.h); the host tool kmtrace reads a
+//    capture of it.
+// 2. Cost. Disabled (the default), a recording call is an inline test of
+//    one global flag and a branch not taken. Enabled, the out-of-line
+//    record_*_slow masks interrupts, takes the next sequence number (one
+//    atomic add on a global counter, the ABI's cross-CPU order), writes the
+//    event into this CPU's ring and publishes it. No locks, no allocation.
+// 3. Interrupts. record_* mask interrupts around the ring write, so a
+//    record from an interrupt handler on the same CPU (an allocation in an
+//    interrupt) waits until the interrupted one is done: the ring has one
+//    writer at a time. (The ring is not re-entrant; callers need not mask.)
+// 4. Where to call it (the kernel's allocators):
+//      after a successful allocation:
+//        record_alloc(kTypeKmalloc, CALLER_ADDRESS(), buf, size, chunk, kmflag)
+//      before the memory goes back (so no other CPU can allocate it, and
+//      record it, with an earlier sequence number):
+//        record_free(kTypeKmalloc, CALLER_ADDRESS(), buf)
+//    `caller` is the return address into the allocator's caller: take it in
+//    the public entry point, not in a helper.
+// 5. Set-up, once at boot on any CPU, before enable(): init_cpu(cpu, mem,
+//    bytes) for each CPU that records (others drop every event and count
+//    it), set_boot_id(). The memory stays the ring's until reboot.
+// 6. Readers (the shell): dump(), read(), stats(), total_overruns(). They
+//    serialise on an internal lock (one consumer at a time) and may run on
+//    any CPU while all CPUs keep recording. Not from interrupt context.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <trace/abi.h>
+#include <trace/frame.h>
+#include <trace/ring.h>
+
+namespace kmemtrace {
+
+// The switch. Read on every allocation: keep it alone, not in a struct.
+extern bool g_enabled;
+
+// Out of line: tag is Ring::alloc_tag(type) / Ring::free_tag(type).
+void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
+                       uint32_t flags);
+void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
+                              size_t allocated, uint32_t flags, int32_t target_cpu);
+void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr);
+
+inline bool enabled() { return __builtin_expect(__atomic_load_n(&g_enabled, __ATOMIC_RELAXED), 0); }
+
+// The recording hooks. `type` is a TypeId; `flags` the caller's KM_*/VM_*;
+// `ptr` an address or a vmem span's base.
+__attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t caller, uintptr_t ptr,
+                                                        size_t requested, size_t allocated, uint32_t flags) {
+  if (enabled()) record_alloc_slow(Ring::alloc_tag(type), caller, ptr, requested, allocated, flags);
+}
+__attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t caller, const void* ptr,
+                                                        size_t requested, size_t allocated, uint32_t flags) {
+  record_alloc(type, caller, reinterpret_cast<uintptr_t>(ptr), requested, allocated, flags);
+}
+// An allocation for another CPU than the recording one (the ABI's target
+// CPU field; record_alloc records kSameCpu).
+__attribute__((always_inline)) inline void record_alloc_for_cpu(uint8_t type, uintptr_t caller, uintptr_t ptr,
+                                                                size_t requested, size_t allocated,
+                                                                uint32_t flags, int32_t target_cpu) {
+  if (enabled())
+    record_alloc_target_slow(Ring::alloc_tag(type), caller, ptr, requested, allocated, flags, target_cpu);
+}
+__attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t caller, uintptr_t ptr) {
+  if (enabled()) record_free_slow(Ring::free_tag(type), caller, ptr);
+}
+__attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t caller, const void* ptr) {
+  record_free(type, caller, reinterpret_cast<uintptr_t>(ptr));
+}
+
+// --- Set-up and control --------------------------------------------------
+// CPUs that can have a ring (the platform's kMaxCpus).
+unsigned max_cpus();
+// Gives CPU `cpu` the ring memory mem[0, bytes); Ring::bytes_for(cap) is
+// the size for a capacity cap (a power of two). False if cpu is out of
+// range or the memory too small (that CPU then drops every event).
+// Only while disabled (or before that CPU ever records).
+bool init_cpu(unsigned cpu, void* mem, size_t bytes);
+// Identifies this boot in every frame, so captures of two boots never mix
+// (e.g. the cycle counter or a DTB random seed at boot).
+void set_boot_id(uint32_t id);
+void enable();
+void disable();
+
+// --- Readers -------------------------------------------------------------
+struct CpuStats {
+  bool has_ring;
+  Ring::Stats ring;
+};
+// False if cpu is out of range.
+bool stats(unsigned cpu, CpuStats& out);
+// Sum of every CPU's overrun bytes: the ABI's total_overruns.
+uint64_t total_overruns();
+
+// Writes a dump of every CPU that has a ring through sink (the raw UART
+// writer: frames are lines of their own, "\r\n" included). consume: also
+// drain what was sent, so the next dump starts after it (otherwise a dump
+// is a snapshot and the next one repeats it, plus what came since).
+frame::DumpResult dump(frame::ByteSink sink, void* ctx, bool consume = false,
+                       size_t max_payload = frame::kDefaultPayload);
+
+// Streaming: copies whole committed events of `cpu`, at most max bytes,
+// into out and consumes them; *offset gets their stream offset. Returns the
+// bytes copied (0: nothing new).
+size_t read(unsigned cpu, void* out, size_t max, uint64_t* offset = nullptr);
+
+}  // namespace kmemtrace

@@ -1,0 +1,114 @@
+// kmemtrace: the per-CPU rings, the switch, the recording slow paths and
+// the readers. Design: trace/include/trace/kmemtrace.h.
+//
+// Platform (mm/'s inline seam, <mm_platform.h>): cpu_id() and irq_save()
+// on the recording path, kMaxCpus for the ring table, Lock for readers.
+#include <mm_platform.h>
+#include <trace/kmemtrace.h>
+
+namespace kmemtrace {
+
+namespace plat = mm::plat;
+
+constinit bool g_enabled = false;
+
+namespace {
+
+// g_rings first: the recording path reaches both through one address.
+constinit Ring g_rings[plat::kMaxCpus];
+constinit std::atomic<uint32_t> g_seq{0};  // the ABI's sequence number
+constinit plat::Lock g_reader_lock;        // one consumer at a time
+constinit uint32_t g_boot_id = 0;
+constinit uint32_t g_dump_seq = 0;         // under g_reader_lock
+constinit bool g_has_ring[plat::kMaxCpus] = {};
+
+struct ReaderGuard {
+  ReaderGuard() { g_reader_lock.lock(); }
+  ~ReaderGuard() { g_reader_lock.unlock(); }
+};
+
+}  // namespace
+
+// --- Recording -------------------------------------------------------------
+// Masked interrupts keep us on this CPU and make us its ring's only writer.
+
+void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
+                       uint32_t flags) {
+  auto s = plat::irq_save();
+  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
+  g_rings[plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, kSameCpu);
+  plat::irq_restore(s);
+}
+
+void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
+                              size_t allocated, uint32_t flags, int32_t target_cpu) {
+  auto s = plat::irq_save();
+  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
+  g_rings[plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, target_cpu);
+  plat::irq_restore(s);
+}
+
+void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
+  auto s = plat::irq_save();
+  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
+  g_rings[plat::cpu_id()].put_free(tag, seq, caller, ptr);
+  plat::irq_restore(s);
+}
+
+// --- Set-up ------------------------------------------------------------------
+
+unsigned max_cpus() { return plat::kMaxCpus; }
+
+bool init_cpu(unsigned cpu, void* mem, size_t bytes) {
+  if (cpu >= plat::kMaxCpus) return false;
+  ReaderGuard g;
+  g_has_ring[cpu] = g_rings[cpu].init(mem, bytes);
+  return g_has_ring[cpu];
+}
+
+void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXED); }
+
+void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELEASE); }
+void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELEASE); }
+
+// --- Readers -----------------------------------------------------------------
+
+bool stats(unsigned cpu, CpuStats& out) {
+  if (cpu >= plat::kMaxCpus) return false;
+  ReaderGuard g;
+  out.has_ring = g_has_ring[cpu];
+  out.ring = g_rings[cpu].stats();
+  return true;
+}
+
+uint64_t total_overruns() {
+  ReaderGuard g;
+  uint64_t sum = 0;
+  for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++) sum += g_rings[cpu].stats().overrun_bytes;
+  return sum;
+}
+
+frame::DumpResult dump(frame::ByteSink sink, void* ctx, bool consume, size_t max_payload) {
+  ReaderGuard g;
+  // Every CPU up to the last one with a ring (or that dropped events).
+  Ring* rings[plat::kMaxCpus];
+  unsigned n = 0;
+  for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++) {
+    rings[cpu] = &g_rings[cpu];
+    if (g_has_ring[cpu] || g_rings[cpu].stats().dropped_events) n = cpu + 1;
+  }
+  frame::DumpOptions opt;
+  opt.consume = consume;
+  opt.max_payload = max_payload;
+  opt.boot_id = __atomic_load_n(&g_boot_id, __ATOMIC_RELAXED);
+  opt.dump_seq = g_dump_seq++;
+  return frame::dump_rings(rings, n, sink, ctx, opt);
+}
+
+size_t read(unsigned cpu, void* out, size_t max, uint64_t* offset) {
+  if (cpu >= plat::kMaxCpus) return 0;
+  ReaderGuard g;
+  return g_rings[cpu].read(out, max, offset);
+}
+
+}  // namespace kmemtrace
