@@ -154,8 +154,8 @@ Timeline timeline(const kmemtrace::Trace& t, size_t top, size_t max_points) {
     tl.x.push_back(i);
     for (unsigned k = 0; k < kTypeCount; k++) tl.by_type[k].push_back(peak[k]);
     for (size_t k = 0; k < site_peak.size(); k++) tl.by_site[k].push_back(site_peak[k]);
-    peak = live;
-    site_peak = site_live;
+    peak = {};
+    std::fill(site_peak.begin(), site_peak.end(), 0);
     in_bucket = 0;
   };
   auto observe = [&]() {

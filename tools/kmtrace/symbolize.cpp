@@ -43,6 +43,10 @@ class DwSymbolizer : public Symbolizer {
     dwfl_report_begin(dwfl_);
     mod_ = dwfl_report_offline(dwfl_, "kernel", elf.c_str(), -1);
     if (!mod_ || dwfl_report_end(dwfl_, nullptr, nullptr) != 0) return fail(error, elf);
+    // A position-independent file is laid out at some base: trace addresses
+    // are link-time addresses (the kernel is linked where it runs), so shift
+    // them by the module's bias (0 for the kernel's ET_EXEC).
+    if (!dwfl_module_getelf(mod_, &bias_)) return fail(error, elf);
     return true;
   }
   std::map<uint64_t, SourceInfo> lookup(const std::vector<uint64_t>& addrs) override {
@@ -51,7 +55,7 @@ class DwSymbolizer : public Symbolizer {
       SourceInfo& si = out[ra];
       si.function = "?";
       if (ra == 0) continue;
-      Dwarf_Addr pc = ra - 1;
+      Dwarf_Addr pc = ra - 1 + bias_;
       Dwfl_Module* m = dwfl_addrmodule(dwfl_, pc);
       if (!m) continue;
       si.function = demangle(dwfl_module_addrname(m, pc));
@@ -94,6 +98,7 @@ class DwSymbolizer : public Symbolizer {
   }
   Dwfl* dwfl_ = nullptr;
   Dwfl_Module* mod_ = nullptr;
+  Dwarf_Addr bias_ = 0;
 };
 #endif
 

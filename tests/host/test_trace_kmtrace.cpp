@@ -1,0 +1,310 @@
+// kmtrace end to end: synthetic captures made here (the real ring and
+// dumper, console text around the frames), fed to the kmtrace binary;
+// the summary JSON checked number by number, damage and bad input mapped to
+// the documented exit codes, raw per-CPU files, symbols from a real ELF and
+// the timeline outputs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <trace/abi.h>
+#include <trace/frame.h>
+#include <trace/ring.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef KMTRACE_PATH
+#error "KMTRACE_PATH: the kmtrace binary (set by tests/host/CMakeLists.txt)"
+#endif
+
+namespace {
+
+using namespace kmemtrace;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args, const std::string& stdin_file = "") {
+  std::string cmd = std::string(KMTRACE_PATH) + " " + args + " 2>" + ::testing::TempDir() + "kmtrace_stderr";
+  if (!stdin_file.empty()) cmd += " < " + stdin_file;
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+std::string last_stderr() { return read_file(::testing::TempDir() + "kmtrace_stderr"); }
+
+std::string write_temp(const std::string& name, const std::string& data) {
+  std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << data;
+  return path;
+}
+
+// The value of "key": N in a JSON text (first occurrence after `after`).
+long long json_num(const std::string& json, const std::string& key, const std::string& after = "") {
+  size_t from = after.empty() ? 0 : json.find("\"" + after + "\"");
+  if (from == std::string::npos) return -1;
+  size_t at = json.find("\"" + key + "\": ", from);
+  if (at == std::string::npos) return -1;
+  return std::stoll(json.substr(at + key.size() + 4));
+}
+
+// The whitespace-separated words of the first line of `text` that
+// starts with `first`.
+std::vector<std::string> row(const std::string& text, const std::string& first) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    std::string x;
+    while (words >> x) w.push_back(x);
+    if (!w.empty() && w[0] == first) return w;
+  }
+  return {};
+}
+
+struct Sink {
+  std::string out;
+  static void write(void* ctx, const void* d, size_t n) {
+    static_cast<Sink*>(ctx)->out.append(static_cast<const char*>(d), n);
+  }
+};
+
+// The synthetic trace (see the expected numbers in SummaryJsonIsExact).
+struct Synthetic {
+  std::vector<uint8_t> m0 = std::vector<uint8_t>(Ring::bytes_for(4096)), m1 = m0;
+  Ring r0, r1;
+  Synthetic() {
+    r0.init(m0.data(), m0.size());
+    r1.init(m1.data(), m1.size());
+    uint32_t s = 0xfffffffc;  // the sequence wraps inside the trace
+    const uint64_t p1 = 0xffff000000001000, p2 = 0xffff000000002000, c1 = 0xffff000000003000,
+                   c2 = 0xffff000000004000, pg = 0x40001000, v1 = 0x10000000;
+    r0.put_alloc(Ring::alloc_tag(kTypeKmalloc), s++, 0x80001000, p1, 10, 16, 0, -1);
+    r1.put_alloc(Ring::alloc_tag(kTypeCache), s++, 0x80002000, c2, 24, 32, 1, -1);
+    r0.put_alloc(Ring::alloc_tag(kTypeKmalloc), s++, 0x80001000, p2, 100, 128, 0, -1);
+    r0.put_free(Ring::free_tag(kTypeKmalloc), s++, 0x80001100, p1);
+    r0.put_alloc(Ring::alloc_tag(kTypeCache), s++, 0x80003000, c1, 64, 64, 0, -1);
+    r1.put_free(Ring::free_tag(kTypeCache), s++, 0x80003100, c1);  // freed on another CPU
+    r0.put_free(Ring::free_tag(kTypePages), s++, 0x80004100, 0x40009000);  // never allocated here
+    r1.put_alloc(Ring::alloc_tag(kTypeVmem), s++, 0x80005000, v1, 5000, 8192, 0x100, -1);
+    r0.put_alloc(Ring::alloc_tag(kTypePages), s++, 0x80004000, pg, 4096, 4096, 4, -1);
+    uint8_t unknown[24] = {9, 0, 24, 0};  // event id 9: skipped
+    r1.put(unknown, sizeof unknown);
+    r1.put_free(Ring::free_tag(kTypeVmem), s++, 0x80005100, v1);
+  }
+  std::string dump(uint32_t boot = 5) {
+    Sink sink;
+    Ring* rings[2] = {&r0, &r1};
+    frame::DumpOptions o;
+    o.boot_id = boot;
+    o.max_payload = 256;  // several frames per CPU
+    frame::dump_rings(rings, 2, &Sink::write, &sink, o);
+    return sink.out;
+  }
+  // A console capture: boot messages, the shell command, frames with a
+  // stray line between two of them, the prompt.
+  std::string capture() {
+    std::string frames = dump();
+    std::string cap = "OpenSBI v1.1\r\nMagpie 0.1.0 booting\r\nmagpie> kmemtrace dump\r\n";
+    size_t second = frames.find("@KMT", 1);
+    cap += frames.substr(0, second) + "[ 3.14] timer: tick\r\n" + frames.substr(second);
+    return cap + "kmemtrace: dump done\r\nmagpie> ";
+  }
+};
+
+TEST(Kmtrace, SummaryJsonIsExact) {
+  Synthetic syn;
+  std::string path = write_temp("kmt_capture.log", syn.capture());
+  Result r = run("summary --json " + path);
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  const std::string& j = r.out;
+  EXPECT_EQ(json_num(j, "abi_version"), 2);
+  EXPECT_EQ(json_num(j, "events"), 10);
+  EXPECT_EQ(json_num(j, "allocs"), 6);
+  EXPECT_EQ(json_num(j, "frees"), 4);
+  EXPECT_EQ(json_num(j, "allocs", "kmalloc"), 2);
+  EXPECT_EQ(json_num(j, "frees", "kmalloc"), 1);
+  EXPECT_EQ(json_num(j, "allocs", "cache"), 2);
+  EXPECT_EQ(json_num(j, "frees", "cache"), 1);
+  EXPECT_EQ(json_num(j, "allocs", "pages"), 1);
+  EXPECT_EQ(json_num(j, "frees", "pages"), 1);
+  EXPECT_EQ(json_num(j, "allocs", "vmem"), 1);
+  EXPECT_EQ(json_num(j, "frees", "vmem"), 1);
+  EXPECT_EQ(json_num(j, "bytes_requested"), 10 + 100 + 64 + 4096 + 24 + 5000);
+  EXPECT_EQ(json_num(j, "bytes_allocated"), 16 + 128 + 64 + 4096 + 32 + 8192);
+  EXPECT_EQ(json_num(j, "live_objects"), 3);           // p2, c2, the pages
+  EXPECT_EQ(json_num(j, "live_bytes"), 128 + 32 + 4096);
+  EXPECT_EQ(json_num(j, "unmatched_frees"), 1);
+  EXPECT_EQ(json_num(j, "unknown_events"), 1);
+  EXPECT_EQ(json_num(j, "0", "per_cpu"), 6);
+  EXPECT_EQ(json_num(j, "1", "per_cpu"), 4);
+  EXPECT_EQ(json_num(j, "bad_frames"), 0);
+  EXPECT_EQ(json_num(j, "missing_bytes"), 0);
+  EXPECT_EQ(json_num(j, "boot_id"), 5);
+  // The same from stdin, and as text.
+  Result s = run("summary -", path);
+  EXPECT_EQ(s.status, 0);
+  EXPECT_NE(s.out.find("events 10: 6 allocs, 4 frees"), std::string::npos) << s.out;
+}
+
+TEST(Kmtrace, RawPerCpuFiles) {
+  Synthetic syn;
+  std::vector<uint8_t> buf(4096);
+  std::string dir = ::testing::TempDir();
+  size_t n0 = syn.r0.read(buf.data(), buf.size());
+  write_temp("cpu0", std::string(buf.begin(), buf.begin() + static_cast<long>(n0)));
+  size_t n1 = syn.r1.read(buf.data(), buf.size());
+  write_temp("cpu1", std::string(buf.begin(), buf.begin() + static_cast<long>(n1)));
+  Result r = run("summary --json --raw " + dir + "cpu1 " + dir + "cpu0");
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  EXPECT_EQ(json_num(r.out, "events"), 10);
+  EXPECT_EQ(json_num(r.out, "live_bytes"), 128 + 32 + 4096);
+  EXPECT_EQ(json_num(r.out, "0", "per_cpu"), 6);
+  // A truncated raw file: the cut event is reported, exit status 1.
+  write_temp("cpu0", std::string(buf.begin(), buf.begin() + static_cast<long>(n0 - 10)));
+  write_temp("cpu1", std::string(buf.begin(), buf.begin() + static_cast<long>(n1)));
+  Result t = run("summary --json --raw " + dir + "cpu0 " + dir + "cpu1");
+  EXPECT_EQ(t.status, 1);
+  EXPECT_EQ(json_num(t.out, "truncated_events"), 1);
+}
+
+TEST(Kmtrace, DamageGivesResultsAndExitStatus1) {
+  Synthetic syn;
+  std::string cap = syn.capture();
+  // Flip a byte in the middle of the third frame's body.
+  size_t f3 = cap.find("@KMT");
+  for (int i = 0; i < 2; i++) f3 = cap.find("@KMT", f3 + 1);
+  size_t at = f3 + 40;
+  int d = frame::kDigit[static_cast<uint8_t>(cap[at])];
+  cap[at] = static_cast<char>(frame::kAlphabet[(d + 7) % frame::kRadix]);
+  std::string path = write_temp("kmt_damaged.log", cap);
+  Result r = run("summary --json " + path);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(json_num(r.out, "bad_frames"), 1);
+  EXPECT_GT(json_num(r.out, "missing_bytes"), 0);
+  EXPECT_NE(last_stderr().find("damaged frame"), std::string::npos) << last_stderr();
+  // A capture cut in the middle of a frame.
+  std::string whole = syn.capture();
+  std::string cut = whole.substr(0, whole.rfind("@KMT") + 30);
+  Result c = run("summary --json " + write_temp("kmt_cut.log", cut));
+  EXPECT_EQ(c.status, 1);
+  EXPECT_EQ(json_num(c.out, "bad_frames"), 1);
+}
+
+TEST(Kmtrace, BadInputExitStatus2) {
+  Result r = run("summary " + write_temp("kmt_text.log", "just a boot log\nno frames here\n"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(last_stderr().find("no kmemtrace frames found"), std::string::npos) << last_stderr();
+  EXPECT_TRUE(r.out.empty());
+  // Frames of another ABI version: rejected with a clear message.
+  frame::Header h;
+  h.abi_version = 3;
+  h.cpu = 0;
+  h.payload_len = 24;
+  Sink sink;
+  frame::Encoder e(&Sink::write, &sink);
+  e.begin(h);
+  uint8_t ev[24] = {1, 0, 24, 0};
+  e.put(ev, 24);
+  e.end();
+  Result v = run("summary " + write_temp("kmt_v3.log", "x\n" + sink.out));
+  EXPECT_EQ(v.status, 2);
+  EXPECT_NE(last_stderr().find("abi_version 3 (this kmtrace reads 2)"), std::string::npos) << last_stderr();
+  // Usage errors and unreadable files.
+  EXPECT_EQ(run("").status, 2);
+  EXPECT_EQ(run("frobnicate x").status, 2);
+  EXPECT_EQ(run("sites " + write_temp("kmt_x.log", "x")).status, 2);  // needs --elf
+  EXPECT_EQ(run("summary /nonexistent/capture.log").status, 2);
+  EXPECT_EQ(run("--help").status, 0);
+  // Random bytes: no crash, status 2.
+  std::string junk;
+  for (int i = 0; i < 100000; i++) junk += static_cast<char>((i * 7919) ^ (i >> 3));
+  EXPECT_EQ(run("summary " + write_temp("kmt_junk.bin", junk)).status, 2);
+}
+
+TEST(Kmtrace, HelpDocumentsExitCodes) {
+  Result r = run("--help");
+  EXPECT_NE(r.out.find("exit status"), std::string::npos);
+  EXPECT_NE(r.out.find("  1  "), std::string::npos);
+  EXPECT_NE(r.out.find("  2  "), std::string::npos);
+}
+
+TEST(Kmtrace, SitesWithSymbolsFromARealElf) {
+  // Callers inside functions of the kmtrace binary itself (a real ELF with
+  // DWARF): `nm` gives main's address; a return address a few bytes in.
+  FILE* p = popen(("nm " + std::string(KMTRACE_PATH) + " | grep ' T main$'").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[256] = {};
+  bool got = fgets(line, sizeof line, p) != nullptr;
+  pclose(p);
+  if (!got) GTEST_SKIP() << "nm found no main in kmtrace";
+  uint64_t main_addr = std::stoull(line, nullptr, 16);
+  std::vector<uint8_t> m(Ring::bytes_for(4096));
+  Ring r;
+  r.init(m.data(), m.size());
+  for (uint32_t i = 0; i < 5; i++) r.put_alloc(Ring::alloc_tag(kTypeKmalloc), i, main_addr + 16, 0x1000 + i * 64, 40, 64, 0, -1);
+  r.put_free(Ring::free_tag(kTypeKmalloc), 5, main_addr + 32, 0x1000);
+  Sink sink;
+  Ring* rings[1] = {&r};
+  frame::dump_rings(rings, 1, &Sink::write, &sink, {});
+  std::string path = write_temp("kmt_sites.log", sink.out);
+  Result s = run("sites --elf " + std::string(KMTRACE_PATH) + " " + path);
+  ASSERT_EQ(s.status, 0) << last_stderr();
+  // main itself, or a function inlined into it (the DWARF inline scope).
+  EXPECT_TRUE(s.out.find(" main ") != std::string::npos || s.out.find("(inlined in main)") != std::string::npos)
+      << s.out;
+  EXPECT_NE(s.out.find("main.cpp:"), std::string::npos) << s.out;
+  // allocs 5, frees 1, requested 200, allocated 320, fragmentation 120.
+  auto w = row(s.out, "kmalloc");
+  ASSERT_GE(w.size(), 8u) << s.out;
+  EXPECT_EQ(std::vector<std::string>(w.begin(), w.begin() + 8),
+            (std::vector<std::string>{"kmalloc", "5", "1", "200", "320", "120", "4", "256"}));
+  Result j = run("sites --json --elf " + std::string(KMTRACE_PATH) + " " + path);
+  EXPECT_EQ(json_num(j.out, "fragmentation"), 120);
+  EXPECT_TRUE(j.out.find("\"function\": \"main\"") != std::string::npos ||
+              j.out.find("\"inlined_in\": \"main\"") != std::string::npos)
+      << j.out;
+  Result l = run("live --elf " + std::string(KMTRACE_PATH) + " " + path);
+  EXPECT_NE(l.out.find("4 allocations never freed (256 bytes) from 1 sites"), std::string::npos) << l.out;
+  // Not an ELF: a clear error.
+  EXPECT_EQ(run("sites --elf " + path + " " + path).status, 2);
+  EXPECT_NE(last_stderr().find("not an ELF file"), std::string::npos);
+}
+
+TEST(Kmtrace, TimelineOutputs) {
+  Synthetic syn;
+  std::string path = write_temp("kmt_tl.log", syn.capture());
+  std::string dir = ::testing::TempDir();
+  Result r = run("timeline --perfetto " + dir + "tl.json --svg " + dir + "tl.svg --html " + dir + "tl.html " + path);
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  std::string json = read_file(dir + "tl.json");
+  EXPECT_EQ(json.rfind("{\"displayTimeUnit\"", 0), 0u);
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("\"ph\": \"C\""), std::string::npos);
+  // The last sample: live bytes per type at the end of the trace.
+  EXPECT_NE(json.find("\"kmalloc\": 128, \"cache\": 32, \"pages\": 4096, \"vmem\": 0"), std::string::npos);
+  std::string svg = read_file(dir + "tl.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(read_file(dir + "tl.html").find("<html>"), std::string::npos);
+}
+
+}  // namespace
