@@ -197,7 +197,7 @@ struct kmem_cache {
   mm::MagList full_mags, empty_mags;
   uint64_t depot_contention, depot_contention_last;
 
-  mm::CpuCache cpu[mm::plat::kMaxCpus];
+  mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
 };
 
 namespace mm {
@@ -1363,7 +1363,7 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
   auto s = plat::irq_save();
-  CpuCache* cc = &cp->cpu[plat::cpu_id()];
+  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
     void* obj = cc->loaded->slot[cc->rounds--];
     cc->allocs++;
@@ -1374,16 +1374,28 @@ void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
   return alloc_slow(cp, kmflag);
 }
 
+// The cold paths are tail calls, so their own return address is the
+// caller of kmem_cache_free, and the fast path needs no stack frame.
+namespace {
+__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj) {
+  report_owner(cp, obj, caller_of_api());
+}
+__attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj) {
+  report_double_free(cp, obj, caller_of_api());
+}
+__attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj) { free_slow(cp, obj, caller_of_api()); }
+}  // namespace
+
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
   if (cp->check_owner && __builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0))
-    return report_owner(cp, obj, caller_of_api());
+    return free_bad_owner(cp, obj);
   auto s = plat::irq_save();
-  CpuCache* cc = &cp->cpu[plat::cpu_id()];
+  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
     Magazine* m = cc->loaded;
     if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
       plat::irq_restore(s);
-      return report_double_free(cp, obj, caller_of_api());
+      return free_twice(cp, obj);
     }
     m->slot[++cc->rounds] = obj;
     cc->frees++;
@@ -1391,7 +1403,7 @@ void kmem_cache_free(kmem_cache_t* cp, void* obj) {
     return;
   }
   plat::irq_restore(s);
-  free_slow(cp, obj, caller_of_api());
+  return free_slow_entry(cp, obj);
 }
 
 namespace {

@@ -13,15 +13,21 @@
 namespace mm::plat {
 
 constexpr unsigned kMaxCpus = 64;
+// Per-CPU arrays indexed by cpu_slot() have one more slot, kMaxCpus, which
+// a thread without a CPU yet reads: kept empty, it sends the fast path to
+// the slow path, which claims a CPU (cpu_id()).
+constexpr unsigned kCpuSlots = kMaxCpus + 1;
 
-// constinit: no dynamic initialisation, so no TLS wrapper call on the fast path.
-extern thread_local constinit int t_cpu;
+// constinit: no dynamic initialisation, so no TLS wrapper call on the fast
+// path. kMaxCpus until the thread claims a CPU.
+extern thread_local constinit unsigned t_cpu;
 unsigned claim_cpu_slot();  // slow path: first call on a thread
 inline unsigned cpu_id() {
-  int c = t_cpu;
-  if (__builtin_expect(c >= 0, 1)) return static_cast<unsigned>(c);
+  unsigned c = t_cpu;
+  if (__builtin_expect(c < kMaxCpus, 1)) return c;
   return claim_cpu_slot();
 }
+inline unsigned cpu_slot() { return t_cpu; }
 unsigned cpu_count();
 
 using IrqState = int;

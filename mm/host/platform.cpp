@@ -20,7 +20,7 @@
 
 namespace mm::plat {
 
-thread_local constinit int t_cpu = -1;
+thread_local constinit unsigned t_cpu = kMaxCpus;
 uint8_t* g_direct_map;
 uint64_t g_phys_base;
 
@@ -32,10 +32,10 @@ std::atomic<unsigned> g_slots_high{0};
 std::atomic<void (*)()> g_exit_hook{nullptr};
 struct SlotRelease {
   ~SlotRelease() {
-    if (t_cpu < 0) return;
+    if (t_cpu >= kMaxCpus) return;
     if (auto hook = g_exit_hook.load(std::memory_order_acquire)) hook();
     g_slot_used[t_cpu].store(false, std::memory_order_release);
-    t_cpu = -1;
+    t_cpu = kMaxCpus;
   }
 };
 thread_local SlotRelease t_release;
@@ -51,7 +51,7 @@ unsigned claim_cpu_slot() {
   for (unsigned i = 0; i < kMaxCpus; i++) {
     bool expect = false;
     if (g_slot_used[i].compare_exchange_strong(expect, true, std::memory_order_acq_rel)) {
-      t_cpu = static_cast<int>(i);
+      t_cpu = i;
       (void)&t_release;  // make sure the thread_local destructor is registered
       unsigned high = g_slots_high.load(std::memory_order_relaxed);
       while (high < i + 1 && !g_slots_high.compare_exchange_weak(high, i + 1)) {

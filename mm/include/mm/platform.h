@@ -13,6 +13,9 @@
 //   constexpr unsigned kMaxCpus;          upper bound of cpu_id()
 //   unsigned cpu_id();                    current CPU; stable while irq_save()d
 //                                         (kernel) or for the thread (host)
+//   unsigned cpu_slot();                  cpu_id() without claiming: may return
+//                                         kMaxCpus (host thread with no CPU yet)
+//   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
 //   using IrqState; IrqState irq_save(); void irq_restore(IrqState);
 //                                         masks what could preempt per-CPU
