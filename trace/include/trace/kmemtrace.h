@@ -37,17 +37,24 @@
 
 namespace kmemtrace {
 
-// The switch. Read on every allocation: keep it alone, not in a struct.
+// The switch. Read on every allocation: keep it alone, not in a struct;
+// set it only through enable()/disable().
 extern bool g_enabled;
 
-// Out of line: tag is Ring::alloc_tag(type) / Ring::free_tag(type).
-void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
+// Out of line and cold (so the hooked function needs no frame for them
+// when tracing is off): tag is Ring::alloc_tag(type) / Ring::free_tag(type).
+__attribute__((cold)) void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags);
-void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
+__attribute__((cold)) void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
                               size_t allocated, uint32_t flags, int32_t target_cpu);
-void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr);
+__attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr);
 
-inline bool enabled() { return __builtin_expect(__atomic_load_n(&g_enabled, __ATOMIC_RELAXED), 0); }
+// A plain read, on purpose: it compiles to a compare with memory and a
+// branch (x86-64: cmpb + jne; arm64/riscv64: address, load, branch), where
+// an atomic load of a bool costs an extra test. The flag changes rarely
+// (enable/disable) and a stale value only moves the point where recording
+// starts or stops by an event or so.
+inline bool enabled() { return __builtin_expect(g_enabled, 0); }
 
 // The recording hooks. `type` is a TypeId; `flags` the caller's KM_*/VM_*;
 // `ptr` an address or a vmem span's base.
