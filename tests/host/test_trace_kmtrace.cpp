@@ -4,7 +4,10 @@
 // the documented exit codes, raw per-CPU files, symbols from a real ELF and
 // the timeline outputs.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
 #include <trace/abi.h>
 #include <trace/frame.h>
 #include <trace/ring.h>
@@ -28,8 +31,13 @@ struct Result {
   std::string out;
 };
 
+// Temporary files, private to this process (ctest runs tests in parallel).
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "kmt" + std::to_string(getpid()) + "_" + name;
+}
+
 Result run(const std::string& args, const std::string& stdin_file = "") {
-  std::string cmd = std::string(KMTRACE_PATH) + " " + args + " 2>" + ::testing::TempDir() + "kmtrace_stderr";
+  std::string cmd = std::string(KMTRACE_PATH) + " " + args + " 2>" + tmp("stderr");
   if (!stdin_file.empty()) cmd += " < " + stdin_file;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{-1, ""};
@@ -48,10 +56,10 @@ std::string read_file(const std::string& path) {
   ss << f.rdbuf();
   return ss.str();
 }
-std::string last_stderr() { return read_file(::testing::TempDir() + "kmtrace_stderr"); }
+std::string last_stderr() { return read_file(tmp("stderr")); }
 
 std::string write_temp(const std::string& name, const std::string& data) {
-  std::string path = ::testing::TempDir() + name;
+  std::string path = tmp(name);
   std::ofstream(path, std::ios::binary) << data;
   return path;
 }
@@ -168,12 +176,11 @@ TEST(Kmtrace, SummaryJsonIsExact) {
 TEST(Kmtrace, RawPerCpuFiles) {
   Synthetic syn;
   std::vector<uint8_t> buf(4096);
-  std::string dir = ::testing::TempDir();
   size_t n0 = syn.r0.read(buf.data(), buf.size());
-  write_temp("cpu0", std::string(buf.begin(), buf.begin() + static_cast<long>(n0)));
+  std::string cpu0 = write_temp("cpu0", std::string(buf.begin(), buf.begin() + static_cast<long>(n0)));
   size_t n1 = syn.r1.read(buf.data(), buf.size());
-  write_temp("cpu1", std::string(buf.begin(), buf.begin() + static_cast<long>(n1)));
-  Result r = run("summary --json --raw " + dir + "cpu1 " + dir + "cpu0");
+  std::string cpu1 = write_temp("cpu1", std::string(buf.begin(), buf.begin() + static_cast<long>(n1)));
+  Result r = run("summary --json --raw " + cpu1 + " " + cpu0);
   ASSERT_EQ(r.status, 0) << last_stderr();
   EXPECT_EQ(json_num(r.out, "events"), 10);
   EXPECT_EQ(json_num(r.out, "live_bytes"), 128 + 32 + 4096);
@@ -181,7 +188,7 @@ TEST(Kmtrace, RawPerCpuFiles) {
   // A truncated raw file: the cut event is reported, exit status 1.
   write_temp("cpu0", std::string(buf.begin(), buf.begin() + static_cast<long>(n0 - 10)));
   write_temp("cpu1", std::string(buf.begin(), buf.begin() + static_cast<long>(n1)));
-  Result t = run("summary --json --raw " + dir + "cpu0 " + dir + "cpu1");
+  Result t = run("summary --json --raw " + cpu0 + " " + cpu1);
   EXPECT_EQ(t.status, 1);
   EXPECT_EQ(json_num(t.out, "truncated_events"), 1);
 }
@@ -289,10 +296,39 @@ TEST(Kmtrace, SitesWithSymbolsFromARealElf) {
   EXPECT_NE(last_stderr().find("not an ELF file"), std::string::npos);
 }
 
+// --device on a pseudo-terminal: the capture is waiting in the terminal's
+// input; kmtrace sets raw mode, reads, and stops by itself at the dump's
+// end frame (text after it is not waited for).
+TEST(Kmtrace, LiveDeviceStopsAtTheEndFrame) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  std::string slave = ptsname(master);
+  int keep = open(slave.c_str(), O_RDWR | O_NOCTTY);  // raw before any byte arrives
+  ASSERT_GE(keep, 0);
+  termios tio;
+  ASSERT_EQ(tcgetattr(keep, &tio), 0);
+  cfmakeraw(&tio);
+  ASSERT_EQ(tcsetattr(keep, TCSANOW, &tio), 0);
+  Synthetic syn;
+  std::string cap = syn.capture();
+  ASSERT_EQ(write(master, cap.data(), cap.size()), static_cast<ssize_t>(cap.size()));
+  Result r = run("summary --json --quiet --device " + slave + " --baud 115200 --save " + tmp("saved.log"));
+  close(keep);
+  close(master);
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  EXPECT_EQ(json_num(r.out, "events"), 10);
+  EXPECT_EQ(json_num(r.out, "live_bytes"), 128 + 32 + 4096);
+  // --save kept what was read (at least everything up to the end frame).
+  std::string saved = read_file(tmp("saved.log"));
+  EXPECT_EQ(saved.substr(0, 40), cap.substr(0, 40));
+}
+
 TEST(Kmtrace, TimelineOutputs) {
   Synthetic syn;
   std::string path = write_temp("kmt_tl.log", syn.capture());
-  std::string dir = ::testing::TempDir();
+  std::string dir = tmp("");
   Result r = run("timeline --perfetto " + dir + "tl.json --svg " + dir + "tl.svg --html " + dir + "tl.html " + path);
   ASSERT_EQ(r.status, 0) << last_stderr();
   std::string json = read_file(dir + "tl.json");
