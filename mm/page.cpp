@@ -16,7 +16,10 @@
 //    (the first run of non-reserved frames long enough), so the allocator
 //    needs no other allocator. A bank is {first frame, end frame, array};
 //    page_of_phys scans the few banks (at most kMaxBanks) and indexes the
-//    array. Page::alloc_bits holds the bank index (page -> physical address
+//    array. The largest bank is also copied into Allocator::hot (first
+//    frame, frame count, array), so for it (on most boards, all of RAM)
+//    address -> page is a subtraction, a compare and an index, with no loop.
+//    Page::alloc_bits holds the bank index (page -> physical address
 //    in O(1)) and kOnFreeList, the bit the buddy merge trusts: it is only
 //    written under the lock, while flags are also written lock-free by the
 //    per-CPU caches and by owners.
@@ -32,7 +35,12 @@
 //    empty and half-drained (the coldest half) when full. A cache is
 //    touched only by its CPU with IRQs masked (plat::irq_save); its count
 //    is read by page_stats, so it is written with relaxed atomic stores.
-//    Cached pages count as free (PageStats::free_pages, pcp_pages).
+//    Cached pages count as free (PageStats::free_pages, pcp_pages). Each
+//    slot holds the page and its physical address, so neither direction
+//    needs converting on the fast path. The fast paths (page_alloc,
+//    page_free, both inline leaf code for order 0) touch only the cache; a
+//    miss, a full or empty cache, any other order and anything suspicious
+//    go to noinline slow paths (alloc_slow, free_pa).
 // 5. The reserve. reserve_pages = max(16, RAM/256) pages, at most 4 MiB and
 //    at most a quarter of RAM. KM_SLEEP / KM_NOSLEEP allocations (and cache
 //    refills) never take the buddy lists below it; KM_PUSHPAGE ones may,
@@ -50,16 +58,27 @@
 //    (fatal on failure). page_free validates its argument before touching
 //    anything: misaligned, unmanaged, reserved, already free (free head,
 //    free tail or cached), not a head, or not the head's order is logged with
-//    the caller and ignored. page_verify() walks every descriptor and list.
+//    the caller and ignored. The order-0 fast path accepts only an aligned
+//    address in the hot bank whose descriptor is an allocated order-0 head
+//    (flags kPageHead, owner bits aside; order 0; not on a free list): one
+//    masked compare of the descriptor's first word. Everything else,
+//    including every double free (kPagePcp, kPageFree, a free tail: not
+//    kPageHead), goes through check_free, which reports it. A cached page
+//    is kPagePcp until it is handed out again, so it cannot be freed twice
+//    into a cache, and a pop checks kPagePcp (fatal otherwise).
+//    page_verify() walks every descriptor and list.
 #include <mm/page.h>
 #include <mm/platform.h>
 
 namespace mm {
 namespace {
 
-#define PAGE_ASSERT(c)                                                                   \
-  do {                                                                                   \
-    if (__builtin_expect(!(c), 0)) plat::fatal("page: %s:%d: %s", __FILE__, __LINE__, #c); \
+[[noreturn, gnu::cold, gnu::noinline]] void assert_failed(int line, const char* what) {
+  plat::fatal("page: %s:%d: %s", __FILE__, line, what);
+}
+#define PAGE_ASSERT(c)                                           \
+  do {                                                           \
+    if (__builtin_expect(!(c), 0)) assert_failed(__LINE__, #c); \
   } while (0)
 
 constexpr unsigned kMaxBanks = 16;
@@ -77,7 +96,15 @@ struct Bank {
   Page* pages;     // descriptor of frame `first`
 };
 
+// The largest bank again, for the lock-free lookups (written once by page_init).
+struct HotBank {
+  uint64_t base;    // physical address of the first frame
+  uint64_t frames;  // 0 before page_init
+  Page* pages;
+};
+
 struct Allocator {
+  HotBank hot;
   Bank banks[kMaxBanks];
   unsigned nbanks;
   bool ready;
@@ -91,17 +118,31 @@ struct Allocator {
   uint64_t pushpage_allocs;
 };
 
+struct CachedPage {
+  Page* page;
+  uint64_t pa;  // page's physical address
+};
+
 struct alignas(64) PageCache {
-  uintptr_t count;  // pages in stack[]
-  uintptr_t allocs;
-  uintptr_t frees;
-  Page* stack[kPageCacheSize];  // stack[count - 1] is the hottest
+  uintptr_t count;   // pages in stack[]
+  // Counters, written only by this cache's CPU. Pops from the stack are not
+  // counted: they are fills + pushes - drains - count, so the allocation
+  // fast path writes no counter.
+  uintptr_t pushes;  // frees onto the stack
+  uintptr_t fills;   // pages cache_fill put on the stack
+  uintptr_t drains;  // pages cache_drain took off it
+  uintptr_t direct_allocs;  // allocations from the buddy lists
+  uintptr_t direct_frees;   // frees to the buddy lists
+  CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
 };
 
 constinit Allocator g{};
 constinit plat::Lock g_lock;
-constinit PageCache g_pcp[plat::kMaxCpus]{};
+constinit PageCache g_pcp[plat::kCpuSlots]{};  // [kMaxCpus]: always empty (see cpu_slot)
 constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages, for the lock-free free path
+// g.hot.frames while the reserve is full, else 0: the frames free_fast
+// takes (one compare covers the bank, the alignment and the reserve).
+constinit uintptr_t g_fast_frames = 0;
 constinit uintptr_t g_failures = 0;
 constinit uintptr_t g_bad_frees = 0;
 using ReclaimHook = void (*)();
@@ -129,7 +170,11 @@ class [[nodiscard]] LockedIrqs {
 };
 
 // Before releasing g_lock after buddy_pages changed.
-inline void note_reserve_level() { store_relaxed(g_reserve_low, uintptr_t{g.buddy_pages < g.reserve_pages}); }
+inline void note_reserve_level() {
+  bool low = g.buddy_pages < g.reserve_pages;
+  store_relaxed(g_reserve_low, uintptr_t{low});
+  store_relaxed(g_fast_frames, low ? 0 : static_cast<uintptr_t>(g.hot.frames));
+}
 
 inline uint64_t pages_in(unsigned order) { return uint64_t{1} << order; }
 inline Page* page_at(const Bank& b, uint64_t pfn) { return b.pages + static_cast<size_t>(pfn - b.first); }
@@ -143,6 +188,34 @@ inline const Bank* bank_of_pfn(uint64_t pfn) {
   for (unsigned i = 0; i < g.nbanks; i++)
     if (pfn - g.banks[i].first < g.banks[i].end - g.banks[i].first) return &g.banks[i];
   return nullptr;
+}
+
+// The descriptor's first word (flags, order, alloc_bits) as one load, for
+// the fast free path's check: an allocated order-0 head, not on a free
+// list; the owner bits (kPageSlab, kPageVmem) and the bank index may be set.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
+static_assert(offsetof(Page, flags) == 0 && offsetof(Page, order) == 2 && offsetof(Page, alloc_bits) == 3);
+constexpr uint32_t kHeadWordMask =
+    (0xffffu & ~uint32_t{kPageSlab | kPageVmem}) | (0xffu << 16) | (uint32_t{kOnFreeList} << 24);
+constexpr uint32_t kHeadWordOrder0 = kPageHead;
+inline bool is_order0_head(const Page* p) {
+  uint32_t w;
+  __builtin_memcpy(&w, p, sizeof w);
+  return (w & kHeadWordMask) == kHeadWordOrder0;
+}
+
+// pa's frame index in the hot bank, or a number >= g.hot.frames if pa is
+// not a frame-aligned address in it: the offset rotated right by
+// kPageShift puts any misalignment in the top bits, so one compare checks both.
+inline uint64_t hot_index(uint64_t pa) {
+  uint64_t off = pa - g.hot.base;
+  return off >> kPageShift | off << (64 - kPageShift);
+}
+
+// pa's descriptor if pa is a frame of the hot bank, else nullptr.
+inline Page* hot_page_of_phys(uint64_t pa) {
+  uint64_t i = hot_index(pa);
+  return i < g.hot.frames ? g.hot.pages + static_cast<size_t>(i) : nullptr;
 }
 
 inline void* caller_address() { return __builtin_extract_return_addr(__builtin_return_address(0)); }
@@ -283,11 +356,15 @@ void cache_fill(PageCache& c) {
   for (uintptr_t i = 0; i < n; i++) {
     Page* p = take_block(0);
     PAGE_ASSERT(p);  // buddy_pages > 0, and any free block splits down to a page
-    p->flags = kPagePcp;
+    p->flags = kPagePcp;  // order, count, next, owner clear: the cache's invariant
     p->order = 0;
-    c.stack[n - 1 - i] = p;  // pops come out in address order
+    p->count = 0;
+    p->next = nullptr;
+    p->owner = nullptr;
+    c.stack[n - 1 - i] = {p, pfn_of(p) << kPageShift};  // pops come out in address order
   }
   store_relaxed(c.count, n);
+  store_relaxed(c.fills, c.fills + n);
   note_reserve_level();
   g_lock.unlock();
 }
@@ -297,13 +374,14 @@ void cache_drain(PageCache& c, uintptr_t n) {
   PAGE_ASSERT(n <= c.count);
   g_lock.lock();
   for (uintptr_t i = 0; i < n; i++) {
-    Page* p = c.stack[i];
-    PAGE_ASSERT(p->flags == kPagePcp && p->order == 0);
+    Page* p = c.stack[i].page;
+    PAGE_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == c.stack[i].pa);
     p->flags = 0;
     give_block(p, 0);
   }
   for (uintptr_t i = n; i < c.count; i++) c.stack[i - n] = c.stack[i];
   store_relaxed(c.count, c.count - n);
+  store_relaxed(c.drains, c.drains + n);
   note_reserve_level();
   g_lock.unlock();
 }
@@ -315,10 +393,14 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
   plat::IrqState s = plat::irq_save();
   PageCache& c = this_cache();
   Page* p = nullptr;
+  uint64_t pa = 0;
+  bool cached = false;
   if (order == 0) {
     if (c.count == 0) cache_fill(c);
     if (c.count) {
-      p = c.stack[c.count - 1];
+      p = c.stack[c.count - 1].page;
+      pa = c.stack[c.count - 1].pa;
+      cached = true;
       store_relaxed(c.count, c.count - 1);
       PAGE_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
     }
@@ -334,11 +416,11 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
     note_reserve_level();
     g_lock.unlock();
   }
-  if (p) store_relaxed(c.allocs, c.allocs + 1);
+  if (p && !cached) store_relaxed(c.direct_allocs, c.direct_allocs + 1);
   plat::irq_restore(s);
   if (!p) return 0;
   mark_allocated(p, order);
-  return pfn_of(p) << kPageShift;
+  return cached ? pa : pfn_of(p) << kPageShift;
 }
 
 void run_reclaim_hook() {
@@ -348,7 +430,9 @@ void run_reclaim_hook() {
   __atomic_store_n(&g_reclaiming, uintptr_t{0}, __ATOMIC_RELEASE);
 }
 
-void free_pa(uint64_t pa, unsigned order, const void* va, void* caller) {
+// The slow path of page_free / page_free_va: everything the fast path
+// (free_fast) turned down, validated in full.
+[[gnu::noinline]] void free_pa(uint64_t pa, unsigned order, const void* va, void* caller) {
   Page* p = check_free(pa, order, va, caller);
   if (!p) return;
   // Single pages go to the CPU's cache, unless the buddy lists are below the
@@ -361,9 +445,9 @@ void free_pa(uint64_t pa, unsigned order, const void* va, void* caller) {
     PageCache& c = this_cache();
     p->flags = kPagePcp;
     if (c.count == kPageCacheSize) cache_drain(c, kPageCacheBatch);
-    c.stack[c.count] = p;
+    c.stack[c.count] = {p, pa};
     store_relaxed(c.count, c.count + 1);
-    store_relaxed(c.frees, c.frees + 1);
+    store_relaxed(c.pushes, c.pushes + 1);
     plat::irq_restore(s);
     return;
   }
@@ -374,8 +458,80 @@ void free_pa(uint64_t pa, unsigned order, const void* va, void* caller) {
   give_block(p, order);
   note_reserve_level();
   g_lock.unlock();
-  store_relaxed(c.frees, c.frees + 1);
+  store_relaxed(c.direct_frees, c.direct_frees + 1);
   plat::irq_restore(s);
+}
+
+// A page_alloc that alloc_fast could not serve: other orders, an empty
+// cache, a CPU not claimed yet (host), failures and waiting.
+[[gnu::noinline]] uint64_t alloc_slow(unsigned order, int kmflag, void* caller) {
+  if (__builtin_expect(order > kMaxOrder, 0)) {
+    plat::log("page_alloc: order %u > %u; caller %p", order, kMaxOrder, caller);
+    __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
+    return 0;
+  }
+  bool pushpage = kmflag & KM_PUSHPAGE;
+  for (;;) {
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    if ((kmflag & KM_NOSLEEP) || !g.ready) break;
+    // KM_SLEEP: cached single pages may complete a block or be all that is
+    // left; then ask the slab layer to give pages back; then wait.
+    page_drain_cpu_caches();
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    run_reclaim_hook();
+    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
+    plat::wait_for_memory();
+  }
+  __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
+  return 0;
+}
+
+// Order 0 from a non-empty cache into pa; false sends the caller to alloc_slow.
+inline bool alloc_fast(uint64_t& pa) {
+  plat::IrqState s = plat::irq_save();
+  PageCache& c = g_pcp[plat::cpu_slot()];  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
+  uintptr_t n = c.count;
+  bool ok = n != 0;
+  if (__builtin_expect(ok, 1)) {
+    const CachedPage& e = c.stack[n - 1];
+    Page* p = e.page;
+    pa = e.pa;
+    // A corrupted cache: try_alloc pops the same page and stops with the details.
+    if (__builtin_expect(p->flags != kPagePcp, 0)) {
+      ok = false;
+    } else {
+      store_relaxed(c.count, n - 1);
+      p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
+    }
+  }
+  plat::irq_restore(s);
+  return ok;
+}
+
+// An order-0 free of an allocated page of the hot bank into a cache that
+// is neither empty nor full, while the reserve is full; false (nothing
+// done) for anything else, which free_pa then validates and handles. (Not
+// empty: the [kMaxCpus] slot an unclaimed thread reads is always empty.)
+inline bool free_fast(uint64_t pa) {
+  uint64_t i = hot_index(pa);
+  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;
+  Page* p = g.hot.pages + static_cast<size_t>(i);
+  if (__builtin_expect(!is_order0_head(p), 0)) return false;
+  plat::IrqState s = plat::irq_save();
+  PageCache& c = g_pcp[plat::cpu_slot()];
+  uintptr_t n = c.count;
+  bool ok = n - 1 < kPageCacheSize - 1;
+  if (__builtin_expect(ok, 1)) {
+    p->flags = kPagePcp;
+    p->count = 0;
+    p->next = nullptr;
+    p->owner = nullptr;
+    c.stack[n] = {p, pa};
+    store_relaxed(c.count, n + 1);
+    store_relaxed(c.pushes, c.pushes + 1);
+  }
+  plat::irq_restore(s);
+  return ok;
 }
 
 // --- Initialisation ---------------------------------------------------------
@@ -528,6 +684,10 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   if (r > kReserveMax) r = kReserveMax;
   if (r > g.total_pages / 4) r = g.total_pages / 4;
   g.reserve_pages = r;
+  const Bank* hot = &g.banks[0];
+  for (unsigned i = 1; i < g.nbanks; i++)
+    if (g.banks[i].end - g.banks[i].first > hot->end - hot->first) hot = &g.banks[i];
+  g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages};
   note_reserve_level();
   g.ready = true;  // before any other CPU calls in
   plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
@@ -538,28 +698,15 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
 }
 
 uint64_t page_alloc(unsigned order, int kmflag) {
-  if (__builtin_expect(order > kMaxOrder, 0)) {
-    plat::log("page_alloc: order %u > %u; caller %p", order, kMaxOrder, caller_address());
-    __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
-    return 0;
-  }
-  bool pushpage = kmflag & KM_PUSHPAGE;
-  for (;;) {
-    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
-    if ((kmflag & KM_NOSLEEP) || !g.ready) break;
-    // KM_SLEEP: cached single pages may complete a block or be all that is
-    // left; then ask the slab layer to give pages back; then wait.
-    page_drain_cpu_caches();
-    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
-    run_reclaim_hook();
-    if (uint64_t pa = try_alloc(order, pushpage)) return pa;
-    plat::wait_for_memory();
-  }
-  __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
-  return 0;
+  uint64_t pa;
+  if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
+  return alloc_slow(order, kmflag, caller_address());
 }
 
-void page_free(uint64_t pa, unsigned order) { free_pa(pa, order, nullptr, caller_address()); }
+void page_free(uint64_t pa, unsigned order) {
+  if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
+  free_pa(pa, order, nullptr, caller_address());
+}
 
 void* page_alloc_va(unsigned order, int kmflag) {
   uint64_t pa = page_alloc(order, kmflag);
@@ -572,10 +719,13 @@ void page_free_va(void* va, unsigned order) {
     plat::log("page_free_va: null pointer, order %u; caller %p; ignored", order, caller_address());
     return;
   }
-  free_pa(plat::virt_to_phys(va), order, va, caller_address());
+  uint64_t pa = plat::virt_to_phys(va);
+  if (order == 0 && free_fast(pa)) return;
+  free_pa(pa, order, va, caller_address());
 }
 
 Page* page_of_phys(uint64_t pa) {
+  if (Page* p = hot_page_of_phys(pa)) return p;
   uint64_t pfn = pa >> kPageShift;
   const Bank* b = bank_of_pfn(pfn);
   return b ? page_at(*b, pfn) : nullptr;
@@ -617,9 +767,11 @@ void page_stats(PageStats& out) {
   out.descriptor_pages = g.descriptor_pages;
   for (unsigned o = 0; o <= kMaxOrder; o++) out.free_blocks[o] = g.free_blocks[o];
   for (const PageCache& c : g_pcp) {
-    out.pcp_pages += load_relaxed(c.count);
-    out.allocs += load_relaxed(c.allocs);
-    out.frees += load_relaxed(c.frees);
+    uintptr_t count = load_relaxed(c.count), pushes = load_relaxed(c.pushes);
+    uintptr_t pops = load_relaxed(c.fills) + pushes - load_relaxed(c.drains) - count;
+    out.pcp_pages += count;
+    out.allocs += pops + load_relaxed(c.direct_allocs);
+    out.frees += pushes + load_relaxed(c.direct_frees);
   }
   out.free_pages = g.buddy_pages + out.pcp_pages;
   out.failures = load_relaxed(g_failures);
@@ -649,9 +801,15 @@ bool page_verify() {
   uint64_t cached = 0;
   for (const PageCache& c : g_pcp) {
     if (c.count > kPageCacheSize) return verify_failed("per-CPU cache overfull", 0);
-    for (uintptr_t i = 0; i < c.count; i++)
-      if (c.stack[i]->flags != kPagePcp || (c.stack[i]->alloc_bits & kOnFreeList))
-        return verify_failed("per-CPU cache holds a frame not marked kPagePcp", pfn_of(c.stack[i]));
+    for (uintptr_t i = 0; i < c.count; i++) {
+      const Page* p = c.stack[i].page;
+      if (p->flags != kPagePcp || (p->alloc_bits & kOnFreeList))
+        return verify_failed("per-CPU cache holds a frame not marked kPagePcp", pfn_of(p));
+      if (p->order != 0 || p->count != 0 || p->next || p->owner)
+        return verify_failed("per-CPU cached frame's order, count, next or owner not clear", pfn_of(p));
+      if (pfn_of(p) << kPageShift != c.stack[i].pa)
+        return verify_failed("per-CPU cache slot's address is not its page's", pfn_of(p));
+    }
     cached += c.count;
   }
   // Every frame, in address order: each in exactly one state.
@@ -700,6 +858,7 @@ void page_reset_for_tests() {
   for (PageCache& c : g_pcp) c = PageCache{};
   store_relaxed(g_failures, uintptr_t{0});
   store_relaxed(g_reserve_low, uintptr_t{0});
+  store_relaxed(g_fast_frames, uintptr_t{0});
   store_relaxed(g_bad_frees, uintptr_t{0});
   __atomic_store_n(&g_reclaim, ReclaimHook{nullptr}, __ATOMIC_RELAXED);
   store_relaxed(g_reclaiming, uintptr_t{0});
