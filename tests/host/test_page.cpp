@@ -472,6 +472,36 @@ TEST_F(page, BadFreesAreReportedAndIgnored) {
   expect_fully_coalesced();
 }
 
+// The order-0 fast path: a second free of a page sitting in the per-CPU
+// cache, and of a slab-owned head, is caught (kPagePcp), never cached twice.
+TEST_F(page, DoubleFreeThroughTheCacheNeverHandsAPageOutTwice) {
+  uint64_t pa = page_alloc(0, KM_NOSLEEP), other = page_alloc(0, KM_NOSLEEP);
+  ASSERT_TRUE(pa && other);
+  page_of_phys(other)->flags |= kPageSlab;  // an owner's bit: still a valid free
+  page_free(other, 0);
+  EXPECT_EQ(page_of_phys(other)->flags, kPagePcp);
+  page_free(pa, 0);
+  testing::internal::CaptureStderr();
+  page_free(pa, 0);
+  page_free(other, 0);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("already free (in a CPU's page cache)"), std::string::npos) << log;
+  EXPECT_EQ(stats().bad_frees, 2u);
+  uint64_t got[kPageCacheSize];
+  for (uint64_t& g : got) {
+    g = page_alloc(0, KM_NOSLEEP);
+    ASSERT_NE(g, 0u);
+  }
+  for (unsigned i = 0; i < kPageCacheSize; i++)
+    for (unsigned j = i + 1; j < kPageCacheSize; j++) EXPECT_NE(got[i], got[j]);
+  EXPECT_TRUE(page_verify());
+  for (uint64_t g : got) page_free(g, 0);
+  PageStats s = stats();
+  EXPECT_EQ(s.allocs, s.frees);
+  EXPECT_EQ(s.bad_frees, 2u);
+  expect_fully_coalesced();
+}
+
 // Thousands of random allocs and frees against a model: the set of
 // allocated blocks. Blocks never overlap, keep their contents, and the free
 // count always matches.
