@@ -80,6 +80,7 @@ void copy_name(char* dst, const char* src) {
 
 struct Magazine {
   Magazine* next;
+  uintptr_t cap;  // rounds it holds when full: the depot may hold old sizes after a resize
   // slot[0] is always null; the rounds are slot[1..n]. With the sentinel,
   // "is obj on top of the magazine?" needs no emptiness test: the free fast
   // path uses it to catch an immediate double free.
@@ -216,7 +217,9 @@ kmem_cache_t* g_caches;  // list of all caches, creation order
 bool g_ready;
 MemErrorHook g_error_hook;
 uint64_t g_errors;
-plat::Lock g_move_lock;
+// Held by whoever walks the cache list to reap, flush or move, and by
+// kmem_cache_destroy: a cache is never freed under a walker.
+plat::Lock g_reap_lock;
 
 // kmem_alloc's size ladder.
 constexpr uint32_t kAllocSizes[] = {8,    16,   32,   48,   64,   80,   96,    112,  128,  160,  192,
@@ -596,11 +599,19 @@ void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller) 
 
 int mag_rounds(const kmem_cache_t* cp) { return static_cast<int>(g_magtypes[cp->magtype].rounds); }
 
+unsigned magtype_of(uintptr_t cap) {
+  for (unsigned i = 0; i < kMagTypes; i++)
+    if (g_magtypes[i].rounds == cap) return i;
+  plat::fatal("kmem: magazine of unknown capacity %lu", static_cast<unsigned long>(cap));
+}
+
 // Destroys a magazine holding n constructed rounds: destructs them, returns
-// them to the slab layer, frees the magazine to its magazine cache.
-void magazine_destroy(kmem_cache_t* cp, Magazine* m, int n, unsigned magtype) {
+// them to the slab layer, frees the magazine to its own magazine cache (its
+// capacity says which).
+void magazine_destroy(kmem_cache_t* cp, Magazine* m, int n) {
+  KMEM_ASSERT(n >= 0 && static_cast<uintptr_t>(n) <= m->cap);
   for (int i = 1; i <= n; i++) slab_free(cp, m->slot[i], true, 0);
-  kmem_cache_free(g_magtypes[magtype].cache, m);
+  kmem_cache_free(g_magtypes[magtype_of(m->cap)].cache, m);
 }
 
 void lock_depot(kmem_cache_t* cp) {
@@ -631,15 +642,12 @@ void cpu_flush(kmem_cache_t* cp, CpuCache* cc) {
   Magazine* loaded = cc->loaded;
   Magazine* prev = cc->prev;
   int rounds = cc->rounds, prounds = cc->prounds;
-  unsigned mt = 0;
-  for (unsigned i = 0; i < kMagTypes; i++)
-    if (static_cast<int>(g_magtypes[i].rounds) == cc->held) mt = i;
   cc->loaded = cc->prev = nullptr;
   cc->rounds = cc->prounds = 0;
   cc->magsize = 0;
   cc->held = 0;
-  if (loaded) magazine_destroy(cp, loaded, rounds, mt);
-  if (prev) magazine_destroy(cp, prev, prounds, mt);
+  if (loaded) magazine_destroy(cp, loaded, rounds);
+  if (prev) magazine_destroy(cp, prev, prounds);
 }
 
 // Slow path of kmem_cache_alloc: the loaded magazine is empty.
@@ -670,6 +678,14 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
       // Both empty: trade the previous (empty) one for a full one.
       lock_depot(cp);
       Magazine* full = maglist_pop(cp->full_mags);
+      if (full && full->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+        cp->depot_lock.unlock();
+        plat::irq_restore(s);
+        magazine_destroy(cp, full, static_cast<int>(full->cap));
+        s = plat::irq_save();
+        cc = &cp->cpu[plat::cpu_id()];
+        continue;
+      }
       if (full) {
         if (cc->prev) maglist_push(cp->empty_mags, cc->prev);
         cp->depot_lock.unlock();
@@ -716,6 +732,14 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       // Trade the previous (full) one for an empty one.
       lock_depot(cp);
       Magazine* empty = maglist_pop(cp->empty_mags);
+      if (empty && empty->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+        cp->depot_lock.unlock();
+        plat::irq_restore(s);
+        magazine_destroy(cp, empty, 0);
+        s = plat::irq_save();
+        cc = &cp->cpu[plat::cpu_id()];
+        continue;
+      }
       if (empty) {
         if (cc->prev) maglist_push(cp->full_mags, cc->prev);
         cp->depot_lock.unlock();
@@ -731,7 +755,10 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       unsigned mt = cp->magtype;
       plat::irq_restore(s);
       auto* m = static_cast<Magazine*>(kmem_cache_alloc(g_magtypes[mt].cache, KM_NOSLEEP));
-      if (m) m->slot[0] = nullptr;
+      if (m) {
+        m->slot[0] = nullptr;
+        m->cap = g_magtypes[mt].rounds;
+      }
       s = plat::irq_save();
       cc = &cp->cpu[plat::cpu_id()];
       if (!m) break;
@@ -909,15 +936,13 @@ void depot_reap(kmem_cache_t* cp, bool all) {
       lock_depot(cp);
       MagList& l = which ? cp->empty_mags : cp->full_mags;
       Magazine* m = nullptr;
-      if (all || l.min > 0) {
-        m = maglist_pop(l);
-        if (m && !all && l.min > 0) l.min--;
-      }
-      unsigned mt = cp->magtype;
+      // maglist_pop lowers min along with count: popping while min > 0
+      // frees exactly the magazines the working set did not touch.
+      if (all || l.min > 0) m = maglist_pop(l);
       cp->depot_lock.unlock();
       plat::irq_restore(s);
       if (!m) break;
-      magazine_destroy(cp, m, which ? 0 : static_cast<int>(g_magtypes[mt].rounds), mt);
+      magazine_destroy(cp, m, which ? 0 : static_cast<int>(m->cap));
     }
   }
   auto s = plat::irq_save();
@@ -928,8 +953,9 @@ void depot_reap(kmem_cache_t* cp, bool all) {
   plat::irq_restore(s);
 }
 
-// Destroys the kept empty slab(s).
-void slab_reap(kmem_cache_t* cp) {
+// Destroys the kept empty slab(s); returns how many.
+unsigned slab_reap(kmem_cache_t* cp) {
+  unsigned n = 0;
   for (;;) {
     auto s = plat::irq_save();
     cp->slab_lock.lock();
@@ -945,6 +971,17 @@ void slab_reap(kmem_cache_t* cp) {
     plat::irq_restore(s);
     if (!sp) break;
     slab_destroy(cp, sp);
+    n++;
+  }
+  return n;
+}
+
+// Destroying a slab frees its off-slab header into a size cache, which may
+// then hold an empty slab of its own: repeat until a pass frees nothing.
+void slab_reap_all() {
+  for (unsigned freed = 1; freed;) {
+    freed = 0;
+    for (kmem_cache_t* c = g_caches; c; c = c->list_next) freed += slab_reap(c);
   }
 }
 
@@ -972,18 +1009,22 @@ void flush_this_cpu(void*) {
   }
 }
 
-void cpu_exit_hook() { flush_this_cpu(nullptr); }
+void cpu_exit_hook() {
+  g_reap_lock.lock();
+  flush_this_cpu(nullptr);
+  g_reap_lock.unlock();
+}
 
 // Memory is short and this CPU cannot wait for others: flush its own
-// magazines, empty every depot and give empty slabs back.
+// magazines, empty every depot and give empty slabs back. If another reaper
+// is at work, leave it to that one.
 void reap_local() {
+  if (!g_reap_lock.try_lock()) return;
   run_reclaim_callbacks();
   flush_this_cpu(nullptr);
-  for (kmem_cache_t* c = g_caches; c; c = c->list_next) {
-    depot_reap(c, true);
-    slab_reap(c);
-  }
-  for (kmem_cache_t* c = g_caches; c; c = c->list_next) slab_reap(c);  // late empties (see kmem_reap)
+  for (kmem_cache_t* c = g_caches; c; c = c->list_next) depot_reap(c, true);
+  slab_reap_all();
+  g_reap_lock.unlock();
   segkmem_flush();
 }
 
@@ -1015,10 +1056,10 @@ void set_victim(kmem_cache_t* cp, Slab* sp, bool on) {
 bool depot_evict(kmem_cache_t* cp, void* obj) {
   auto s = plat::irq_save();
   lock_depot(cp);
-  const int n = mag_rounds(cp);
   Magazine** pp = &cp->full_mags.head;
   while (*pp) {
     bool hit = false;
+    const int n = static_cast<int>((*pp)->cap);
     for (int r = 1; r <= n && !hit; r++) hit = (*pp)->slot[r] == obj;
     if (hit) break;
     pp = &(*pp)->next;
@@ -1029,10 +1070,9 @@ bool depot_evict(kmem_cache_t* cp, void* obj) {
     cp->full_mags.count--;
     if (cp->full_mags.min > cp->full_mags.count) cp->full_mags.min = cp->full_mags.count;
   }
-  unsigned mt = cp->magtype;
   cp->depot_lock.unlock();
   plat::irq_restore(s);
-  if (found) magazine_destroy(cp, found, n, mt);
+  if (found) magazine_destroy(cp, found, static_cast<int>(found->cap));
   return found != nullptr;
 }
 
@@ -1268,32 +1308,26 @@ uint64_t kmem_metadata_pages() { return __atomic_load_n(&g_meta_pages, __ATOMIC_
 
 void kmem_reap(bool all) {
   if (!g_ready) return;
+  g_reap_lock.lock();
   run_reclaim_callbacks();
   if (all) plat::on_each_cpu(flush_this_cpu, nullptr);
   for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next) {
     if (!all) magazine_resize_check(cp);
     depot_reap(cp, all);
-    slab_reap(cp);
     cp->reaps++;
   }
-  // Destroying slabs above freed off-slab headers and magazines into caches
-  // reaped earlier in the loop: one more pass gives those slabs back too.
-  for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next) slab_reap(cp);
+  slab_reap_all();
+  g_reap_lock.unlock();
   vmem_qcache_reap();
   segkmem_flush();
 }
 
 void kmem_move_pass() {
   if (!g_ready) return;
-  auto s = plat::irq_save();
-  if (!g_move_lock.try_lock()) {  // one consolidator at a time
-    plat::irq_restore(s);
-    return;
-  }
-  plat::irq_restore(s);
+  if (!g_reap_lock.try_lock()) return;  // one consolidator (or reaper) at a time
   for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next)
     if (cp->move) move_cache(cp);
-  g_move_lock.unlock();
+  g_reap_lock.unlock();
 }
 
 }  // namespace mm
@@ -1323,13 +1357,15 @@ void kmem_cache_move_notify(kmem_cache_t* cp, void*) {
 bool kmem_cache_destroy(kmem_cache_t* cp) {
   uintptr_t caller = caller_of_api();
   if (!cp) return false;
-  // Bring every magazine back so the count of live objects is exact.
-  plat::on_each_cpu([](void* arg) {
-    auto* c = static_cast<kmem_cache_t*>(arg);
+  g_reap_lock.lock();
+  // Bring every CPU's magazines back so the count of live objects is exact.
+  // The caller guarantees nothing uses the cache any more (kmem_cache_destroy
+  // (9F)), so other CPUs' magazines may be taken from here.
+  for (unsigned i = 0; i < plat::kCpuSlots; i++) {
     auto s = plat::irq_save();
-    cpu_flush(c, &c->cpu[plat::cpu_id()]);
+    cpu_flush(cp, &cp->cpu[i]);
     plat::irq_restore(s);
-  }, cp);
+  }
   depot_reap(cp, true);
   uint64_t live;
   {
@@ -1340,6 +1376,7 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
     plat::irq_restore(s);
   }
   if (live) {
+    g_reap_lock.unlock();
     report("kmem_cache_destroy of a cache with live objects", cp->name, cp, caller, live);
     return false;
   }
@@ -1351,6 +1388,8 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
   if (cp->list_next) cp->list_next->list_prev = cp->list_prev;
   g_caches_lock.unlock();
   plat::irq_restore(s);
+  slab_reap_all();  // off-slab headers freed above may have emptied size-cache slabs
+  g_reap_lock.unlock();
   if (cp->hash) {
     size_t bytes = cp->hash_buckets * sizeof(HashEnt*);
     unsigned order = 0;
