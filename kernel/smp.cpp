@@ -5,6 +5,12 @@
 // or its timer tick), takes it, and looks again. Masking around the check
 // means an IPI that lands between the check and wfi still wakes it.
 // Calls are serialised by g_call_lock: one caller posts at a time.
+//
+// The caller does not spin on the result: it waits for interrupts, and the
+// callee sends it an IPI when done. On hardware this saves the caller's
+// power; under QEMU's round-robin TCG (every -icount run) it is what lets
+// the callee run at all: a RISC-V core spinning on `pause` keeps its
+// time slice (ARM's `yield` gives it up, `wfi` does on both).
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -26,19 +32,29 @@ bool run_mailbox(PerCpu& cpu) {
   if (!fn) return false;
   fn(cpu.call_arg);
   cpu.call_fn.store(nullptr, std::memory_order_relaxed);
+  unsigned from = cpu.call_from;
   cpu.call_done.store(1, std::memory_order_release);
+  arch::send_ipi(g_percpu[from]);
   return true;
 }
 
 void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
   cpu.call_arg = arg;
+  cpu.call_from = cpu_id();
   cpu.call_done.store(0, std::memory_order_relaxed);
   cpu.call_fn.store(fn, std::memory_order_release);
   arch::send_ipi(cpu);
 }
 
+// Masking around the check, as in idle_loop: a completion IPI landing
+// between the check and wfi still wakes it. With interrupts already masked
+// by the caller, the IPI stays pending and wfi returns at once: a spin.
 void wait_done(PerCpu& cpu) {
-  while (!cpu.call_done.load(std::memory_order_acquire)) arch::cpu_relax();
+  while (!cpu.call_done.load(std::memory_order_acquire)) {
+    arch::IrqState s = arch::irq_save();
+    if (!cpu.call_done.load(std::memory_order_acquire)) arch::wait_for_interrupt();
+    arch::irq_restore(s);
+  }
 }
 }  // namespace
 

@@ -160,6 +160,14 @@ void map_flags(uint64_t start, uint64_t end, unsigned flags) {
 // Makes table changes visible: this hart's TLB, then every other online
 // hart, all in one SBI call when their hart ids fit one 64-bit mask (else
 // one call per hart).
+//
+// One hart at a time: OpenSBI 1.1 can deadlock two harts that send each
+// other remote fences at the same moment (each waits in M-mode for the
+// other's acknowledgement). Seen under QEMU's round-robin TCG (-icount),
+// where the interleaving is deterministic. Harts waiting here still take
+// M-mode IPIs, so the holder's fence completes.
+SpinLock g_fence_lock;
+
 void fence_all(uintptr_t start = 0, size_t size = ~size_t{0}) {
   asm volatile("sfence.vma" ::: "memory");
   unsigned self = cpu_id();
@@ -170,6 +178,7 @@ void fence_all(uintptr_t start = 0, size_t size = ~size_t{0}) {
     if (c.hwid > high) high = c.hwid;
   });
   if (base == ~0ul) return;
+  Guard<SpinLock, IrqSave> g(g_fence_lock);
   if (high - base < 64) {
     for_each_cpu([&](PerCpu& c) {
       if (c.index != self && c.online.load(std::memory_order_acquire)) mask |= 1ul << (c.hwid - base);

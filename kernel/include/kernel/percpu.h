@@ -24,6 +24,7 @@ struct PerCpu {
   // Cross-call mailbox: another core posts fn/arg, this core runs it.
   std::atomic<void (*)(void*)> call_fn{nullptr};
   void* call_arg = nullptr;
+  unsigned call_from = 0;  // the caller's index: completion is signalled to it by IPI
   std::atomic<unsigned> call_done{0};
   // Set by the exception path when a probing access faulted.
   FaultRecord last_fault;
