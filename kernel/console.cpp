@@ -22,7 +22,8 @@ constexpr unsigned kRxSize = 256;  // power of two
 char g_rx[kRxSize];
 std::atomic<unsigned> g_rx_head{0}, g_rx_tail{0};
 std::atomic<unsigned> g_rx_dropped{0};
-void (*g_idle_hook)();
+constexpr unsigned kMaxIdleHooks = 4;
+void (*g_idle_hooks[kMaxIdleHooks])();
 
 void put_locked(const char* s, size_t n) {
   if (!g_uart) return;
@@ -96,11 +97,21 @@ int getc() {
     // which is taken once they are restored, so no wake-up is lost.
     arch::wait_for_interrupt();
     arch::irq_restore(s);
-    if (g_idle_hook) g_idle_hook();
+    for (auto* hook : g_idle_hooks)
+      if (hook) hook();
   }
 }
 
-void set_idle_hook(void (*fn)()) { g_idle_hook = fn; }
+bool add_idle_hook(void (*fn)()) {
+  for (auto*& hook : g_idle_hooks) {
+    if (hook == fn) return true;
+    if (!hook) {
+      hook = fn;
+      return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace console
 

@@ -1,7 +1,9 @@
 // Shell commands that show the memory subsystem: slabinfo, vmem, buddyinfo,
 // kmem (reap, move, stats) and the memory accounting behind meminfo.
 #include <kernel/console.h>
+#include <kernel/percpu.h>
 #include <kernel/shell.h>
+#include <kernel/smp.h>
 #include <kernel/string.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
@@ -79,8 +81,77 @@ int cmd_buddyinfo(int argc, char** argv) {
   return 0;
 }
 
+// `kmem exercise [rounds]`: a known workload on every online core, for
+// kmemtrace (its end-to-end test counts these calls in a trace) and for
+// watching slabinfo/vmem/buddyinfo move. Each round makes one call at each
+// site below and frees what it got; every 16th round also a large
+// kmem_alloc (straight from the heap arena).
+struct Exercise {
+  unsigned rounds;
+  kmem_cache_t* cache;
+  vmem_t* arena;
+  std::atomic<uint64_t> done[6];  // per site: successful allocations
+  std::atomic<uint64_t> failed;
+};
+enum { kSiteKmem, kSiteZalloc, kSiteLarge, kSiteCache, kSitePage, kSiteVmem };
+
+void exercise_cpu(void* arg) {
+  auto* x = static_cast<Exercise*>(arg);
+  uint64_t n[6] = {}, failed = 0;
+  for (unsigned r = 0; r < x->rounds; r++) {
+    size_t small = 24 + (r * 37) % 1000;
+    size_t vsize = mm::kPageBytes * (1 + r % 4);
+    void* a = kmem_alloc(small, KM_NOSLEEP);
+    void* z = kmem_zalloc(3000, KM_NOSLEEP);
+    void* l = (r % 16 == 0) ? kmem_alloc(20000, KM_NOSLEEP) : nullptr;
+    void* c = kmem_cache_alloc(x->cache, KM_NOSLEEP);
+    uint64_t pg = mm::page_alloc(0, KM_NOSLEEP);
+    void* v = vmem_alloc(x->arena, vsize, VM_NOSLEEP);
+    void* got[6] = {a, z, l, c, reinterpret_cast<void*>(static_cast<uintptr_t>(pg)), v};
+    for (unsigned i = 0; i < 6; i++) n[i] += got[i] != nullptr;
+    failed += !a + !z + (r % 16 == 0 && !l) + !c + !pg + !v;
+    if (a) kmem_free(a, small);
+    if (z) kmem_free(z, 3000);
+    if (l) kmem_free(l, 20000);
+    if (c) kmem_cache_free(x->cache, c);
+    if (pg) mm::page_free(pg, 0);
+    if (v) vmem_free(x->arena, v, vsize);
+  }
+  for (unsigned i = 0; i < 6; i++) x->done[i].fetch_add(n[i], std::memory_order_relaxed);
+  x->failed.fetch_add(failed, std::memory_order_relaxed);
+}
+
+int cmd_exercise(const char* cmd, int argc, char** argv) {
+  uint64_t rounds = 1000;
+  if (argc > 3 || (argc == 3 && (!shell::parse_u64(argv[2], rounds) || rounds == 0 || rounds > 1000000)))
+    return shell::usage_error(cmd, "usage: kmem exercise [rounds], rounds from 1 to 1000000");
+  static Exercise x;  // one exercise at a time: the shell runs one command
+  x.rounds = static_cast<unsigned>(rounds);
+  for (auto& d : x.done) d.store(0);
+  x.failed.store(0);
+  x.cache = kmem_cache_create("exercise", 96, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  x.arena = vmem_create("exercise", reinterpret_cast<void*>(0x10000000), size_t{1} << 28, mm::kPageBytes, nullptr,
+                        nullptr, nullptr, 0, VM_SLEEP);
+  if (!x.cache || !x.arena) {
+    if (x.cache) kmem_cache_destroy(x.cache);
+    if (x.arena) vmem_destroy(x.arena);
+    kprintf("kmem exercise: could not create its cache and arena\n");
+    return 1;
+  }
+  smp::call_on_all(exercise_cpu, &x);
+  kmem_cache_destroy(x.cache);
+  vmem_destroy(x.arena);
+  auto d = [](unsigned i) { return static_cast<ull>(x.done[i].load()); };
+  kprintf("kmem exercise: %u cpus x %u rounds: kmem_alloc %llu, kmem_zalloc %llu, large kmem_alloc %llu, "
+          "kmem_cache_alloc %llu, page_alloc %llu, vmem_alloc %llu, each freed; %llu failed\n",
+          cpus_online(), x.rounds, d(kSiteKmem), d(kSiteZalloc), d(kSiteLarge), d(kSiteCache), d(kSitePage),
+          d(kSiteVmem), static_cast<ull>(x.failed.load()));
+  return x.failed.load() ? 1 : 0;
+}
+
 int cmd_kmem(int argc, char** argv) {
-  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors");
+  if (argc >= 2 && strcmp(argv[1], "exercise") == 0) return cmd_exercise(argv[0], argc, argv);
+  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors|exercise [rounds]");
   if (strcmp(argv[1], "reap") == 0) {
     mm::kmem_reap(true);
     mm::page_drain_cpu_caches();
@@ -96,7 +167,7 @@ int cmd_kmem(int argc, char** argv) {
     kprintf("%llu allocator errors reported since boot\n", (ull)mm::error_count());
     return 0;
   }
-  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors)", argv[1]);
+  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors, exercise)", argv[1]);
 }
 
 }  // namespace
@@ -104,4 +175,4 @@ int cmd_kmem(int argc, char** argv) {
 SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
-SHELL_COMMAND(kmem, "kmem reap | kmem move | kmem errors", cmd_kmem);
+SHELL_COMMAND(kmem, "kmem reap | kmem move | kmem errors | kmem exercise [rounds]", cmd_kmem);

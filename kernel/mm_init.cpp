@@ -2,6 +2,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/kmemtrace.h>
 #include <kernel/panic.h>
 #include <kernel/timer.h>
 #include <mm/kmem.h>
@@ -71,12 +72,13 @@ void init() {
     return reinterpret_cast<uintptr_t>(p);
   });
   mm::kmem_init();
+  ktrace::setup();  // its rings are heap memory from now on: before the boot count
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;
   g_kept_at_boot = kept_now();
   g_ready = true;
-  console::set_idle_hook(periodic_reap);
+  console::add_idle_hook(periodic_reap);
   kprintf("mm: %llu of %llu pages free; heap arena and %s ready\n", static_cast<unsigned long long>(st.free_pages),
           static_cast<unsigned long long>(st.total_pages), "kmem");
 }

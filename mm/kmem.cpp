@@ -53,6 +53,7 @@
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include <new>
+#include "trace_hooks.h"
 
 namespace mm {
 namespace {
@@ -1400,7 +1401,10 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
   return true;
 }
 
-void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
+namespace {
+// The magazine layer's allocation, untraced (kmem_alloc and kmem_cache_alloc
+// record their own event around it).
+__attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
@@ -1411,6 +1415,13 @@ void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
   }
   plat::irq_restore(s);
   return alloc_slow(cp, kmflag);
+}
+}  // namespace
+
+void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
+  void* obj = cache_alloc(cp, kmflag);
+  mm::tracing::alloc(mm::tracing::kTypeCache, caller_of_api(), obj, cp->bufsize, cp->chunk, kmflag);
+  return obj;
 }
 
 // The cold paths are tail calls, so their own return address is the
@@ -1425,7 +1436,10 @@ __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj) {
 __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj) { free_slow(cp, obj, caller_of_api()); }
 }  // namespace
 
-void kmem_cache_free(kmem_cache_t* cp, void* obj) {
+namespace {
+// The magazine layer's free, untraced. Always inlined into the public entry
+// points: the cold paths' tail calls then still return to their caller.
+__attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj) {
   if (cp->check_owner && __builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0))
     return free_bad_owner(cp, obj);
   auto s = plat::irq_save();
@@ -1444,6 +1458,12 @@ void kmem_cache_free(kmem_cache_t* cp, void* obj) {
   plat::irq_restore(s);
   return free_slow_entry(cp, obj);
 }
+}  // namespace
+
+void kmem_cache_free(kmem_cache_t* cp, void* obj) {
+  mm::tracing::free(mm::tracing::kTypeCache, caller_of_api(), obj);
+  cache_free(cp, obj);
+}
 
 namespace {
 inline kmem_cache_t* size_cache(size_t size) {
@@ -1459,27 +1479,51 @@ kmem_cache_t* size_cache_of(size_t size) { return ::size_cache(size); }
 }  // namespace
 }  // namespace mm
 
-void* kmem_alloc(size_t size, int kmflag) {
-  kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return kmem_cache_alloc(cp, kmflag);
+namespace {
+// Sizes no size cache serves (before kmem_init on the host: every size).
+__attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk) {
+  *chunk = 0;
   if (size == 0) return nullptr;
-  if (!g_ready) {  // first use (host): bring kmem up and retry
+  if (!g_ready) {  // first use (host): bring kmem up
     kmem_init();
-    return kmem_alloc(size, kmflag);
+    if (kmem_cache_t* cp = size_cache(size)) {
+      *chunk = cp->chunk;
+      return cache_alloc(cp, kmflag);
+    }
   }
+  *chunk = round_up(size, kPageBytes);
   return segkmem_alloc_large(size, kmflag);
 }
 
+// kmem_alloc and kmem_zalloc, traced as one event with the caller's address.
+__attribute__((always_inline)) inline void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  void* p;
+  size_t chunk;
+  if (__builtin_expect(cp != nullptr, 1)) {
+    p = cache_alloc(cp, kmflag);
+    chunk = cp->chunk;
+  } else {
+    p = alloc_uncached(size, kmflag, &chunk);
+  }
+  mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
+  return p;
+}
+}  // namespace
+
+void* kmem_alloc(size_t size, int kmflag) { return kmem_alloc_traced(size, kmflag, caller_of_api()); }
+
 void* kmem_zalloc(size_t size, int kmflag) {
-  void* p = kmem_alloc(size, kmflag);
+  void* p = kmem_alloc_traced(size, kmflag, caller_of_api());
   if (p) __builtin_memset(p, 0, size);
   return p;
 }
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
+  mm::tracing::free(mm::tracing::kTypeKmalloc, caller_of_api(), buf);
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return kmem_cache_free(cp, buf);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
   if (!g_ready) {
     report("kmem_free before any allocation", "kmem_alloc", buf, caller_of_api(), size);
     return;

@@ -69,6 +69,7 @@
 //    page_verify() walks every descriptor and list.
 #include <mm/page.h>
 #include <mm/platform.h>
+#include "trace_hooks.h"
 
 namespace mm {
 namespace {
@@ -697,19 +698,37 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   return true;
 }
 
-uint64_t page_alloc(unsigned order, int kmflag) {
-  uint64_t pa;
-  if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
-  return alloc_slow(order, kmflag, caller_address());
+namespace {
+// Page events carry the physical address (the allocator's own name for a
+// frame), requested = allocated = the block's bytes.
+__attribute__((always_inline)) inline void trace_alloc(uint64_t pa, unsigned order, int kmflag, void* caller) {
+  mm::tracing::alloc(mm::tracing::kTypePages, reinterpret_cast<uintptr_t>(caller),
+                     reinterpret_cast<const void*>(static_cast<uintptr_t>(pa)), kPageBytes << order,
+                     kPageBytes << order, kmflag);
+}
+__attribute__((always_inline)) inline void trace_free(uint64_t pa, void* caller) {
+  mm::tracing::free(mm::tracing::kTypePages, reinterpret_cast<uintptr_t>(caller),
+                    reinterpret_cast<const void*>(static_cast<uintptr_t>(pa)));
 }
 
+__attribute__((always_inline)) inline uint64_t alloc_traced(unsigned order, int kmflag, void* caller) {
+  uint64_t pa;
+  if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller);
+  trace_alloc(pa, order, kmflag, caller);
+  return pa;
+}
+}  // namespace
+
+uint64_t page_alloc(unsigned order, int kmflag) { return alloc_traced(order, kmflag, caller_address()); }
+
 void page_free(uint64_t pa, unsigned order) {
+  trace_free(pa, caller_address());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   free_pa(pa, order, nullptr, caller_address());
 }
 
 void* page_alloc_va(unsigned order, int kmflag) {
-  uint64_t pa = page_alloc(order, kmflag);
+  uint64_t pa = alloc_traced(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;
 }
 
@@ -720,6 +739,7 @@ void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
+  trace_free(pa, caller_address());
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }

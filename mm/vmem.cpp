@@ -96,6 +96,7 @@
 #include <mm/platform.h>
 #include <mm/vmem.h>
 #include <new>
+#include "trace_hooks.h"
 
 // Section 10: weak references to kmem.
 namespace mm {
@@ -1486,17 +1487,24 @@ void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag) {
   return vaddr;
 }
 
+// Each traced as one vmem event (type 3): the span's base and size, the
+// size rounded to the quantum as allocated.
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
   uintptr_t caller = caller_of_api();  // (a load; kept for reports from the slow path)
   auto slow = [=] { return alloc_slow(vmp, size, vmflag, caller); };
+  void* p;
   // The fast path: a size no quantum cache serves, no other policy asked
   // for, in an instant-fit arena (fast_span is 0 in others).
   if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1))
-    return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
-  return slow();
+    p = fast_alloc(vmp, round_up(size, vmp->qmask), slow);
+  else
+    p = slow();
+  mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
+  return p;
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
+  mm::tracing::free(mm::tracing::kTypeVmem, caller_of_api(), vaddr);
   if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller_of_api());
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
 }
@@ -1504,16 +1512,22 @@ void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
 void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
                   void* maxaddr, int vmflag) {
   Request r;
-  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller_of_api(), r)) return nullptr;
+  uintptr_t caller = caller_of_api();
+  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
   int policy = policy_of(vmflag, vmp);
   auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
+  void* p;
   // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
   if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
-    return fast_alloc(vmp, r.size, slow);
-  return slow();
+    p = fast_alloc(vmp, r.size, slow);
+  else
+    p = slow();
+  mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, r.size, vmflag);
+  return p;
 }
 
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
+  mm::tracing::free(mm::tracing::kTypeVmem, caller_of_api(), vaddr);
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
 }
 

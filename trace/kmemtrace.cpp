@@ -21,6 +21,8 @@ constinit plat::Lock g_reader_lock;        // one consumer at a time
 constinit uint32_t g_boot_id = 0;
 constinit uint32_t g_dump_seq = 0;         // under g_reader_lock
 constinit bool g_has_ring[plat::kMaxCpus] = {};
+constinit void* g_ring_mem[plat::kMaxCpus] = {};  // for reset()
+constinit size_t g_ring_bytes[plat::kMaxCpus] = {};
 
 struct ReaderGuard {
   ReaderGuard() { g_reader_lock.lock(); }
@@ -63,6 +65,8 @@ bool init_cpu(unsigned cpu, void* mem, size_t bytes) {
   if (cpu >= plat::kMaxCpus) return false;
   ReaderGuard g;
   g_has_ring[cpu] = g_rings[cpu].init(mem, bytes);
+  g_ring_mem[cpu] = g_has_ring[cpu] ? mem : nullptr;
+  g_ring_bytes[cpu] = g_has_ring[cpu] ? bytes : 0;
   return g_has_ring[cpu];
 }
 
@@ -71,7 +75,38 @@ void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXE
 void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELEASE); }
 void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELEASE); }
 
+void reset() {
+  ReaderGuard g;
+  for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++)  // init() zeroes the counters too
+    g_has_ring[cpu] = g_rings[cpu].init(g_ring_mem[cpu], g_ring_bytes[cpu]);
+}
+
 // --- Readers -----------------------------------------------------------------
+
+bool count_types(unsigned cpu, TypeCounts& out) {
+  if (cpu >= plat::kMaxCpus) return false;
+  out = TypeCounts{};
+  ReaderGuard g;
+  Ring::Committed c = g_rings[cpu].peek();
+  for (size_t pos = 0; pos < c.size();) {
+    size_t n = c.event_size(pos);
+    if (!n) break;  // damaged: the dump stops there too
+    const uint8_t* e = c.event(pos);
+    uint8_t id = e[kOffEventId], type = e[kOffTypeId];
+    if (type >= kTypeCount || (id != kEventAlloc && id != kEventFree)) {
+      out.other++;
+    } else if (id == kEventAlloc) {
+      out.allocs[type]++;
+      uint64_t bytes;
+      __builtin_memcpy(&bytes, e + kOffAllocated, sizeof bytes);
+      out.alloc_bytes[type] += bytes;
+    } else {
+      out.frees[type]++;
+    }
+    pos += n;
+  }
+  return true;
+}
 
 bool stats(unsigned cpu, CpuStats& out) {
   if (cpu >= plat::kMaxCpus) return false;

@@ -15,14 +15,13 @@ bool Ring::init(void* mem, size_t bytes) {
   buf_ = cap ? reinterpret_cast<uint8_t*>(aligned) : nullptr;
   cap_ = static_cast<uint32_t>(cap);
   mask_ = cap ? cap - 1 : 0;
-  head_.store(0, std::memory_order_relaxed);
   tail_.store(0, std::memory_order_relaxed);
   limit_ = static_cast<uint32_t>(cap);
   overrun_bytes_.store(0, std::memory_order_relaxed);
   dropped_.store(0, std::memory_order_relaxed);
   consumed_ = 0;
   consumed_events_ = 0;
-  std::atomic_thread_fence(std::memory_order_release);
+  head_.store(0, std::memory_order_release);  // last: publishes the rest
   return cap != 0;
 }
 

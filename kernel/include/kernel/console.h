@@ -31,10 +31,11 @@ void write(const char* s, size_t n);
 void rx_interrupt();
 // Next input byte, or -1 if none is waiting.
 int try_getc();
-// Blocks (wfi) until a byte arrives. While it waits, the idle hook (if
-// set) runs each time the core wakes, with interrupts enabled.
+// Blocks (wfi) until a byte arrives. While it waits, the idle hooks run
+// each time the core wakes, with interrupts enabled.
 int getc();
-void set_idle_hook(void (*fn)());
+// Adds fn to the idle hooks (once; boot time, one CPU). False if full.
+bool add_idle_hook(void (*fn)());
 // True when a raw byte writer (kmemtrace dump) may bypass line discipline.
 void write_raw(const void* data, size_t n);
 }  // namespace console

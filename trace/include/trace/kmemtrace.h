@@ -94,6 +94,11 @@ bool init_cpu(unsigned cpu, void* mem, size_t bytes);
 void set_boot_id(uint32_t id);
 void enable();
 void disable();
+// Empties every ring and zeroes its counters (events, overruns), as at
+// boot. Only while disabled and once no CPU can still be inside a
+// record_*_slow call that saw it enabled (the kernel makes sure with a
+// cross-call to every CPU: a CPU that runs it has left any masked region).
+void reset();
 
 // --- Readers -------------------------------------------------------------
 struct CpuStats {
@@ -102,6 +107,16 @@ struct CpuStats {
 };
 // False if cpu is out of range.
 bool stats(unsigned cpu, CpuStats& out);
+// The unconsumed events of one CPU's ring, counted by event and type id:
+// what the next dump of that CPU will send (other ids and types in other).
+struct TypeCounts {
+  uint64_t allocs[kTypeCount];
+  uint64_t frees[kTypeCount];
+  uint64_t alloc_bytes[kTypeCount];  // allocated bytes of the alloc events
+  uint64_t other;
+};
+// False if cpu is out of range.
+bool count_types(unsigned cpu, TypeCounts& out);
 // Sum of every CPU's overrun bytes: the ABI's total_overruns.
 uint64_t total_overruns();
 

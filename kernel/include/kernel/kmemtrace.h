@@ -1,0 +1,18 @@
+// kmemtrace in the kernel: ring memory sized by bootarg, the switch at boot
+// and the `kmemtrace` console command (kernel/kmemtrace.cpp). The recording
+// itself is trace/ (trace/include/trace/kmemtrace.h), called from mm/.
+//
+// Bootargs:
+//   kmemtrace=on|off      record from boot (default off)
+//   kmemtrace.ring=SIZE   ring bytes per CPU, a power of two from 4K to 64M
+//                         (K/M suffixes; default 256K)
+#pragma once
+#include <cstddef>
+
+namespace ktrace {
+// Once kmem is up, before the page allocator's boot count is taken: the
+// rings are heap memory for the life of the system.
+void setup();
+// Ring capacity per CPU in bytes (0 before setup or without memory).
+size_t ring_capacity();
+}  // namespace ktrace

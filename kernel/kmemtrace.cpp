@@ -1,0 +1,214 @@
+// kmemtrace in the kernel: rings at boot, the bootargs and the console
+// command. Design of the recording: trace/include/trace/kmemtrace.h.
+//
+// 1. Rings. One per CPU the DTB names, kmem_alloc'ed at boot (heap memory,
+//    counted as such by meminfo), kmemtrace.ring bytes each. They exist
+//    whether or not tracing is on, so `kmemtrace on` works at run time.
+// 2. The console. Frames are written through a line buffer: a whole frame
+//    line goes out in one console::write_raw, under the console lock, so
+//    kprintf output from other cores lands between frames, never inside
+//    one. At the default 4 KiB payload a frame line is about 4.3 KB, which
+//    a real 115200-baud UART takes about 0.4 s to send, with interrupts
+//    masked on the dumping core (as Linux's serial console does for a long
+//    message).
+// 3. Streaming (`kmemtrace stream on`) drains the rings from the console's
+//    idle hook on the shell's core: while the shell waits for input, every
+//    wake-up (tick or interrupt) sends what was recorded since, and
+//    consumes it. Commands run on the shell's core hold the stream back
+//    until they return; allocations on other cores stream meanwhile.
+#include <kernel/arch.h>
+#include <kernel/boot.h>
+#include <kernel/console.h>
+#include <kernel/format.h>
+#include <kernel/kmemtrace.h>
+#include <kernel/percpu.h>
+#include <kernel/shell.h>
+#include <kernel/smp.h>
+#include <kernel/string.h>
+#include <kernel/timer.h>
+#include <mm/kmem.h>
+#include <trace/kmemtrace.h>
+
+namespace {
+
+using ull = unsigned long long;
+
+constexpr size_t kDefaultRing = 256 * 1024;
+constexpr size_t kMinRing = 4 * 1024;
+constexpr size_t kMaxRing = 64 * 1024 * 1024;
+
+size_t g_ring_capacity;
+unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
+bool g_streaming;
+
+// A frame line is at most about 1.04 x kDefaultPayload + its header: 8 KiB
+// holds one whole. Used only inside kmemtrace::dump, which serialises its
+// callers.
+struct LineBuffer {
+  char buf[8192] = {};
+  size_t n = 0;
+  void flush() {
+    if (n) console::write_raw(buf, n);
+    n = 0;
+  }
+};
+constinit LineBuffer g_line;
+
+void line_sink(void* ctx, const void* data, size_t n) {
+  auto* lb = static_cast<LineBuffer*>(ctx);
+  const char* p = static_cast<const char*>(data);
+  for (size_t i = 0; i < n; i++) {
+    lb->buf[lb->n++] = p[i];
+    if (p[i] == '\n' || lb->n == sizeof lb->buf) lb->flush();
+  }
+}
+
+kmemtrace::frame::DumpResult dump_to_console(bool consume) {
+  kmemtrace::frame::DumpResult r = kmemtrace::dump(line_sink, &g_line, consume);
+  g_line.flush();
+  return r;
+}
+
+bool anything_pending() {
+  for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++) {
+    kmemtrace::CpuStats st;
+    if (kmemtrace::stats(cpu, st) && st.ring.committed != st.ring.consumed) return true;
+  }
+  return false;
+}
+
+void stream_hook() {
+  if (g_streaming && anything_pending()) dump_to_console(true);
+}
+
+bool parse_ring_size(const char* s, size_t& out) {
+  uint64_t v;
+  if (!shell::parse_u64(s, v) || v < kMinRing || v > kMaxRing || (v & (v - 1))) return false;
+  out = static_cast<size_t>(v);
+  return true;
+}
+
+void print_state() {
+  kprintf("kmemtrace: %s, abi_version %u, %u rings of %llu KiB%s\n", kmemtrace::enabled() ? "on" : "off",
+          static_cast<unsigned>(kmemtrace::kAbiVersion), g_ring_cpus, (ull)(g_ring_capacity >> 10), g_streaming ? ", streaming" : "");
+}
+
+// Every CPU has left any recording call that saw tracing on: each runs an
+// empty cross-call, which it can only take outside masked regions.
+void quiesce_recorders() {
+  smp::call_on_all([](void*) {}, nullptr);
+}
+
+int cmd_stats() {
+  print_state();
+  kprintf("%-4s %10s %10s %10s %10s %8s  %-13s %-13s %-13s %-13s\n", "cpu", "recorded", "pending", "bytes",
+          "overruns", "dropped", "kmalloc a/f", "cache a/f", "pages a/f", "vmem a/f");
+  for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++) {
+    kmemtrace::CpuStats st;
+    kmemtrace::TypeCounts tc;
+    if (!kmemtrace::stats(cpu, st) || !kmemtrace::count_types(cpu, tc)) continue;
+    uint64_t pending = tc.other;
+    char col[kmemtrace::kTypeCount][24];
+    for (unsigned t = 0; t < kmemtrace::kTypeCount; t++) {
+      pending += tc.allocs[t] + tc.frees[t];
+      ksnprintf(col[t], sizeof col[t], "%llu/%llu", (ull)tc.allocs[t], (ull)tc.frees[t]);
+    }
+    kprintf("%-4u %10llu %10llu %10llu %10llu %8llu  %-13s %-13s %-13s %-13s\n", cpu, (ull)st.ring.events,
+            (ull)pending, (ull)(st.ring.committed - st.ring.consumed), (ull)st.ring.overrun_bytes,
+            (ull)st.ring.dropped_events, col[0], col[1], col[2], col[3]);
+  }
+  kprintf("total_overruns %llu\n", (ull)kmemtrace::total_overruns());
+  return 0;
+}
+
+int cmd_kmemtrace(int argc, char** argv) {
+  const char* usage = "usage: kmemtrace on|off|clear|stats|dump [drain]|stream on|off";
+  if (g_ring_cpus == 0) return shell::usage_error(argv[0], "no rings (see the boot log)");
+  if (argc == 1 || (argc == 2 && strcmp(argv[1], "stats") == 0)) return cmd_stats();
+  const char* sub = argv[1];
+  if (argc == 2 && strcmp(sub, "on") == 0) {
+    kmemtrace::enable();
+    print_state();
+    return 0;
+  }
+  if (argc == 2 && strcmp(sub, "off") == 0) {
+    kmemtrace::disable();
+    print_state();
+    return 0;
+  }
+  if (argc == 2 && strcmp(sub, "clear") == 0) {
+    bool was_on = kmemtrace::enabled();
+    kmemtrace::disable();
+    quiesce_recorders();
+    kmemtrace::reset();
+    if (was_on) kmemtrace::enable();
+    kprintf("kmemtrace: rings cleared (counters and overruns zeroed)\n");
+    return 0;
+  }
+  if (strcmp(sub, "dump") == 0 && (argc == 2 || (argc == 3 && strcmp(argv[2], "drain") == 0))) {
+    bool drain = argc == 3;
+    kmemtrace::frame::DumpResult r = dump_to_console(drain);
+    uint64_t milli = r.payload_bytes ? (r.chars * 1000 + r.payload_bytes / 2) / r.payload_bytes : 0;
+    kprintf("kmemtrace: dump%s: %llu frames, %llu event bytes in %llu characters (x%llu.%03llu)\n",
+            drain ? " (drained)" : "", (ull)r.frames, (ull)r.payload_bytes, (ull)r.chars, (ull)(milli / 1000),
+            (ull)(milli % 1000));
+    return 0;
+  }
+  if (argc == 3 && strcmp(sub, "stream") == 0) {
+    if (strcmp(argv[2], "on") == 0) {
+      if (!console::add_idle_hook(stream_hook)) return shell::usage_error(argv[0], "no idle hook slot left");
+      g_streaming = true;
+    } else if (strcmp(argv[2], "off") == 0) {
+      g_streaming = false;
+    } else {
+      return shell::usage_error(argv[0], "stream takes on or off, not '%s'", argv[2]);
+    }
+    print_state();
+    return 0;
+  }
+  return shell::usage_error(argv[0], "bad arguments (%s)", usage);
+}
+
+}  // namespace
+
+namespace ktrace {
+
+size_t ring_capacity() { return g_ring_capacity; }
+
+void setup() {
+  size_t cap = kDefaultRing;
+  char buf[32];
+  if (boot::arg_value("kmemtrace.ring", buf, sizeof buf) && !parse_ring_size(buf, cap)) {
+    kprintf("kmemtrace: kmemtrace.ring=%s is not a power of two from 4K to 64M; using %llu KiB\n", buf,
+            (ull)(kDefaultRing >> 10));
+    cap = kDefaultRing;
+  }
+  unsigned cpus = g_boot.cpu_count < kmemtrace::max_cpus() ? g_boot.cpu_count : kmemtrace::max_cpus();
+  size_t bytes = kmemtrace::Ring::bytes_for(cap);
+  for (unsigned cpu = 0; cpu < cpus; cpu++) {
+    void* mem = kmem_alloc(bytes, KM_NOSLEEP);
+    if (!mem || !kmemtrace::init_cpu(cpu, mem, bytes)) {
+      if (mem) kmem_free(mem, bytes);
+      kprintf("kmemtrace: no memory for the ring of cpu %u (%llu KiB); cpus from %u drop their events\n", cpu,
+              (ull)(bytes >> 10), cpu);
+      break;
+    }
+    g_ring_cpus = cpu + 1;
+  }
+  g_ring_capacity = g_ring_cpus ? cap : 0;
+  kmemtrace::set_boot_id(static_cast<uint32_t>(arch::cycles() ^ (timer::now_ns() << 7)));
+  bool on = false;
+  if (boot::arg_value("kmemtrace", buf, sizeof buf)) {
+    if (strcmp(buf, "on") == 0) on = true;
+    else if (strcmp(buf, "off") != 0) kprintf("kmemtrace: kmemtrace=%s: expected on or off; off\n", buf);
+  } else if (boot::has_arg("kmemtrace")) {
+    on = true;
+  }
+  if (on && g_ring_cpus) kmemtrace::enable();
+  print_state();
+}
+
+}  // namespace ktrace
+
+SHELL_COMMAND(kmemtrace, "allocation event trace: kmemtrace on|off|clear|stats|dump [drain]|stream on|off",
+              cmd_kmemtrace);
