@@ -1418,10 +1418,23 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 }
 }  // namespace
 
-void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
+// Traced, every entry point leaves its untraced body at once for an out of
+// line copy that records: off, tracing costs the body a load of the switch
+// and a branch, and the fast paths stay leaf functions without a frame.
+// The copies are reached by tail calls, so their own return address is the
+// API's caller (taking it in the entry point would cost some a frame).
+namespace {
+__attribute__((noinline, cold)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag) {
+  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
   void* obj = cache_alloc(cp, kmflag);
-  mm::tracing::alloc(mm::tracing::kTypeCache, caller_of_api(), obj, cp->bufsize, cp->chunk, kmflag);
+  mm::tracing::alloc(mm::tracing::kTypeCache, caller, obj, cp->bufsize, cp->chunk, kmflag);
   return obj;
+}
+}  // namespace
+
+void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag);
+  return cache_alloc(cp, kmflag);
 }
 
 // The cold paths are tail calls, so their own return address is the
@@ -1458,10 +1471,16 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   plat::irq_restore(s);
   return free_slow_entry(cp, obj);
 }
+
+__attribute__((noinline, cold)) void cache_free_traced(kmem_cache_t* cp, void* obj) {
+  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
+  mm::tracing::free(mm::tracing::kTypeCache, caller, obj);
+  cache_free(cp, obj);
+}
 }  // namespace
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  mm::tracing::free(mm::tracing::kTypeCache, caller_of_api(), obj);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj);
   cache_free(cp, obj);
 }
 
@@ -1481,7 +1500,10 @@ kmem_cache_t* size_cache_of(size_t size) { return ::size_cache(size); }
 
 namespace {
 // Sizes no size cache serves (before kmem_init on the host: every size).
+// *chunk (if chunk is not null) gets the bytes allocated.
 __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk) {
+  size_t unused;
+  if (!chunk) chunk = &unused;
   *chunk = 0;
   if (size == 0) return nullptr;
   if (!g_ready) {  // first use (host): bring kmem up
@@ -1495,42 +1517,66 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
   return segkmem_alloc_large(size, kmflag);
 }
 
-// kmem_alloc and kmem_zalloc, traced as one event with the caller's address.
-__attribute__((always_inline)) inline void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+// kmem_alloc's body, untraced.
+__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag, size_t* chunk) {
   kmem_cache_t* cp = size_cache(size);
-  void* p;
-  size_t chunk;
   if (__builtin_expect(cp != nullptr, 1)) {
-    p = cache_alloc(cp, kmflag);
-    chunk = cp->chunk;
-  } else {
-    p = alloc_uncached(size, kmflag, &chunk);
+    if (chunk) *chunk = cp->chunk;
+    return cache_alloc(cp, kmflag);
   }
+  return alloc_uncached(size, kmflag, chunk);
+}
+
+__attribute__((noinline, cold)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+  if (!caller) caller = caller_of_api();  // reached by a tail call: the API's caller
+  size_t chunk;
+  void* p = kmem_alloc_body(size, kmflag, &chunk);
   mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
   return p;
 }
 }  // namespace
 
-void* kmem_alloc(size_t size, int kmflag) { return kmem_alloc_traced(size, kmflag, caller_of_api()); }
+void* kmem_alloc(size_t size, int kmflag) {
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, 0);
+  return kmem_alloc_body(size, kmflag, nullptr);
+}
 
 void* kmem_zalloc(size_t size, int kmflag) {
-  void* p = kmem_alloc_traced(size, kmflag, caller_of_api());
+  void* p;
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) {
+    p = kmem_alloc_traced(size, kmflag, caller_of_api());
+  } else {
+    p = kmem_alloc_body(size, kmflag, nullptr);
+  }
   if (p) __builtin_memset(p, 0, size);
   return p;
 }
 
-void kmem_free(void* buf, size_t size) {
-  if (!buf) return;
-  mm::tracing::free(mm::tracing::kTypeKmalloc, caller_of_api(), buf);
+namespace {
+// kmem_free's body, untraced; caller for the reports.
+__attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
   if (!g_ready) {
-    report("kmem_free before any allocation", "kmem_alloc", buf, caller_of_api(), size);
+    report("kmem_free before any allocation", "kmem_alloc", buf, caller, size);
     return;
   }
   if (size == 0) {
-    report("kmem_free with size 0", "kmem_alloc", buf, caller_of_api(), size);
+    report("kmem_free with size 0", "kmem_alloc", buf, caller, size);
     return;
   }
-  segkmem_free_large(buf, size, caller_of_api());
+  segkmem_free_large(buf, size, caller);
+}
+
+__attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size) {
+  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
+  mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);
+  kmem_free_body(buf, size, caller);
+}
+}  // namespace
+
+void kmem_free(void* buf, size_t size) {
+  if (!buf) return;
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size);
+  kmem_free_body(buf, size, caller_of_api());
 }

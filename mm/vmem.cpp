@@ -1488,41 +1488,64 @@ void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag) {
 }
 
 // Each traced as one vmem event (type 3): the span's base and size, the
-// size rounded to the quantum as allocated.
-void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
-  uintptr_t caller = caller_of_api();  // (a load; kept for reports from the slow path)
+// size rounded to the quantum as allocated. Traced, each entry point leaves
+// its untraced body at once for an out of line copy that records.
+namespace {
+__attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
   auto slow = [=] { return alloc_slow(vmp, size, vmflag, caller); };
-  void* p;
   // The fast path: a size no quantum cache serves, no other policy asked
   // for, in an instant-fit arena (fast_span is 0 in others).
   if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1))
-    p = fast_alloc(vmp, round_up(size, vmp->qmask), slow);
-  else
-    p = slow();
+    return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
+  return slow();
+}
+// Reached by tail calls: their own return address is the API's caller.
+__attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag) {
+  uintptr_t caller = caller_of_api();
+  void* p = alloc_body(vmp, size, vmflag, caller);
   mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   return p;
 }
+__attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
+  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller);
+  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
+}
+__attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size) {
+  uintptr_t caller = caller_of_api();
+  mm::tracing::free(mm::tracing::kTypeVmem, caller, vaddr);
+  free_body(vmp, vaddr, size, caller);
+}
+__attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross,
+                                            void* minaddr, void* maxaddr, int vmflag, uintptr_t caller) {
+  Request r;
+  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
+  int policy = policy_of(vmflag, vmp);
+  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
+  // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
+  if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
+    return fast_alloc(vmp, r.size, slow);
+  return slow();
+}
+}  // namespace
+
+void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(vmp, size, vmflag);
+  return alloc_body(vmp, size, vmflag, caller_of_api());
+}
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
-  mm::tracing::free(mm::tracing::kTypeVmem, caller_of_api(), vaddr);
-  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller_of_api());
-  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(vmp, vaddr, size);
+  free_body(vmp, vaddr, size, caller_of_api());
 }
 
 void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
                   void* maxaddr, int vmflag) {
-  Request r;
   uintptr_t caller = caller_of_api();
-  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
-  int policy = policy_of(vmflag, vmp);
-  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
-  void* p;
-  // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
-  if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
-    p = fast_alloc(vmp, r.size, slow);
-  else
-    p = slow();
-  mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, r.size, vmflag);
+  void* p = xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller);
+  if (__builtin_expect(kmemtrace::g_enabled, 0) && p) {
+    size_t asize = (size + vmp->qmask) & ~vmp->qmask;
+    mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, asize, vmflag);
+  }
   return p;
 }
 
