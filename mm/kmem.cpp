@@ -1421,11 +1421,9 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 // Traced, every entry point leaves its untraced body at once for an out of
 // line copy that records: off, tracing costs the body a load of the switch
 // and a branch, and the fast paths stay leaf functions without a frame.
-// The copies are reached by tail calls, so their own return address is the
-// API's caller (taking it in the entry point would cost some a frame).
+// The entry points pass their own return address, read only on that branch.
 namespace {
-__attribute__((noinline, cold)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag) {
-  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
+__attribute__((noinline, cold)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
   void* obj = cache_alloc(cp, kmflag);
   mm::tracing::alloc(mm::tracing::kTypeCache, caller, obj, cp->bufsize, cp->chunk, kmflag);
   return obj;
@@ -1433,7 +1431,7 @@ __attribute__((noinline, cold)) void* cache_alloc_traced(kmem_cache_t* cp, int k
 }  // namespace
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag, caller_of_api());
   return cache_alloc(cp, kmflag);
 }
 
@@ -1472,15 +1470,14 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   return free_slow_entry(cp, obj);
 }
 
-__attribute__((noinline, cold)) void cache_free_traced(kmem_cache_t* cp, void* obj) {
-  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
+__attribute__((noinline, cold)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   mm::tracing::free(mm::tracing::kTypeCache, caller, obj);
   cache_free(cp, obj);
 }
 }  // namespace
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj, caller_of_api());
   cache_free(cp, obj);
 }
 
@@ -1528,7 +1525,6 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
 }
 
 __attribute__((noinline, cold)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
-  if (!caller) caller = caller_of_api();  // reached by a tail call: the API's caller
   size_t chunk;
   void* p = kmem_alloc_body(size, kmflag, &chunk);
   mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
@@ -1537,7 +1533,7 @@ __attribute__((noinline, cold)) void* kmem_alloc_traced(size_t size, int kmflag,
 }  // namespace
 
 void* kmem_alloc(size_t size, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, 0);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, caller_of_api());
   return kmem_alloc_body(size, kmflag, nullptr);
 }
 
@@ -1568,8 +1564,7 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   segkmem_free_large(buf, size, caller);
 }
 
-__attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size) {
-  uintptr_t caller = caller_of_api();  // reached by a tail call: the API's caller
+__attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);
   kmem_free_body(buf, size, caller);
 }
@@ -1577,6 +1572,6 @@ __attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size) {
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size, caller_of_api());
   kmem_free_body(buf, size, caller_of_api());
 }

@@ -713,48 +713,44 @@ __attribute__((always_inline)) inline void trace_free(uint64_t pa, void* caller)
 
 // Traced, each entry point leaves its untraced body at once for an out of
 // line copy that records (off: a load and a branch; the fast paths stay
-// frameless leaves). The entry points reach the copies by tail calls, so
-// the copies' own return address is the caller of the public API; taking
-// it in the entry point itself would cost the fast path a frame.
+// frameless leaves). The entry points pass their own return address, read
+// only on that branch.
 __attribute__((always_inline)) inline uint64_t alloc_body(unsigned order, int kmflag, void* caller) {
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller);
 }
-__attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag) {
-  void* caller = caller_address();
+__attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller) {
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   return pa;
 }
-__attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag) {
-  void* caller = caller_address();
+__attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller) {
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   return pa ? plat::phys_to_virt(pa) : nullptr;
 }
-__attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, const void* va) {
-  void* caller = caller_address();
+__attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, const void* va, void* caller) {
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
 }
 }  // namespace
 
 uint64_t page_alloc(unsigned order, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(order, kmflag);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller_address());
 }
 
 void page_free(uint64_t pa, unsigned order) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, nullptr);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, nullptr, caller_address());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   free_pa(pa, order, nullptr, caller_address());
 }
 
 void* page_alloc_va(unsigned order, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_va_traced(order, kmflag);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_va_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;
@@ -767,7 +763,7 @@ void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, va);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, va, caller_address());
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }

@@ -1499,9 +1499,7 @@ __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size,
     return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
   return slow();
 }
-// Reached by tail calls: their own return address is the API's caller.
-__attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag) {
-  uintptr_t caller = caller_of_api();
+__attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
   void* p = alloc_body(vmp, size, vmflag, caller);
   mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   return p;
@@ -1510,8 +1508,7 @@ __attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, s
   if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller);
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
 }
-__attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size) {
-  uintptr_t caller = caller_of_api();
+__attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
   mm::tracing::free(mm::tracing::kTypeVmem, caller, vaddr);
   free_body(vmp, vaddr, size, caller);
 }
@@ -1529,12 +1526,12 @@ __attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size
 }  // namespace
 
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(vmp, size, vmflag);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(vmp, size, vmflag, caller_of_api());
   return alloc_body(vmp, size, vmflag, caller_of_api());
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(vmp, vaddr, size);
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(vmp, vaddr, size, caller_of_api());
   free_body(vmp, vaddr, size, caller_of_api());
 }
 

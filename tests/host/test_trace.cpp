@@ -10,6 +10,9 @@
 #include <trace/kmemtrace.h>
 #include <trace/reader.h>
 #include <trace/ring.h>
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/vmem.h>
 
 #include <atomic>
 #include <chrono>
@@ -767,6 +770,110 @@ TEST(Kmemtrace, RecordDumpRead) {
   uint64_t bytes = 0;
   for (auto& e : t.events) bytes += e.size;
   EXPECT_EQ(drained, bytes);
+}
+
+// --- The allocators' hooks -------------------------------------------------
+
+// Each makes one allocator call and frees it; never inlined, so the
+// recorded caller must lie inside it.
+[[gnu::noinline]] void hook_kmem(int n) {
+  void* p = kmem_alloc(100, KM_SLEEP);
+  kmem_free(p, 100);
+  void* z = kmem_zalloc(40000, KM_SLEEP);  // large: straight from the heap arena
+  kmem_free(z, 40000);
+  asm volatile("" ::"r"(n));
+}
+[[gnu::noinline]] void hook_cache(kmem_cache_t* cp) {
+  void* p = kmem_cache_alloc(cp, KM_SLEEP);
+  kmem_cache_free(cp, p);
+  asm volatile("");
+}
+[[gnu::noinline]] void hook_page() {
+  uint64_t pa = mm::page_alloc(1, KM_SLEEP);
+  mm::page_free(pa, 1);
+  asm volatile("");
+}
+[[gnu::noinline]] void hook_vmem(vmem_t* vmp) {
+  void* v = vmem_alloc(vmp, 3 * 4096 + 5, VM_SLEEP);
+  vmem_free(vmp, v, 3 * 4096 + 5);
+  void* x = vmem_xalloc(vmp, 8192, 8192, 0, 0, nullptr, nullptr, VM_SLEEP);
+  vmem_xfree(vmp, x, 8192);
+  asm volatile("");
+}
+
+bool inside(uint64_t caller, void (*fn)()) {
+  auto base = reinterpret_cast<uint64_t>(fn);
+  return caller > base && caller < base + 2048;
+}
+
+TEST(Kmemtrace, AllocatorHooksRecordOneEventPerCallWithTheCallersAddress) {
+  static std::vector<Bytes> mem(kmemtrace::max_cpus(), Bytes(Ring::bytes_for(1 << 16)));
+  for (unsigned c = 0; c < kmemtrace::max_cpus(); c++) ASSERT_TRUE(kmemtrace::init_cpu(c, mem[c].data(), mem[c].size()));
+  kmem_cache_t* cp = kmem_cache_create("hooked", 72, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  vmem_t* vmp = vmem_create("hooked", reinterpret_cast<void*>(0x100000), 1 << 24, 4096, nullptr, nullptr, nullptr, 0,
+                            VM_SLEEP);
+  ASSERT_TRUE(cp && vmp);
+  hook_kmem(0);  // warm (slabs, spans) untraced
+  kmemtrace::reset();
+  kmemtrace::enable();
+  std::thread([&] {
+    hook_kmem(1);
+    hook_cache(cp);
+    hook_page();
+    hook_vmem(vmp);
+  }).join();
+  kmemtrace::disable();
+  kmem_cache_destroy(cp);
+  vmem_destroy(vmp);
+
+  StringSink sink;
+  kmemtrace::dump(&StringSink::write, &sink);
+  Trace t = read_capture(sink.out);
+  struct Want {
+    void (*fn)();
+    uint8_t type;
+    uint64_t requested, allocated;
+  };
+  const Want want[] = {
+      {reinterpret_cast<void (*)()>(&hook_kmem), kTypeKmalloc, 100, 112},  // the 112-byte size cache
+      {reinterpret_cast<void (*)()>(&hook_kmem), kTypeKmalloc, 40000, 40960},
+      {reinterpret_cast<void (*)()>(&hook_cache), kTypeCache, 72, 72},
+      {reinterpret_cast<void (*)()>(&hook_page), kTypePages, 8192, 8192},
+      {reinterpret_cast<void (*)()>(&hook_vmem), kTypeVmem, 3 * 4096 + 5, 4 * 4096},
+      {reinterpret_cast<void (*)()>(&hook_vmem), kTypeVmem, 8192, 8192},
+  };
+  // From the hooks' own calls exactly the events above, each freed once;
+  // whatever the allocators did inside (slabs, spans) has other callers.
+  std::vector<const Event*> ours;
+  for (const Event& e : t.events)
+    for (const Want& w : want)
+      if (inside(e.caller, w.fn) && e.type_id == w.type) {
+        ours.push_back(&e);
+        break;
+      }
+  if (ours.size() != 12u) {
+    for (const Event& e : t.events)
+      printf("id %u type %u caller %#llx ptr %#llx req %llu alloc %llu\n", e.event_id, e.type_id,
+             (unsigned long long)e.caller, (unsigned long long)e.ptr, (unsigned long long)e.requested,
+             (unsigned long long)e.allocated);
+    printf("hook_kmem %p hook_cache %p hook_page %p hook_vmem %p\n", (void*)&hook_kmem, (void*)&hook_cache,
+           (void*)&hook_page, (void*)&hook_vmem);
+  }
+  ASSERT_EQ(ours.size(), 12u);
+  for (size_t i = 0; i < 6; i++) {
+    const Event* a = ours[2 * i];
+    const Event* f = ours[2 * i + 1];
+    SCOPED_TRACE(i);
+    EXPECT_EQ(a->event_id, kEventAlloc);
+    EXPECT_TRUE(inside(a->caller, want[i].fn));
+    EXPECT_EQ(a->type_id, want[i].type);
+    EXPECT_EQ(a->requested, want[i].requested);
+    EXPECT_EQ(a->allocated, want[i].allocated);
+    EXPECT_EQ(f->event_id, kEventFree);
+    EXPECT_EQ(f->type_id, want[i].type);
+    EXPECT_EQ(f->ptr, a->ptr);
+    EXPECT_LT(a->order, f->order);
+  }
 }
 
 // --- Overhead --------------------------------------------------------------------
