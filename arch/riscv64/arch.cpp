@@ -124,6 +124,7 @@ bool isa_has(const char* isa, const char* ext) {
 
 namespace arch {
 bool spurious_fault(uintptr_t va, bool write, bool exec);  // mmu.cpp
+void tlb_fence_service();                                   // mmu.cpp: a remote fence request
 }
 
 extern "C" void riscv_trap(TrapFrame* f) {
@@ -137,6 +138,7 @@ extern "C" void riscv_trap(TrapFrame* f) {
         break;
       case IRQ_S_SOFT:
         asm volatile("csrc sip, %0" ::"r"(SIE_SSIE) : "memory");
+        arch::tlb_fence_service();
         ipi_interrupt();
         break;
       case IRQ_S_EXT:

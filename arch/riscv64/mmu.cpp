@@ -12,8 +12,9 @@
 // 3. After boot, arch::map() adds mappings (devices, the kernel heap) and
 //    arch::unmap() removes them, splitting large leaves it cuts through.
 //    RISC-V needs no break-before-make; a changed or new entry is followed by
-//    sfence.vma here and, when other harts are online, an SBI remote fence,
-//    before map()/unmap() return. They serialise on g_map_lock.
+//    sfence.vma here and, when other harts are online, a remote fence (by
+//    IPI, SBI for a hart that does not answer; see fence_all) before
+//    map()/unmap() return. They serialise on g_map_lock.
 // 4. The heap window (arch::heap_window) is the bottom of Sv39's upper half:
 //    addresses there are sign-extended, 0xffffffc0'00000000 and up.
 // 5. Memory types: without Svpbmt the platform's PMAs make device ranges
@@ -24,7 +25,13 @@
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/spinlock.h>
+#include <kernel/timer.h>
+#include <atomic>
 #include "sbi.h"
+
+namespace arch {
+void tlb_fence_service();  // below; also called by the IPI handler (arch.cpp)
+}
 
 namespace {
 
@@ -158,37 +165,111 @@ void map_flags(uint64_t start, uint64_t end, unsigned flags) {
 }
 
 // Makes table changes visible: this hart's TLB, then every other online
-// hart, all in one SBI call when their hart ids fit one 64-bit mask (else
-// one call per hart).
+// hart's.
 //
-// One hart at a time: OpenSBI 1.1 can deadlock two harts that send each
-// other remote fences at the same moment (each waits in M-mode for the
-// other's acknowledgement). Seen under QEMU's round-robin TCG (-icount),
-// where the interleaving is deterministic. Harts waiting here still take
-// M-mode IPIs, so the holder's fence completes.
+// The other harts fence themselves when an IPI asks them to (a request
+// number in g_fence_slot, done in tlb_fence_service from the IPI handler
+// and from the lock waits here), and this hart waits for them with wfi.
+// Whichever has not answered within kFenceWaitNs (interrupts masked
+// that long, e.g. spinning on a lock this hart holds) gets an SBI remote
+// fence, all in one call when the hart ids fit one 64-bit mask (else one
+// call per hart).
+//
+// Why not SBI remote fences for everyone, as before: OpenSBI waits for the
+// targets' acknowledgement in M-mode, spinning with interrupts off, and
+// QEMU before 8.1 (commit 83ecdb18eb65, "accel/tcg/tcg-accel-ops-rr: ensure
+// fairness with icount") gives the spinning vCPU the whole instruction
+// budget up to the next timer deadline under -icount: the target hart next
+// in round-robin order gets none, ever, and both hang (QEMU 7.2's
+// -icount shift=0 runs of the test suite and "bench quick"). wfi ends a
+// vCPU's time slice, so waiting here in S-mode lets the targets run.
+//
+// One fencing hart at a time (g_fence_lock): harts waiting for it answer
+// requests meanwhile.
 SpinLock g_fence_lock;
+constexpr uint64_t kFenceWaitNs = 10'000'000;
+struct alignas(64) FenceSlot {
+  std::atomic<uint64_t> request{0};  // set by the fencing hart, then an IPI
+  std::atomic<uint64_t> done{0};     // the last request this hart fenced for
+};
+FenceSlot g_fence_slot[kMaxCpus];
+uint64_t g_fence_seq;               // under g_fence_lock
+std::atomic<unsigned> g_fencer{0};  // the fencing hart's index, for the reply IPI
 
-void fence_all(uintptr_t start = 0, size_t size = ~size_t{0}) {
-  asm volatile("sfence.vma" ::: "memory");
-  unsigned self = cpu_id();
+// Takes lock with interrupts masked, answering fence requests while it
+// waits (the holder may be fencing and waiting for this hart).
+void lock_answering(SpinLock& lock) {
+  while (!lock.try_lock()) {
+    arch::tlb_fence_service();
+    arch::cpu_relax();
+  }
+}
+
+struct [[nodiscard]] MapGuard {
+  explicit MapGuard(SpinLock& l) : lock(l), irq(arch::irq_save()) { lock_answering(lock); }
+  ~MapGuard() {
+    lock.unlock();
+    arch::irq_restore(irq);
+  }
+  MapGuard(const MapGuard&) = delete;
+  MapGuard& operator=(const MapGuard&) = delete;
+  SpinLock& lock;
+  arch::IrqState irq;
+};
+
+void sbi_fence(unsigned self, uint64_t seq, uintptr_t start, size_t size) {
   unsigned long mask = 0, base = ~0ul, high = 0;
+  auto late = [&](const PerCpu& c) {
+    return c.index != self && c.online.load(std::memory_order_acquire) &&
+           g_fence_slot[c.index].done.load(std::memory_order_acquire) != seq;
+  };
   for_each_cpu([&](PerCpu& c) {
-    if (c.index == self || !c.online.load(std::memory_order_acquire)) return;
+    if (!late(c)) return;
     if (c.hwid < base) base = c.hwid;
     if (c.hwid > high) high = c.hwid;
   });
   if (base == ~0ul) return;
-  Guard<SpinLock, IrqSave> g(g_fence_lock);
   if (high - base < 64) {
     for_each_cpu([&](PerCpu& c) {
-      if (c.index != self && c.online.load(std::memory_order_acquire)) mask |= 1ul << (c.hwid - base);
+      if (late(c)) mask |= 1ul << (c.hwid - base);
     });
     (void)sbi::remote_sfence_vma_mask(mask, base, start, size);
     return;
   }
   for_each_cpu([&](PerCpu& c) {
-    if (c.index != self && c.online.load(std::memory_order_acquire)) (void)sbi::remote_sfence_vma(c.hwid);
+    if (late(c)) (void)sbi::remote_sfence_vma(c.hwid);
   });
+}
+
+void fence_all(uintptr_t start = 0, size_t size = ~size_t{0}) {
+  asm volatile("sfence.vma" ::: "memory");
+  unsigned self = cpu_id();
+  bool others = false;
+  for_each_cpu([&](PerCpu& c) { others |= c.index != self && c.online.load(std::memory_order_acquire); });
+  if (!others) return;
+  MapGuard g(g_fence_lock);
+  uint64_t seq = ++g_fence_seq;
+  g_fencer.store(self, std::memory_order_relaxed);
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index == self || !c.online.load(std::memory_order_acquire)) return;
+    g_fence_slot[c.index].request.store(seq, std::memory_order_release);
+    arch::send_ipi(c);
+  });
+  uint64_t deadline = timer::now_ns() + kFenceWaitNs;
+  for (;;) {
+    bool all = true;
+    for_each_cpu([&](PerCpu& c) {
+      if (c.index != self && c.online.load(std::memory_order_acquire) &&
+          g_fence_slot[c.index].done.load(std::memory_order_acquire) != seq)
+        all = false;
+    });
+    if (all) return;
+    if (timer::now_ns() > deadline) break;
+    // Interrupts are masked: a reply IPI or the tick ends the wait (and
+    // under QEMU's round-robin TCG it hands the time slice on).
+    arch::wait_for_interrupt();
+  }
+  sbi_fence(self, seq, start, size);
 }
 
 }  // namespace
@@ -246,8 +327,22 @@ namespace arch {
 
 void mmu_live() { g_mmu_live = true; }
 
+void tlb_fence_service() {
+  IrqState s = irq_save();
+  unsigned self = cpu_id();
+  FenceSlot& f = g_fence_slot[self];
+  uint64_t r = f.request.load(std::memory_order_acquire);
+  if (r != f.done.load(std::memory_order_relaxed)) {
+    asm volatile("sfence.vma" ::: "memory");
+    f.done.store(r, std::memory_order_release);
+    unsigned to = g_fencer.load(std::memory_order_relaxed);
+    if (to != self) send_ipi(g_percpu[to]);  // wake the fencing hart
+  }
+  irq_restore(s);
+}
+
 bool map(uintptr_t va, uint64_t pa, size_t size, unsigned flags) {
-  Guard<SpinLock, IrqSave> g(g_map_lock);
+  MapGuard g(g_map_lock);
   uint64_t start = align_down(va, kPageSize);
   uint64_t pstart = align_down(pa, kPageSize);
   uint64_t end = align_up(va + size, kPageSize);
@@ -270,7 +365,7 @@ uintptr_t map_device(uint64_t pa, size_t size) {
 
 namespace {
 void unmap_range(uintptr_t va, size_t size, bool remote) {
-  Guard<SpinLock, IrqSave> g(g_map_lock);
+  MapGuard g(g_map_lock);
   g_changed = false;
   uint64_t end = align_up(va + size, kPageSize);
   for (uint64_t a = align_down(va, kPageSize); a < end;) {
@@ -311,7 +406,7 @@ bool spurious_fault(uintptr_t va, bool write, bool exec) {
 void unmap_deferred(uintptr_t va, size_t size) { unmap_range(va, size, false); }
 
 void tlb_sync() {
-  Guard<SpinLock, IrqSave> g(g_map_lock);
+  MapGuard g(g_map_lock);
   fence_all();
 }
 
