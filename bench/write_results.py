@@ -111,6 +111,10 @@ def verdict(ok):
     return "MET" if ok else "MISSED"
 
 
+QEMU_BEGIN = "<!-- bench-qemu:begin -->"
+QEMU_END = "<!-- bench-qemu:end -->"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--callgrind-dir", required=True)
@@ -279,6 +283,15 @@ def main():
       "jemalloc's repeat exactly from run to run; jemalloc's vary by a few percent (its time-based decay "
       "purging), most for its 4096-byte cross-thread row.")
     w("")
+    # The in-QEMU section (tools/bench-qemu) is kept as it is.
+    try:
+        old = open(args.output).read()
+        begin, end = old.find(QEMU_BEGIN), old.find(QEMU_END)
+        if begin >= 0 and end > begin:
+            w(old[begin:end + len(QEMU_END)])
+            w("")
+    except OSError:
+        pass
     with open(args.output, "w") as f:
         f.write("\n".join(out))
 

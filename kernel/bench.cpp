@@ -41,6 +41,7 @@
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
+#include <trace/kmemtrace.h>
 
 namespace {
 
@@ -372,6 +373,59 @@ void bench_page(Table& t, const Counts& c) {
   row(t, "page", "page", mm::kPageBytes, c.pairs, ticks, base, g_failures == before);
 }
 
+// kmemtrace's cost per recorded event: kmem_cache pairs (two events
+// each) with tracing on, less the same pairs with it off, halved. The
+// rings must be empty (the measurement clears them); 1000 pairs fit a
+// ring of 256 KiB, so no event is dropped.
+bool rings_empty() {
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++) {
+    kmemtrace::CpuStats st;
+    if (kmemtrace::stats(cpu, st) && (st.ring.committed != st.ring.consumed || st.ring.dropped_events)) return false;
+  }
+  return true;
+}
+
+void reset_rings() {
+  kmemtrace::disable();
+  smp::call_on_all([](void*) {}, nullptr);  // no CPU is still inside a recording call
+  kmemtrace::reset();
+}
+
+void bench_trace(Table& t, const Counts& c) {
+  constexpr unsigned kPairs = 1000;
+  if (kmemtrace::enabled() || !rings_empty()) {
+    kprintf("%-16s %-10s %5s %8s %10s  (tracing on or rings not empty: kmemtrace off; kmemtrace clear)\n",
+            "kmemtrace_on", "kmem_cache", "-", "-", "skipped");
+    return;
+  }
+  kmem_cache_t* cp = kmem_cache_create("bench_trace", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  if (!cp) {
+    row(t, "kmemtrace_on", "kmem_cache", 64, kPairs, 0, 0, false);
+    return;
+  }
+  CacheOps a{cp};
+  unsigned before = g_failures;
+  run_pairs(a, c.pairs_warm);
+  uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
+  uint64_t on = best_of(c.reps, [&] {
+    reset_rings();
+    kmemtrace::enable();
+    uint64_t ticks = timed([&] { run_pairs(a, kPairs); });
+    kmemtrace::disable();
+    return ticks;
+  });
+  bool dropped = !rings_empty() && kmemtrace::total_overruns() != 0;
+  reset_rings();
+  kmem_cache_destroy(cp);
+  bool ok = g_failures == before && !dropped;
+  row(t, "kmemtrace_on", "kmem_cache", 64, kPairs, on, off, ok);  // what tracing adds to a pair
+  if (ok) {
+    uint64_t tenths = on > off ? ((on - off) * 10 / 2 + kPairs / 2) / kPairs : 0;
+    kprintf("kmemtrace: %llu.%llu per recorded event (traced pairs less untraced ones, two events a pair)\n",
+            (ull)(tenths / 10), (ull)(tenths % 10));
+  }
+}
+
 int cmd_bench(int argc, char** argv) {
   const Counts* counts = &kFull;
   if (argc > 2) return shell::usage_error(argv[0], "usage: bench [quick|full]");
@@ -394,10 +448,12 @@ int cmd_bench(int argc, char** argv) {
   bench_kmem_alloc(t, c);
   bench_vmem(t, c);
   bench_page(t, c);
+  bench_trace(t, c);
   kprintf("bench: %u rows, %u failed\n", t.rows, t.failed);
   kprintf("(pairs: alloc, free, ...; lifo/random: %u allocs then %u frees, last first / fixed random order;\n"
           " cross: cpu 0 allocates %u, cpu 1 frees them; vmem: instant fit of one quantum, fresh arena of 1 GiB,\n"
-          " of 1.5 GiB, and 1 GiB with %u free segments; page: page_alloc(0)+page_free via the per-CPU cache)\n",
+          " of 1.5 GiB, and 1 GiB with %u free segments; page: page_alloc(0)+page_free via the per-CPU cache;\n"
+          " kmemtrace_on: what recording adds to a kmem_cache pair, two events)\n",
           kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments);
   return t.failed ? 1 : 0;
 }
