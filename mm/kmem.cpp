@@ -54,6 +54,7 @@
 #include <mm/vmem.h>
 #include <new>
 #include "trace_hooks.h"
+#include <trace/record.h>
 
 namespace mm {
 namespace {
@@ -1404,16 +1405,33 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 namespace {
 // The magazine layer's allocation, untraced (kmem_alloc and kmem_cache_alloc
 // record their own event around it).
-__attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag) {
+// Out of line, so that the traced magazine path needs no frame.
+__attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+                                                  uintptr_t caller) {
+  void* obj = alloc_slow(cp, kmflag);
+  mm::tracing::alloc(type, caller, obj, requested, cp->chunk, kmflag);
+  return obj;
+}
+
+// kTraced: record the event (type, requested, caller) as well, inside the
+// masked region on the magazine path (trace/record.h: no second masking,
+// no call), after the fact on the slow path.
+template <bool kTraced = false>
+__attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag, uint8_t type = 0,
+                                                        size_t requested = 0, uintptr_t caller = 0) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
     void* obj = cc->loaded->slot[cc->rounds--];
     cc->allocs++;
+    if constexpr (kTraced)
+      kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
+                                      requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
     return obj;
   }
   plat::irq_restore(s);
+  if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller);
   return alloc_slow(cp, kmflag);
 }
 }  // namespace
@@ -1423,15 +1441,13 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 // and a branch, and the fast paths stay leaf functions without a frame.
 // The entry points pass their own return address, read only on that branch.
 namespace {
-__attribute__((noinline, cold)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
-  void* obj = cache_alloc(cp, kmflag);
-  mm::tracing::alloc(mm::tracing::kTypeCache, caller, obj, cp->bufsize, cp->chunk, kmflag);
-  return obj;
+__attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
+  return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeCache, cp->bufsize, caller);
 }
 }  // namespace
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag, caller_of_api());
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag, mm::tracing::caller());
   return cache_alloc(cp, kmflag);
 }
 
@@ -1450,7 +1466,11 @@ __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj) { fr
 namespace {
 // The magazine layer's free, untraced. Always inlined into the public entry
 // points: the cold paths' tail calls then still return to their caller.
-__attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj) {
+// kTraced: record the free (type, caller) inside the masked region, before
+// the object can be handed out again. A free refused as bad records nothing.
+template <bool kTraced = false>
+__attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
+                                                      uintptr_t caller = 0) {
   if (cp->check_owner && __builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0))
     return free_bad_owner(cp, obj);
   auto s = plat::irq_save();
@@ -1461,23 +1481,26 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
       plat::irq_restore(s);
       return free_twice(cp, obj);
     }
+    if constexpr (kTraced)
+      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
     m->slot[++cc->rounds] = obj;
     cc->frees++;
     plat::irq_restore(s);
     return;
   }
+  if constexpr (kTraced)
+    kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
   plat::irq_restore(s);
   return free_slow_entry(cp, obj);
 }
 
-__attribute__((noinline, cold)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  mm::tracing::free(mm::tracing::kTypeCache, caller, obj);
-  cache_free(cp, obj);
+__attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  cache_free<true>(cp, obj, mm::tracing::kTypeCache, caller);
 }
 }  // namespace
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj, caller_of_api());
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj, mm::tracing::caller());
   cache_free(cp, obj);
 }
 
@@ -1524,16 +1547,19 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
   return alloc_uncached(size, kmflag, chunk);
 }
 
-__attribute__((noinline, cold)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+__attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1))
+    return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeKmalloc, size, caller);
   size_t chunk;
-  void* p = kmem_alloc_body(size, kmflag, &chunk);
+  void* p = alloc_uncached(size, kmflag, &chunk);
   mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
   return p;
 }
 }  // namespace
 
 void* kmem_alloc(size_t size, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, caller_of_api());
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, mm::tracing::caller());
   return kmem_alloc_body(size, kmflag, nullptr);
 }
 
@@ -1564,7 +1590,9 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   segkmem_free_large(buf, size, caller);
 }
 
-__attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+__attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, mm::tracing::kTypeKmalloc, caller);
   mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);
   kmem_free_body(buf, size, caller);
 }
@@ -1572,6 +1600,6 @@ __attribute__((noinline, cold)) void kmem_free_traced(void* buf, size_t size, ui
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size, caller_of_api());
+  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size, mm::tracing::caller());
   kmem_free_body(buf, size, caller_of_api());
 }

@@ -5,6 +5,7 @@
 // on the recording path, kMaxCpus for the ring table, Lock for readers.
 #include <mm_platform.h>
 #include <trace/kmemtrace.h>
+#include <trace/record.h>
 
 namespace kmemtrace {
 
@@ -12,11 +13,16 @@ namespace plat = mm::plat;
 
 constinit bool g_enabled = false;
 
-namespace {
-
 // g_rings first: the recording path reaches both through one address.
+// (Visible to trace/record.h's inline recorders.)
+namespace detail {
 constinit Ring g_rings[plat::kMaxCpus];
 constinit std::atomic<uint32_t> g_seq{0};  // the ABI's sequence number
+}  // namespace detail
+using detail::g_rings;
+using detail::g_seq;
+
+namespace {
 constinit plat::Lock g_reader_lock;        // one consumer at a time
 constinit uint32_t g_boot_id = 0;
 constinit uint32_t g_dump_seq = 0;         // under g_reader_lock
@@ -37,8 +43,7 @@ struct ReaderGuard {
 void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags) {
   auto s = plat::irq_save();
-  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
-  g_rings[plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, kSameCpu);
+  detail::alloc_masked(tag, caller, ptr, requested, allocated, flags);
   plat::irq_restore(s);
 }
 
@@ -52,8 +57,7 @@ void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, siz
 
 void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   auto s = plat::irq_save();
-  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
-  g_rings[plat::cpu_id()].put_free(tag, seq, caller, ptr);
+  detail::free_masked(tag, caller, ptr);
   plat::irq_restore(s);
 }
 
