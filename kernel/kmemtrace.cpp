@@ -101,7 +101,7 @@ void quiesce_recorders() {
 
 int cmd_stats() {
   print_state();
-  kprintf("%-4s %10s %10s %10s %10s %8s  %-13s %-13s %-13s %-13s\n", "cpu", "recorded", "pending", "bytes",
+  kprintf("%-4s %10s %10s %10s %10s %8s  %-13s %-13s %-13s %s\n", "cpu", "recorded", "pending", "bytes",
           "overruns", "dropped", "kmalloc a/f", "cache a/f", "pages a/f", "vmem a/f");
   for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++) {
     kmemtrace::CpuStats st;
@@ -113,7 +113,7 @@ int cmd_stats() {
       pending += tc.allocs[t] + tc.frees[t];
       ksnprintf(col[t], sizeof col[t], "%llu/%llu", (ull)tc.allocs[t], (ull)tc.frees[t]);
     }
-    kprintf("%-4u %10llu %10llu %10llu %10llu %8llu  %-13s %-13s %-13s %-13s\n", cpu, (ull)st.ring.events,
+    kprintf("%-4u %10llu %10llu %10llu %10llu %8llu  %-13s %-13s %-13s %s\n", cpu, (ull)st.ring.events,
             (ull)pending, (ull)(st.ring.committed - st.ring.consumed), (ull)st.ring.overrun_bytes,
             (ull)st.ring.dropped_events, col[0], col[1], col[2], col[3]);
   }

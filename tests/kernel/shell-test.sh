@@ -68,5 +68,13 @@ boot 'crash assert\n'; st=$?
 [[ $st -eq 3 ]] && grep -q 'ASSERT failed: v == 42 at .*commands.cpp' "$log" && grep -q '^bt: 0x' "$log"
 check "ASSERT prints expression, file:line and a backtrace" $?
 
-echo "$((8 - fails)) passed, $fails failed"
+# 7. The memory and trace commands refuse bad arguments, and go on.
+boot 'kmemtrace bogus\nkmemtrace stream maybe\nkmemtrace dump now\nkmem exercise 0\nkmem exercise x\nbench slow\nkmemtrace\npoweroff\n'; st=$?
+[[ $st -eq 0 ]] && grep -q 'kmemtrace: bad arguments (usage: kmemtrace on|off' "$log" &&
+  grep -q "kmemtrace: stream takes on or off, not 'maybe'" "$log" && [[ $(grep -c 'kmemtrace: bad arguments' "$log") -eq 2 ]] &&
+  [[ $(grep -c 'kmem: usage: kmem exercise \[rounds\]' "$log") -eq 2 ]] && grep -q "bench: unknown mode 'slow'" "$log" &&
+  grep -q '^total_overruns 0' "$log"
+check "kmemtrace, kmem exercise and bench reject bad arguments" $?
+
+echo "$((9 - fails)) passed, $fails failed"
 exit $(( fails > 0 ))
