@@ -87,11 +87,11 @@ int cmd_buddyinfo(int argc, char** argv) {
 // site below and frees what it got; every 16th round also a large
 // kmem_alloc (straight from the heap arena).
 struct Exercise {
-  unsigned rounds;
-  kmem_cache_t* cache;
-  vmem_t* arena;
-  std::atomic<uint64_t> done[6];  // per site: successful allocations
-  std::atomic<uint64_t> failed;
+  unsigned rounds = 0;
+  kmem_cache_t* cache = nullptr;
+  vmem_t* arena = nullptr;
+  std::atomic<uint64_t> done[6] = {};  // per site: successful allocations
+  std::atomic<uint64_t> failed{0};
 };
 enum { kSiteKmem, kSiteZalloc, kSiteLarge, kSiteCache, kSitePage, kSiteVmem };
 
@@ -121,11 +121,57 @@ void exercise_cpu(void* arg) {
   x->failed.fetch_add(failed, std::memory_order_relaxed);
 }
 
+// One exercise at a time: the shell runs one command, and a background
+// exercise holds x until `kmem exercise status` has seen it finish.
+constinit Exercise g_exercise;
+constinit std::atomic<unsigned> g_exercise_running{0};  // cores still at it (background)
+constinit bool g_exercise_background = false;           // started, not yet reported
+
+void exercise_background_cpu(void* arg) {
+  exercise_cpu(arg);
+  g_exercise_running.fetch_sub(1, std::memory_order_release);
+}
+
+// Destroys the cache and arena and prints what was done.
+int exercise_report(unsigned cpus) {
+  Exercise& x = g_exercise;
+  kmem_cache_destroy(x.cache);
+  vmem_destroy(x.arena);
+  auto d = [&](unsigned i) { return static_cast<ull>(x.done[i].load()); };
+  kprintf("kmem exercise: %u cpus x %u rounds: kmem_alloc %llu, kmem_zalloc %llu, large kmem_alloc %llu, "
+          "kmem_cache_alloc %llu, page_alloc %llu, vmem_alloc %llu, each freed; %llu failed\n",
+          cpus, x.rounds, d(kSiteKmem), d(kSiteZalloc), d(kSiteLarge), d(kSiteCache), d(kSitePage), d(kSiteVmem),
+          static_cast<ull>(x.failed.load()));
+  return x.failed.load() ? 1 : 0;
+}
+
 int cmd_exercise(const char* cmd, int argc, char** argv) {
+  const char* usage = "usage: kmem exercise [rounds] [background] | kmem exercise status; rounds from 1 to 1000000";
+  Exercise& x = g_exercise;
+  if (argc == 3 && strcmp(argv[2], "status") == 0) {
+    if (!g_exercise_background) return shell::usage_error(cmd, "no background exercise was started");
+    unsigned left = g_exercise_running.load(std::memory_order_acquire);
+    if (left) {
+      kprintf("kmem exercise: running on %u cpus\n", left);
+      return 0;
+    }
+    g_exercise_background = false;
+    return exercise_report(cpus_online() - 1);
+  }
   uint64_t rounds = 1000;
-  if (argc > 3 || (argc == 3 && (!shell::parse_u64(argv[2], rounds) || rounds == 0 || rounds > 1000000)))
-    return shell::usage_error(cmd, "usage: kmem exercise [rounds], rounds from 1 to 1000000");
-  static Exercise x;  // one exercise at a time: the shell runs one command
+  bool background = false;
+  int i = 2;
+  if (i < argc && strcmp(argv[i], "background") != 0) {
+    if (!shell::parse_u64(argv[i], rounds) || rounds == 0 || rounds > 1000000) return shell::usage_error(cmd, "%s", usage);
+    i++;
+  }
+  if (i < argc && strcmp(argv[i], "background") == 0) {
+    background = true;
+    i++;
+  }
+  if (i != argc) return shell::usage_error(cmd, "%s", usage);
+  if (g_exercise_background) return shell::usage_error(cmd, "a background exercise is still to be collected (kmem exercise status)");
+  if (background && cpus_online() < 2) return shell::usage_error(cmd, "background needs a second core");
   x.rounds = static_cast<unsigned>(rounds);
   for (auto& d : x.done) d.store(0);
   x.failed.store(0);
@@ -138,20 +184,28 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
     kprintf("kmem exercise: could not create its cache and arena\n");
     return 1;
   }
-  smp::call_on_all(exercise_cpu, &x);
-  kmem_cache_destroy(x.cache);
-  vmem_destroy(x.arena);
-  auto d = [](unsigned i) { return static_cast<ull>(x.done[i].load()); };
-  kprintf("kmem exercise: %u cpus x %u rounds: kmem_alloc %llu, kmem_zalloc %llu, large kmem_alloc %llu, "
-          "kmem_cache_alloc %llu, page_alloc %llu, vmem_alloc %llu, each freed; %llu failed\n",
-          cpus_online(), x.rounds, d(kSiteKmem), d(kSiteZalloc), d(kSiteLarge), d(kSiteCache), d(kSitePage),
-          d(kSiteVmem), static_cast<ull>(x.failed.load()));
-  return x.failed.load() ? 1 : 0;
+  if (!background) {
+    smp::call_on_all(exercise_cpu, &x);
+    return exercise_report(cpus_online());
+  }
+  // Every other online core, while this one goes back to the shell (and,
+  // with `kmemtrace stream on`, streams their events as they come).
+  unsigned self = cpu_id(), n = 0;
+  g_exercise_background = true;
+  g_exercise_running.store(cpus_online() - 1, std::memory_order_release);
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index != self && c.online.load(std::memory_order_acquire) &&
+        smp::call_async(c.index, exercise_background_cpu, &x))
+      n++;
+  });
+  kprintf("kmem exercise: %u rounds started on %u other cpus; kmem exercise status tells when they are done\n",
+          x.rounds, n);
+  return 0;
 }
 
 int cmd_kmem(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "exercise") == 0) return cmd_exercise(argv[0], argc, argv);
-  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors|exercise [rounds]");
+  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors|exercise [rounds] [background]|exercise status");
   if (strcmp(argv[1], "reap") == 0) {
     mm::kmem_reap(true);
     mm::page_drain_cpu_caches();
@@ -175,4 +229,4 @@ int cmd_kmem(int argc, char** argv) {
 SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
-SHELL_COMMAND(kmem, "kmem reap | kmem move | kmem errors | kmem exercise [rounds]", cmd_kmem);
+SHELL_COMMAND(kmem, "kmem reap | move | errors | exercise [rounds] [background] | exercise status", cmd_kmem);

@@ -31,14 +31,21 @@ bool run_mailbox(PerCpu& cpu) {
   void (*fn)(void*) = cpu.call_fn.load(std::memory_order_acquire);
   if (!fn) return false;
   fn(cpu.call_arg);
-  cpu.call_fn.store(nullptr, std::memory_order_relaxed);
+  // In this order: once call_fn is clear a new call may be posted (its
+  // call_from, call_done = 0), which neither store below may overwrite.
   unsigned from = cpu.call_from;
   cpu.call_done.store(1, std::memory_order_release);
-  arch::send_ipi(g_percpu[from]);
+  cpu.call_fn.store(nullptr, std::memory_order_release);
+  arch::send_ipi(g_percpu[from]);  // wakes a waiter for either; a stale one is harmless
   return true;
 }
 
+void wait_idle(PerCpu& cpu);
+
+// Under g_call_lock. A call posted by call_async may still be running:
+// its mailbox is free once it has returned.
 void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
+  wait_idle(cpu);
   cpu.call_arg = arg;
   cpu.call_from = cpu_id();
   cpu.call_done.store(0, std::memory_order_relaxed);
@@ -49,12 +56,22 @@ void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
 // Masking around the check, as in idle_loop: a completion IPI landing
 // between the check and wfi still wakes it. With interrupts already masked
 // by the caller, the IPI stays pending and wfi returns at once: a spin.
-void wait_done(PerCpu& cpu) {
-  while (!cpu.call_done.load(std::memory_order_acquire)) {
+template <class Done>
+void wait_until(Done done) {
+  while (!done()) {
     arch::IrqState s = arch::irq_save();
-    if (!cpu.call_done.load(std::memory_order_acquire)) arch::wait_for_interrupt();
+    if (!done()) arch::wait_for_interrupt();
     arch::irq_restore(s);
   }
+}
+
+void wait_done(PerCpu& cpu) {
+  wait_until([&] { return cpu.call_done.load(std::memory_order_acquire) != 0; });
+}
+
+// The callee clears call_fn when fn has returned, then signals call_from.
+void wait_idle(PerCpu& cpu) {
+  wait_until([&] { return cpu.call_fn.load(std::memory_order_acquire) == nullptr; });
 }
 }  // namespace
 
@@ -105,6 +122,13 @@ void call_on(unsigned cpu, void (*fn)(void*), void* arg) {
   Guard<SpinLock, NoIrqSave> g(g_call_lock);
   post(g_percpu[cpu], fn, arg);
   wait_done(g_percpu[cpu]);
+}
+
+bool call_async(unsigned cpu, void (*fn)(void*), void* arg) {
+  if (cpu >= g_cpu_count || cpu == cpu_id() || !g_percpu[cpu].online.load(std::memory_order_acquire)) return false;
+  Guard<SpinLock, NoIrqSave> g(g_call_lock);
+  post(g_percpu[cpu], fn, arg);
+  return true;
 }
 
 void call_on_all(void (*fn)(void*), void* arg) {

@@ -11,6 +11,11 @@ void call_on(unsigned cpu, void (*fn)(void*), void* arg);
 // Runs fn(arg) on every online core at once (the caller's included) and
 // waits for all of them.
 void call_on_all(void (*fn)(void*), void* arg);
+// Posts fn(arg) to another online core and returns at once; fn runs there
+// from its idle loop. A later call to that core (any of the three) first
+// waits for fn to finish. False (and nothing posted) if cpu is the calling
+// core, offline or out of range.
+bool call_async(unsigned cpu, void (*fn)(void*), void* arg);
 // The idle loop of a secondary core: waits for calls.
 [[noreturn]] void idle_loop();
 }  // namespace smp
