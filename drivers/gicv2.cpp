@@ -4,6 +4,7 @@
 // banked per core; acknowledge (IAR) and end-of-interrupt (EOIR). SGI 0 is
 // the kernel's IPI. Interrupt numbers are GIC INTIDs: SGI 0-15, PPI 16-31,
 // SPI 32 and up.
+#include <atomic>
 #include <kernel/arch.h>
 #include <kernel/config.h>
 #include <kernel/fdt.h>
@@ -55,7 +56,10 @@ unsigned gic_claim() {
 void gic_complete(unsigned) { c32(kGiccEoir) = g_last_iar[cpu_id()]; }
 
 void gic_send_ipi(unsigned cpu) {
-  asm volatile("" ::: "memory");
+  // The stores the IPI announces (a posted call, a completion flag) must be
+  // visible to the target before the SGI can reach it: on Arm hardware a
+  // device write may overtake earlier normal-memory stores without a barrier.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   d32(kGicdSgir) = (uint32_t{g_cpu_mask[cpu]} << 16) | kIpiSgi;
 }
 

@@ -70,10 +70,8 @@ kmemtrace::frame::DumpResult dump_to_console(bool consume) {
 }
 
 bool anything_pending() {
-  for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++) {
-    kmemtrace::CpuStats st;
-    if (kmemtrace::stats(cpu, st) && st.ring.committed != st.ring.consumed) return true;
-  }
+  for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++)
+    if (kmemtrace::pending_bytes(cpu)) return true;
   return false;
 }
 
@@ -94,7 +92,9 @@ void print_state() {
 }
 
 // Every CPU has left any recording call that saw tracing on: each runs an
-// empty cross-call, which it can only take outside masked regions.
+// empty cross-call, which a secondary takes only from its idle loop, between
+// allocations (an interrupt handler's allocation has returned by then), and
+// the shell's core is here.
 void quiesce_recorders() {
   smp::call_on_all([](void*) {}, nullptr);
 }
@@ -198,11 +198,9 @@ void setup() {
   g_ring_capacity = g_ring_cpus ? cap : 0;
   kmemtrace::set_boot_id(static_cast<uint32_t>(arch::cycles() ^ (timer::now_ns() << 7)));
   bool on = false;
-  if (boot::arg_value("kmemtrace", buf, sizeof buf)) {
-    if (strcmp(buf, "on") == 0) on = true;
+  if (boot::arg_value("kmemtrace", buf, sizeof buf)) {  // a bare "kmemtrace" has the value ""
+    if (buf[0] == 0 || strcmp(buf, "on") == 0) on = true;
     else if (strcmp(buf, "off") != 0) kprintf("kmemtrace: kmemtrace=%s: expected on or off; off\n", buf);
-  } else if (boot::has_arg("kmemtrace")) {
-    on = true;
   }
   if (on && g_ring_cpus) kmemtrace::enable();
   print_state();

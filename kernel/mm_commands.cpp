@@ -126,6 +126,7 @@ void exercise_cpu(void* arg) {
 constinit Exercise g_exercise;
 constinit std::atomic<unsigned> g_exercise_running{0};  // cores still at it (background)
 constinit bool g_exercise_background = false;           // started, not yet reported
+constinit unsigned g_exercise_cpus = 0;                 // cores it was started on
 
 void exercise_background_cpu(void* arg) {
   exercise_cpu(arg);
@@ -156,7 +157,7 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
       return 0;
     }
     g_exercise_background = false;
-    return exercise_report(cpus_online() - 1);
+    return exercise_report(g_exercise_cpus);
   }
   uint64_t rounds = 1000;
   bool background = false;
@@ -190,14 +191,16 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
   }
   // Every other online core, while this one goes back to the shell (and,
   // with `kmemtrace stream on`, streams their events as they come).
-  unsigned self = cpu_id(), n = 0;
+  unsigned self = cpu_id(), n = 0, others = cpus_online() - 1;
   g_exercise_background = true;
-  g_exercise_running.store(cpus_online() - 1, std::memory_order_release);
+  g_exercise_running.store(others, std::memory_order_release);  // before any core can finish
   for_each_cpu([&](PerCpu& c) {
     if (c.index != self && c.online.load(std::memory_order_acquire) &&
         smp::call_async(c.index, exercise_background_cpu, &x))
       n++;
   });
+  if (n < others) g_exercise_running.fetch_sub(others - n, std::memory_order_release);
+  g_exercise_cpus = n;
   kprintf("kmem exercise: %u rounds started on %u other cpus; kmem exercise status tells when they are done\n",
           x.rounds, n);
   return 0;

@@ -1451,35 +1451,40 @@ void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
   return cache_alloc(cp, kmflag);
 }
 
-// The cold paths are tail calls, so their own return address is the
-// caller of kmem_cache_free, and the fast path needs no stack frame.
+// The cold paths are tail calls, so (untraced) their own return address is
+// the caller of kmem_cache_free, and the fast path needs no stack frame.
+// The traced copies pass the caller they were given (0: take our own).
 namespace {
-__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj) {
-  report_owner(cp, obj, caller_of_api());
+__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  report_owner(cp, obj, caller ? caller : caller_of_api());
 }
-__attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj) {
-  report_double_free(cp, obj, caller_of_api());
+__attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  report_double_free(cp, obj, caller ? caller : caller_of_api());
 }
-__attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj) { free_slow(cp, obj, caller_of_api()); }
+__attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  free_slow(cp, obj, caller ? caller : caller_of_api());
+}
 }  // namespace
 
 namespace {
 // The magazine layer's free, untraced. Always inlined into the public entry
 // points: the cold paths' tail calls then still return to their caller.
 // kTraced: record the free (type, caller) inside the masked region, before
-// the object can be handed out again. A free refused as bad records nothing.
+// the object can be handed out again. A free refused on the magazine path
+// (wrong cache, freed twice in a row) records nothing; one refused by the
+// slab layer has been recorded.
 template <bool kTraced = false>
 __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
                                                       uintptr_t caller = 0) {
   if (cp->check_owner && __builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0))
-    return free_bad_owner(cp, obj);
+    return free_bad_owner(cp, obj, caller);
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
     Magazine* m = cc->loaded;
     if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
       plat::irq_restore(s);
-      return free_twice(cp, obj);
+      return free_twice(cp, obj, caller);
     }
     if constexpr (kTraced)
       kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
@@ -1491,7 +1496,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   if constexpr (kTraced)
     kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
   plat::irq_restore(s);
-  return free_slow_entry(cp, obj);
+  return free_slow_entry(cp, obj, caller);
 }
 
 __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
@@ -1593,7 +1598,7 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
 __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, mm::tracing::kTypeKmalloc, caller);
-  mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);
+  if (g_ready && size != 0) mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);  // else refused below
   kmem_free_body(buf, size, caller);
 }
 }  // namespace

@@ -39,20 +39,31 @@ plat::Lock g_batch_lock;
 Span g_batch[kBatch];
 unsigned g_batched;
 
-// Unmaps every queued span, syncs TLBs once, frees the pages and returns
-// the addresses. Called with g_batch_lock held.
-void flush_batch() {
-  if (!g_batched) return;
+// Takes the queued spans out of the batch (g_batch_lock held) into out;
+// returns how many. The caller flushes them once it has let go of the lock:
+// a TLB shootdown waits for the other CPUs, and one spinning on
+// g_batch_lock with interrupts masked could not answer it.
+unsigned take_batch(Span* out) {
+  unsigned n = g_batched;
+  for (unsigned i = 0; i < n; i++) out[i] = g_batch[i];
+  g_batched = 0;
+  return n;
+}
+
+// Unmaps the spans, syncs TLBs once, frees the pages and returns the
+// addresses to the heap arena.
+void flush_spans(const Span* spans, unsigned n) {
+  if (!n) return;
   Page* chain = nullptr;  // pages to free, linked through Page::next (ours while allocated)
-  for (unsigned i = 0; i < g_batched; i++) {
-    for (size_t off = 0; off < g_batch[i].size; off += kPageBytes) {
-      uint64_t pa = plat::heap_to_phys(g_batch[i].va + off);
+  for (unsigned i = 0; i < n; i++) {
+    for (size_t off = 0; off < spans[i].size; off += kPageBytes) {
+      uint64_t pa = plat::heap_to_phys(spans[i].va + off);
       Page* p = pa ? page_of_phys(pa) : nullptr;
       if (!p) continue;
       p->next = chain;
       chain = p;
     }
-    plat::unmap_heap_deferred(g_batch[i].va, g_batch[i].size);
+    plat::unmap_heap_deferred(spans[i].va, spans[i].size);
   }
   plat::heap_tlb_sync();
   while (chain) {
@@ -64,8 +75,7 @@ void flush_batch() {
     page_free(page_to_phys(p), 0);
     __atomic_fetch_sub(&g_mapped_pages, 1, __ATOMIC_RELAXED);
   }
-  for (unsigned i = 0; i < g_batched; i++) vmem_free(g_heap, reinterpret_cast<void*>(g_batch[i].va), g_batch[i].size);
-  g_batched = 0;
+  for (unsigned i = 0; i < n; i++) vmem_free(g_heap, reinterpret_cast<void*>(spans[i].va), spans[i].size);
 }
 
 void release_pages(uintptr_t va, size_t size) {
@@ -106,12 +116,15 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
 }
 
 void segkmem_release(vmem_t*, void* va, size_t size) {
+  Span full[kBatch];
+  unsigned n = 0;
   auto s = plat::irq_save();
   g_batch_lock.lock();
-  if (g_batched == kBatch) flush_batch();
+  if (g_batched == kBatch) n = take_batch(full);
   g_batch[g_batched++] = {reinterpret_cast<uintptr_t>(va), size};
   g_batch_lock.unlock();
   plat::irq_restore(s);
+  flush_spans(full, n);
 }
 }  // namespace
 
@@ -153,13 +166,14 @@ void segkmem_free_large(void* buf, size_t size, uintptr_t) {
 }
 
 bool segkmem_flush() {
+  Span spans[kBatch];
   auto s = plat::irq_save();
   g_batch_lock.lock();
-  bool any = g_batched != 0;
-  flush_batch();
+  unsigned n = take_batch(spans);
   g_batch_lock.unlock();
   plat::irq_restore(s);
-  return any;
+  flush_spans(spans, n);
+  return n != 0;
 }
 
 uint64_t segkmem_mapped_pages() { return __atomic_load_n(&g_mapped_pages, __ATOMIC_RELAXED); }

@@ -1,7 +1,16 @@
 // The allocators' kmemtrace hooks (trace/include/trace/kmemtrace.h): one
-// event per successful allocation and per free, in the public entry points
-// only, with the return address into their caller. Internal paths call the
-// untraced implementations, so one client call records one event.
+// event per successful allocation and per free, in the public entry points,
+// with the return address into their caller. The allocators also call each
+// other's public entry points (kmem's slabs take vmem spans and pages,
+// magazines are cache objects, large kmem_alloc goes through the heap
+// arenas, vmem's quantum caches are kmem caches): those calls record events
+// of their own, with a caller inside mm/, so a client call can stand behind
+// several events of different types. kmtrace's per-site view separates
+// them; per-type byte totals count such memory once per layer.
+//
+// A free is recorded before the memory goes back, and before the checks
+// that may refuse it as bad (those report it on the console); a free
+// refused on the magazine path records nothing.
 //
 // Off (the default), a hook is a test of the global switch and a branch
 // not taken; the caller address is then never computed.

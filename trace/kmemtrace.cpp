@@ -120,6 +120,12 @@ bool stats(unsigned cpu, CpuStats& out) {
   return true;
 }
 
+size_t pending_bytes(unsigned cpu) {
+  if (cpu >= plat::kMaxCpus) return 0;
+  ReaderGuard g;
+  return g_rings[cpu].peek().size();
+}
+
 uint64_t total_overruns() {
   ReaderGuard g;
   uint64_t sum = 0;

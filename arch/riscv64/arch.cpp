@@ -1,5 +1,6 @@
 // RISC-V 64 support: traps, SBI (harts, timer, IPIs, power), exits,
 // backtraces.
+#include <atomic>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -367,6 +368,8 @@ uintptr_t trap_frame_fp(const TrapFrame* f) { return reinterpret_cast<uintptr_t>
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->sepc : 0; }
 
 void send_ipi(const PerCpu& cpu) {
+  // What the IPI announces is visible before the firmware raises it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   sbi::Result r = sbi::send_ipi(cpu.hwid);
   if (r.error != sbi::kSuccess)
     kprintf("sbi: send_ipi to hart %llu failed: %ld\n", static_cast<unsigned long long>(cpu.hwid), r.error);

@@ -117,6 +117,9 @@ struct TypeCounts {
 };
 // False if cpu is out of range.
 bool count_types(unsigned cpu, TypeCounts& out);
+// Bytes of committed, unconsumed events in one CPU's ring (0 if out of
+// range): cheap, for a streamer's poll.
+size_t pending_bytes(unsigned cpu);
 // Sum of every CPU's overrun bytes: the ABI's total_overruns.
 uint64_t total_overruns();
 
