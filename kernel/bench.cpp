@@ -387,7 +387,7 @@ bool rings_empty() {
 }
 
 void reset_rings() {
-  kmemtrace::disable();
+  ktrace::disable();
   smp::call_on_all([](void*) {}, nullptr);  // no CPU is still inside a recording call
   kmemtrace::reset();
 }
@@ -415,9 +415,9 @@ void bench_trace(Table& t, const Counts& c) {
   uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
   uint64_t on = best_of(c.reps, [&] {
     reset_rings();
-    kmemtrace::enable();
+    ktrace::enable();
     uint64_t ticks = timed([&] { run_pairs(a, kPairs); });
-    kmemtrace::disable();
+    ktrace::disable();
     return ticks;
   });
   bool dropped = kmemtrace::total_overruns() != 0;

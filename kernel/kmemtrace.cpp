@@ -24,6 +24,7 @@
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
+#include <kernel/static_branch.h>
 #include <kernel/string.h>
 #include <kernel/timer.h>
 #include <mm/kmem.h>
@@ -127,21 +128,21 @@ int cmd_kmemtrace(int argc, char** argv) {
   if (argc == 1 || (argc == 2 && strcmp(argv[1], "stats") == 0)) return cmd_stats();
   const char* sub = argv[1];
   if (argc == 2 && strcmp(sub, "on") == 0) {
-    kmemtrace::enable();
+    ktrace::enable();
     print_state();
     return 0;
   }
   if (argc == 2 && strcmp(sub, "off") == 0) {
-    kmemtrace::disable();
+    ktrace::disable();
     print_state();
     return 0;
   }
   if (argc == 2 && strcmp(sub, "clear") == 0) {
     bool was_on = kmemtrace::enabled();
-    kmemtrace::disable();
+    ktrace::disable();
     quiesce_recorders();
     kmemtrace::reset();
-    if (was_on) kmemtrace::enable();
+    if (was_on) ktrace::enable();
     kprintf("kmemtrace: rings cleared (counters and overruns zeroed)\n");
     return 0;
   }
@@ -173,6 +174,17 @@ int cmd_kmemtrace(int argc, char** argv) {
 
 namespace ktrace {
 
+// The switch first, then the branches that lead to the recording code, and
+// the reverse: recording code never runs with the switch off.
+void enable() {
+  kmemtrace::enable();
+  static_branch::set_kmemtrace(true);
+}
+void disable() {
+  static_branch::set_kmemtrace(false);
+  kmemtrace::disable();
+}
+
 size_t ring_capacity() { return g_ring_capacity; }
 
 void setup() {
@@ -202,7 +214,8 @@ void setup() {
     if (buf[0] == 0 || strcmp(buf, "on") == 0) on = true;
     else if (strcmp(buf, "off") != 0) kprintf("kmemtrace: kmemtrace=%s: expected on or off; off\n", buf);
   }
-  if (on && g_ring_cpus) kmemtrace::enable();
+  if (!static_branch::init()) kprintf("kmemtrace: no address space to patch the allocators' branches with\n");
+  if (on && g_ring_cpus) ktrace::enable();
   print_state();
 }
 

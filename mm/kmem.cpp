@@ -1447,7 +1447,7 @@ __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag,
 }  // namespace
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_alloc_traced(cp, kmflag, mm::tracing::caller());
+  if (mm::tracing::on()) return cache_alloc_traced(cp, kmflag, mm::tracing::caller());
   return cache_alloc(cp, kmflag);
 }
 
@@ -1505,7 +1505,7 @@ __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, ui
 }  // namespace
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return cache_free_traced(cp, obj, mm::tracing::caller());
+  if (mm::tracing::on()) return cache_free_traced(cp, obj, mm::tracing::caller());
   cache_free(cp, obj);
 }
 
@@ -1564,13 +1564,13 @@ __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintp
 }  // namespace
 
 void* kmem_alloc(size_t size, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_alloc_traced(size, kmflag, mm::tracing::caller());
+  if (mm::tracing::on()) return kmem_alloc_traced(size, kmflag, mm::tracing::caller());
   return kmem_alloc_body(size, kmflag, nullptr);
 }
 
 void* kmem_zalloc(size_t size, int kmflag) {
   void* p;
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) {
+  if (mm::tracing::on()) {
     p = kmem_alloc_traced(size, kmflag, caller_of_api());
   } else {
     p = kmem_alloc_body(size, kmflag, nullptr);
@@ -1605,6 +1605,6 @@ __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return kmem_free_traced(buf, size, mm::tracing::caller());
+  if (mm::tracing::on()) return kmem_free_traced(buf, size, mm::tracing::caller());
   kmem_free_body(buf, size, caller_of_api());
 }

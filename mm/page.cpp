@@ -737,20 +737,20 @@ __attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, co
 }  // namespace
 
 uint64_t page_alloc(unsigned order, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(order, kmflag, caller_address());
+  if (mm::tracing::on()) return alloc_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller_address());
 }
 
 void page_free(uint64_t pa, unsigned order) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, nullptr, caller_address());
+  if (mm::tracing::on()) return free_traced(pa, order, nullptr, caller_address());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   free_pa(pa, order, nullptr, caller_address());
 }
 
 void* page_alloc_va(unsigned order, int kmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_va_traced(order, kmflag, caller_address());
+  if (mm::tracing::on()) return alloc_va_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;
@@ -763,7 +763,7 @@ void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(pa, order, va, caller_address());
+  if (mm::tracing::on()) return free_traced(pa, order, va, caller_address());
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }

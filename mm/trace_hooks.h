@@ -17,9 +17,22 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <mm_platform.h>
 #include <trace/kmemtrace.h>
 
 namespace mm::tracing {
+
+// Is tracing on? The allocators' entry points test this first. In the
+// kernel, where the arch has static branches, it is one nop that
+// kernel/static_branch.cpp patches into a branch while tracing is on;
+// elsewhere a load of the switch and a branch.
+__attribute__((always_inline)) inline bool on() {
+#if defined(MM_KERNEL) && defined(ARCH_HAS_STATIC_BRANCH)
+  return arch::static_branch_kmemtrace();
+#else
+  return __builtin_expect(kmemtrace::g_enabled, 0);
+#endif
+}
 
 // The caller's address for an event, taken in the public entry point (or a
 // function always inlined into it). Plain __builtin_return_address: the

@@ -1526,12 +1526,12 @@ __attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size
 }  // namespace
 
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return alloc_traced(vmp, size, vmflag, caller_of_api());
+  if (mm::tracing::on()) return alloc_traced(vmp, size, vmflag, caller_of_api());
   return alloc_body(vmp, size, vmflag, caller_of_api());
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
-  if (__builtin_expect(kmemtrace::g_enabled, 0)) return free_traced(vmp, vaddr, size, caller_of_api());
+  if (mm::tracing::on()) return free_traced(vmp, vaddr, size, caller_of_api());
   free_body(vmp, vaddr, size, caller_of_api());
 }
 
@@ -1539,7 +1539,7 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
                   void* maxaddr, int vmflag) {
   uintptr_t caller = caller_of_api();
   void* p = xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller);
-  if (__builtin_expect(kmemtrace::g_enabled, 0) && p) {
+  if (mm::tracing::on() && p) {
     size_t asize = (size + vmp->qmask) & ~vmp->qmask;
     mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, asize, vmflag);
   }

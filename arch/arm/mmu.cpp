@@ -421,6 +421,32 @@ const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4
 void unmap_deferred(uintptr_t va, size_t size) { unmap(va, size); }
 void tlb_sync() {}
 
+// Static branches: nop <-> b (ARM state). Both are among the instructions
+// ARMv7 lets one core rewrite while others execute them (ARM DDI 0406C,
+// A3.5.4 "Concurrent modification and execution of instructions").
+uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
+  if (!on) return 0xe320f000u;  // nop
+  int32_t off = static_cast<int32_t>(target - site - 8);  // the pc reads 8 ahead
+  return 0xea000000u | (static_cast<uint32_t>(off >> 2) & 0x00ffffffu);  // b target (+-32 MiB)
+}
+
+// DCCMVAU through the alias (the data cache is physically indexed),
+// ICIMVAU at site and BPIALLIS: broadcast to the inner shareable domain by
+// the multiprocessing extensions.
+void text_written(uintptr_t alias, uintptr_t site) {
+  asm volatile(
+      "mcr p15, 0, %0, c7, c11, 1\n"
+      "dsb ish\n"
+      "mcr p15, 0, %1, c7, c5, 1\n"
+      "mcr p15, 0, %2, c7, c1, 6\n"
+      "dsb ish\n"
+      "isb\n" ::"r"(alias),
+      "r"(site), "r"(0)
+      : "memory");
+}
+
+void sync_instructions() { asm volatile("mcr p15, 0, %0, c7, c5, 6\n dsb\n isb" ::"r"(0) : "memory"); }
+
 }  // namespace arch
 
 namespace arm {

@@ -300,4 +300,22 @@ const char* mmu_description() { return "AArch64 4K granule, 39-bit VA, 3 levels"
 void unmap_deferred(uintptr_t va, size_t size) { unmap(va, size); }
 void tlb_sync() {}
 
+// Static branches: nop <-> b. Both are among the instructions the
+// architecture lets one core rewrite while others execute them (ARM DDI
+// 0487, B2.2.5 "Concurrent modification and execution of instructions").
+uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
+  if (!on) return 0xd503201f;  // nop
+  int64_t off = static_cast<int64_t>(target - site);
+  return 0x14000000u | (static_cast<uint32_t>(off >> 2) & 0x03ffffffu);  // b target (+-128 MiB)
+}
+
+// Clean the new instruction to the point of unification (through the
+// alias: data caches are physically indexed), invalidate the instruction
+// cache line at site in every core of the inner shareable domain.
+void text_written(uintptr_t alias, uintptr_t site) {
+  asm volatile("dc cvau, %0\n dsb ish\n ic ivau, %1\n dsb ish\n isb" ::"r"(alias), "r"(site) : "memory");
+}
+
+void sync_instructions() { asm volatile("isb" ::: "memory"); }
+
 }  // namespace arch

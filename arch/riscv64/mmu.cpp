@@ -441,4 +441,18 @@ const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
   return buf;
 }
 
+// Static branches: a 4-byte nop <-> jal x0 on a 4-byte boundary, one
+// aligned store; other harts pick it up after their own fence.i
+// (sync_instructions, run on each).
+uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
+  if (!on) return 0x00000013u;  // addi x0, x0, 0
+  uint32_t imm = static_cast<uint32_t>(static_cast<int64_t>(target - site));  // +-1 MiB
+  return (((imm >> 20) & 1u) << 31) | (((imm >> 1) & 0x3ffu) << 21) | (((imm >> 11) & 1u) << 20) |
+         (((imm >> 12) & 0xffu) << 12) | 0x6fu;  // jal x0, target
+}
+
+void text_written(uintptr_t, uintptr_t) { asm volatile("fence rw, rw\n fence.i" ::: "memory"); }
+
+void sync_instructions() { asm volatile("fence.i" ::: "memory"); }
+
 }  // namespace arch

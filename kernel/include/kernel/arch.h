@@ -86,6 +86,16 @@ void unmap(uintptr_t va, size_t size);
 // they are expensive, as with SBI remote fences).
 void unmap_deferred(uintptr_t va, size_t size);
 void tlb_sync();
+// Static branches (kernel/static_branch.cpp). The instruction at site: a
+// branch to target (on) or the nop it replaces (off); site and target are
+// within the kernel's text.
+uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on);
+// After insn was stored at alias (a writable mapping of site's frame) on
+// this core: makes the instruction at site the one fetched from now on, by
+// every core (cache maintenance broadcast where the arch has it).
+void text_written(uintptr_t alias, uintptr_t site);
+// Run on every core after patching: discards instructions fetched before.
+void sync_instructions();
 // The physical address va maps to, or 0 if unmapped.
 uint64_t translate(uintptr_t va);
 // The kernel heap's virtual window (outside the identity map of RAM and

@@ -13,6 +13,10 @@ namespace ktrace {
 // Once kmem is up, before the page allocator's boot count is taken: the
 // rings are heap memory for the life of the system.
 void setup();
+// Switch recording on or off: kmemtrace's switch and the allocators' static
+// branches together. Not from interrupt context.
+void enable();
+void disable();
 // Ring capacity per CPU in bytes (0 before setup or without memory).
 size_t ring_capacity();
 }  // namespace ktrace

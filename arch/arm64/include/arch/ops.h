@@ -59,4 +59,20 @@ inline uint64_t cycles() {
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
+// A static branch (kernel/static_branch.cpp): false, as one nop, until the
+// nop is patched into a branch to the `true` side; every site is listed in
+// the section .static_branches as {site, target}. One key: kmemtrace.
+#define ARCH_HAS_STATIC_BRANCH 1
+__attribute__((always_inline)) inline bool static_branch_kmemtrace() {
+  asm goto(
+      "1: nop\n"
+      ".pushsection .static_branches, \"a\"\n"
+      ".balign 8\n"
+      ".quad 1b, %l[on]\n"
+      ".popsection\n" ::::on);
+  return false;
+on:
+  return true;
+}
+
 }  // namespace arch

@@ -68,4 +68,26 @@ inline uint64_t cycles() {
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
+// A static branch (kernel/static_branch.cpp): false, as one nop, until the
+// nop is patched into a branch to the `true` side; every site is listed in
+// the section .static_branches as {site, target}. One key: kmemtrace.
+#define ARCH_HAS_STATIC_BRANCH 1
+// The site is a 4-byte nop on a 4-byte boundary (never a compressed one), so
+// that one aligned store turns it into a jal.
+__attribute__((always_inline)) inline bool static_branch_kmemtrace() {
+  asm goto(
+      ".balign 4\n"  // before norvc: the padding may need a 2-byte c.nop
+      ".option push\n"
+      ".option norvc\n"
+      "1: nop\n"
+      ".option pop\n"
+      ".pushsection .static_branches, \"a\"\n"
+      ".balign 8\n"
+      ".dword 1b, %l[on]\n"
+      ".popsection\n" ::::on);
+  return false;
+on:
+  return true;
+}
+
 }  // namespace arch

@@ -1,0 +1,16 @@
+// Static branches: code that tests a rarely changed switch through a nop
+// that is patched into a branch when the switch is on (the arch's
+// static_branch_* in <arch/ops.h>, sites listed in .static_branches).
+// Today one switch: kmemtrace's, tested on every allocation.
+#pragma once
+
+namespace static_branch {
+// Reserves the page of virtual addresses patching writes through. Once, at
+// boot, with the heap arena up.
+bool init();
+// Patches every site to branch (on) or fall through (off), on every online
+// core. Not from interrupt context; one caller at a time (the shell).
+// False if a site could not be patched (then none is left half done: all
+// sites are set back to off).
+bool set_kmemtrace(bool on);
+}  // namespace static_branch
