@@ -2,6 +2,7 @@
 // real exhaustion of the board's RAM.
 #include <kernel/arch.h>
 #include <kernel/console.h>
+#include <kernel/kmemtrace.h>
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>
@@ -9,6 +10,7 @@
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
+#include <trace/kmemtrace.h>
 #include "../../kernel/mm_accounting.h"
 
 namespace {
@@ -374,4 +376,67 @@ KTEST(move_callback_relocates_objects_and_frees_slabs) {
           (unsigned long long)after.slabs);
   for (unsigned i = 0; i < MovClient::kN; i += 10) kmem_cache_free(cp, g_mov.table[i]);
   KEXPECT(kmem_cache_destroy(cp));
+}
+
+// kmemtrace's switch: with it off the allocators record nothing and every
+// static-branch site holds its nop; on, one kmem_cache_alloc + free records
+// exactly one alloc and one free event on this CPU; off again, nothing more.
+namespace {
+struct StaticSite {
+  uintptr_t site, target;
+};
+extern "C" const StaticSite __static_branches_start[], __static_branches_end[];
+
+bool sites_hold(bool on) {
+  for (const StaticSite* s = __static_branches_start; s < __static_branches_end; s++)
+    if (*reinterpret_cast<const volatile uint32_t*>(s->site) != arch::static_branch_insn(s->site, s->target, on))
+      return false;
+  return true;
+}
+
+void cache_events(uint64_t& allocs, uint64_t& frees) {
+  kmemtrace::TypeCounts tc;
+  allocs = frees = 0;
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++)
+    if (kmemtrace::count_types(cpu, tc)) {
+      allocs += tc.allocs[kmemtrace::kTypeCache];
+      frees += tc.frees[kmemtrace::kTypeCache];
+    }
+}
+}  // namespace
+
+KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
+  if (ktrace::ring_capacity() == 0 || kmemtrace::enabled()) {
+    kprintf("    (no rings, or tracing on from boot: nothing to check)\n");
+    return;
+  }
+  smp::call_on_all([](void*) {}, nullptr);
+  kmemtrace::reset();
+  KEXPECT(&__static_branches_end[0] - &__static_branches_start[0] >= 10);  // every entry point has one
+  KEXPECT(sites_hold(false));
+  kmem_cache_t* cp = kmem_cache_create("test_trace", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));  // warm: a slab, a magazine
+  uint64_t a = 0, f = 0;
+  cache_events(a, f);
+  KEXPECT_EQ(a + f, 0u);
+
+  ktrace::enable();
+  KEXPECT(sites_hold(true));
+  arch::IrqState s = arch::irq_save();  // both on this CPU, nothing else in between
+  void* p = kmem_cache_alloc(cp, KM_NOSLEEP);
+  kmem_cache_free(cp, p);
+  arch::irq_restore(s);
+  ktrace::disable();
+  KEXPECT(sites_hold(false));
+  cache_events(a, f);
+  KEXPECT_EQ(a, 1u);
+  KEXPECT_EQ(f, 1u);
+
+  kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
+  cache_events(a, f);
+  KEXPECT_EQ(a + f, 2u);
+  KEXPECT(kmem_cache_destroy(cp));
+  smp::call_on_all([](void*) {}, nullptr);
+  kmemtrace::reset();
 }
