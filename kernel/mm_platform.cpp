@@ -29,7 +29,7 @@ uint64_t heap_to_phys(uintptr_t va) {
 void heap_window(uintptr_t& base, size_t& size) { arch::heap_window(base, size); }
 
 void on_each_cpu(void (*fn)(void*), void* arg) {
-  if (arch::irqs_enabled()) {
+  if (arch::irqs_enabled() && !smp::in_cross_call()) {
     smp::call_on_all(fn, arg);
   } else {
     fn(arg);  // cannot wait for other cores here: do this core's share

@@ -27,10 +27,25 @@ namespace {
 alignas(16) char g_stacks[kMaxCpus][kKernelStackSize];
 SpinLock g_call_lock;
 
+// Runs a cross-call's fn, marked as such: a call made from inside one would
+// wait on g_call_lock, held by the caller that waits for this one.
+void run_as_call(PerCpu& cpu, void (*fn)(void*), void* arg) {
+  cpu.in_call++;
+  fn(arg);
+  cpu.in_call--;
+}
+
+// Calls wait for completion IPIs: not from an interrupt handler (the IPI
+// cannot be taken before it returns) nor from inside a cross-call.
+void check_caller() {
+  PerCpu& self = this_cpu();
+  ASSERT(self.irq_depth == 0 && self.in_call == 0);
+}
+
 bool run_mailbox(PerCpu& cpu) {
   void (*fn)(void*) = cpu.call_fn.load(std::memory_order_acquire);
   if (!fn) return false;
-  fn(cpu.call_arg);
+  run_as_call(cpu, fn, cpu.call_arg);
   // In this order: once call_fn is clear a new call may be posted (its
   // call_from, call_done = 0), which neither store below may overwrite.
   unsigned from = cpu.call_from;
@@ -114,8 +129,9 @@ void start_secondaries() {
 
 void call_on(unsigned cpu, void (*fn)(void*), void* arg) {
   ASSERT(cpu < g_cpu_count);
+  check_caller();
   if (cpu == cpu_id()) {
-    fn(arg);
+    run_as_call(this_cpu(), fn, arg);
     return;
   }
   ASSERT(g_percpu[cpu].online.load());
@@ -124,7 +140,13 @@ void call_on(unsigned cpu, void (*fn)(void*), void* arg) {
   wait_done(g_percpu[cpu]);
 }
 
+bool in_cross_call() {
+  PerCpu& self = this_cpu();
+  return self.irq_depth != 0 || self.in_call != 0;
+}
+
 bool call_async(unsigned cpu, void (*fn)(void*), void* arg) {
+  check_caller();
   if (cpu >= g_cpu_count || cpu == cpu_id() || !g_percpu[cpu].online.load(std::memory_order_acquire)) return false;
   Guard<SpinLock, NoIrqSave> g(g_call_lock);
   post(g_percpu[cpu], fn, arg);
@@ -132,12 +154,13 @@ bool call_async(unsigned cpu, void (*fn)(void*), void* arg) {
 }
 
 void call_on_all(void (*fn)(void*), void* arg) {
+  check_caller();
   Guard<SpinLock, NoIrqSave> g(g_call_lock);
   unsigned self = cpu_id();
   for_each_cpu([&](PerCpu& c) {
     if (c.index != self && c.online.load(std::memory_order_acquire)) post(c, fn, arg);
   });
-  fn(arg);
+  run_as_call(this_cpu(), fn, arg);
   for_each_cpu([&](PerCpu& c) {
     if (c.index != self && c.online.load(std::memory_order_acquire)) wait_done(c);
   });

@@ -440,3 +440,26 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   smp::call_on_all([](void*) {}, nullptr);
   kmemtrace::reset();
 }
+
+// Allocator paths that fan out to every core (draining the per-CPU page
+// caches, a full reap) also run inside a cross-call, on every core at once:
+// there they do this core's share instead of waiting on the call lock that
+// the caller holds.
+KTEST(fan_out_paths_work_inside_cross_calls) {
+  KEXPECT(!smp::in_cross_call());
+  struct Count {
+    std::atomic<unsigned> ran{0}, marked{0};
+  } c;
+  smp::call_on_all(
+      [](void* arg) {
+        auto* c = static_cast<Count*>(arg);
+        if (smp::in_cross_call()) c->marked.fetch_add(1);
+        mm::page_drain_cpu_caches();
+        mm::kmem_reap(true);
+        c->ran.fetch_add(1);
+      },
+      &c);
+  KEXPECT_EQ(c.ran.load(), cpus_online());
+  KEXPECT_EQ(c.marked.load(), cpus_online());
+  KEXPECT(!smp::in_cross_call());
+}

@@ -30,6 +30,7 @@ struct PerCpu {
   FaultRecord last_fault;
   unsigned irq_depth = 0;
   uintptr_t arch_scratch[4] = {};   // for the arch's trap entry
+  unsigned in_call = 0;  // running a cross-call's fn (smp.cpp): it may not make one
 };
 
 extern PerCpu g_percpu[kMaxCpus];

@@ -5,6 +5,10 @@
 namespace smp {
 // Starts every core the DTB lists (boot core excluded) and waits for them.
 void start_secondaries();
+// True in an interrupt handler or inside a cross-call's fn, where none of
+// the calls below may be made (they ASSERT it): their completion IPI could
+// not be taken, or the call lock is held by the core waiting for this one.
+bool in_cross_call();
 // Runs fn(arg) on cpu and waits for it to finish. On the calling core it is
 // a plain call.
 void call_on(unsigned cpu, void (*fn)(void*), void* arg);
