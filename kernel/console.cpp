@@ -74,6 +74,10 @@ void rx_interrupt() {
   }
 }
 
+bool input_waiting() {
+  return g_rx_tail.load(std::memory_order_relaxed) != g_rx_head.load(std::memory_order_acquire);
+}
+
 int try_getc() {
   unsigned tail = g_rx_tail.load(std::memory_order_relaxed);
   if (tail == g_rx_head.load(std::memory_order_acquire)) {

@@ -14,7 +14,7 @@
 // 3. Streaming (`kmemtrace stream on`) drains the rings from the console's
 //    idle hook on the shell's core: while the shell waits for input, every
 //    wake-up (tick or interrupt) sends what was recorded since, and
-//    consumes it. Commands run on the shell's core hold the stream back
+//    consumes it, and goes on sending while more comes and no input waits. Commands run on the shell's core hold the stream back
 //    until they return; allocations on other cores stream meanwhile.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
@@ -76,8 +76,12 @@ bool anything_pending() {
   return false;
 }
 
+// Drains while there is something to send and no input to read, at most
+// kStreamRounds dumps per wake-up (a polled UART's input has no flag).
 void stream_hook() {
-  if (g_streaming && anything_pending()) dump_to_console(true);
+  constexpr unsigned kStreamRounds = 64;
+  for (unsigned i = 0; i < kStreamRounds && g_streaming && anything_pending() && !console::input_waiting(); i++)
+    dump_to_console(true);
 }
 
 bool parse_ring_size(const char* s, size_t& out) {

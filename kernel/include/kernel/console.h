@@ -29,6 +29,9 @@ const UartOps* uart();
 void write(const char* s, size_t n);
 // Called from the UART's interrupt: drains the UART into the input ring.
 void rx_interrupt();
+// True if the receive interrupt has queued input (not counting a UART that
+// is only polled).
+bool input_waiting();
 // Next input byte, or -1 if none is waiting.
 int try_getc();
 // Blocks (wfi) until a byte arrives. While it waits, the idle hooks run
