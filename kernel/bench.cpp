@@ -386,12 +386,6 @@ bool rings_empty() {
   return true;
 }
 
-void reset_rings() {
-  ktrace::disable();
-  smp::call_on_all([](void*) {}, nullptr);  // no CPU is still inside a recording call
-  kmemtrace::reset();
-}
-
 void bench_trace(Table& t, const Counts& c) {
   constexpr unsigned kPairs = 1000;
   if (ktrace::ring_capacity() < 128 * 1024) {  // 1000 pairs are 72 KB of events
@@ -414,14 +408,14 @@ void bench_trace(Table& t, const Counts& c) {
   run_pairs(a, c.pairs_warm);
   uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
   uint64_t on = best_of(c.reps, [&] {
-    reset_rings();
+    ktrace::clear();
     ktrace::enable();
     uint64_t ticks = timed([&] { run_pairs(a, kPairs); });
     ktrace::disable();
     return ticks;
   });
   bool dropped = kmemtrace::total_overruns() != 0;
-  reset_rings();
+  ktrace::clear();
   kmem_cache_destroy(cp);
   bool ok = g_failures == before && !dropped;
   row(t, "kmemtrace_on", "kmem_cache", 64, kPairs, on, off, ok);  // what tracing adds to a pair

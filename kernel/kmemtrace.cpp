@@ -96,13 +96,6 @@ void print_state() {
           static_cast<unsigned>(kmemtrace::kAbiVersion), g_ring_cpus, (ull)(g_ring_capacity >> 10), g_streaming ? ", streaming" : "");
 }
 
-// Every CPU has left any recording call that saw tracing on: each runs an
-// empty cross-call, which a secondary takes only from its idle loop, between
-// allocations (an interrupt handler's allocation has returned by then), and
-// the shell's core is here.
-void quiesce_recorders() {
-  smp::call_on_all([](void*) {}, nullptr);
-}
 
 int cmd_stats() {
   print_state();
@@ -143,9 +136,7 @@ int cmd_kmemtrace(int argc, char** argv) {
   }
   if (argc == 2 && strcmp(sub, "clear") == 0) {
     bool was_on = kmemtrace::enabled();
-    ktrace::disable();
-    quiesce_recorders();
-    kmemtrace::reset();
+    ktrace::clear();
     if (was_on) ktrace::enable();
     kprintf("kmemtrace: rings cleared (counters and overruns zeroed)\n");
     return 0;
@@ -187,6 +178,16 @@ void enable() {
 void disable() {
   static_branch::set_kmemtrace(false);
   kmemtrace::disable();
+}
+
+// Before the reset every CPU has left any recording call that saw tracing
+// on: each runs an empty cross-call, which a secondary takes only from its
+// idle loop, between allocations (an interrupt handler's allocation has
+// returned by then), and the calling core is here.
+void clear() {
+  disable();
+  smp::call_on_all([](void*) {}, nullptr);
+  kmemtrace::reset();
 }
 
 size_t ring_capacity() { return g_ring_capacity; }

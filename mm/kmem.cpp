@@ -1403,9 +1403,8 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 }
 
 namespace {
-// The magazine layer's allocation, untraced (kmem_alloc and kmem_cache_alloc
-// record their own event around it).
-// Out of line, so that the traced magazine path needs no frame.
+// cache_alloc<true>'s slow path, out of line so that its magazine path
+// needs no frame.
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller) {
   void* obj = alloc_slow(cp, kmflag);
@@ -1413,7 +1412,9 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
   return obj;
 }
 
-// kTraced: record the event (type, requested, caller) as well, inside the
+// The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
+// untraced, and traced (kTraced) from their out-of-line traced copies:
+// then it records the event (type, requested, caller) as well, inside the
 // masked region on the magazine path (trace/record.h: no second masking,
 // no call), after the fact on the slow path.
 template <bool kTraced = false>
@@ -1437,9 +1438,10 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 }  // namespace
 
 // Traced, every entry point leaves its untraced body at once for an out of
-// line copy that records: off, tracing costs the body a load of the switch
-// and a branch, and the fast paths stay leaf functions without a frame.
-// The entry points pass their own return address, read only on that branch.
+// line copy that records: off, tracing costs the body mm::tracing::on()
+// (one patched nop in the kernel), and the fast paths stay leaf functions
+// without a frame. The entry points pass their own return address, read
+// only on that branch.
 namespace {
 __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
   return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeCache, cp->bufsize, caller);
@@ -1447,7 +1449,7 @@ __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag,
 }  // namespace
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (mm::tracing::on()) return cache_alloc_traced(cp, kmflag, mm::tracing::caller());
+  if (mm::tracing::on()) return cache_alloc_traced(cp, kmflag, caller_of_api());
   return cache_alloc(cp, kmflag);
 }
 
@@ -1505,7 +1507,7 @@ __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, ui
 }  // namespace
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (mm::tracing::on()) return cache_free_traced(cp, obj, mm::tracing::caller());
+  if (mm::tracing::on()) return cache_free_traced(cp, obj, caller_of_api());
   cache_free(cp, obj);
 }
 
@@ -1543,13 +1545,10 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
 }
 
 // kmem_alloc's body, untraced.
-__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag, size_t* chunk) {
+__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) {
-    if (chunk) *chunk = cp->chunk;
-    return cache_alloc(cp, kmflag);
-  }
-  return alloc_uncached(size, kmflag, chunk);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_alloc(cp, kmflag);
+  return alloc_uncached(size, kmflag, nullptr);
 }
 
 __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
@@ -1564,8 +1563,8 @@ __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintp
 }  // namespace
 
 void* kmem_alloc(size_t size, int kmflag) {
-  if (mm::tracing::on()) return kmem_alloc_traced(size, kmflag, mm::tracing::caller());
-  return kmem_alloc_body(size, kmflag, nullptr);
+  if (mm::tracing::on()) return kmem_alloc_traced(size, kmflag, caller_of_api());
+  return kmem_alloc_body(size, kmflag);
 }
 
 void* kmem_zalloc(size_t size, int kmflag) {
@@ -1573,7 +1572,7 @@ void* kmem_zalloc(size_t size, int kmflag) {
   if (mm::tracing::on()) {
     p = kmem_alloc_traced(size, kmflag, caller_of_api());
   } else {
-    p = kmem_alloc_body(size, kmflag, nullptr);
+    p = kmem_alloc_body(size, kmflag);
   }
   if (p) __builtin_memset(p, 0, size);
   return p;
@@ -1605,6 +1604,6 @@ __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (mm::tracing::on()) return kmem_free_traced(buf, size, mm::tracing::caller());
+  if (mm::tracing::on()) return kmem_free_traced(buf, size, caller_of_api());
   kmem_free_body(buf, size, caller_of_api());
 }

@@ -712,7 +712,7 @@ __attribute__((always_inline)) inline void trace_free(uint64_t pa, void* caller)
 }
 
 // Traced, each entry point leaves its untraced body at once for an out of
-// line copy that records (off: a load and a branch; the fast paths stay
+// line copy that records (off: mm::tracing::on(); the fast paths stay
 // frameless leaves). The entry points pass their own return address, read
 // only on that branch.
 __attribute__((always_inline)) inline uint64_t alloc_body(unsigned order, int kmflag, void* caller) {

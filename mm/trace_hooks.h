@@ -12,8 +12,8 @@
 // that may refuse it as bad (those report it on the console); a free
 // refused on the magazine path records nothing.
 //
-// Off (the default), a hook is a test of the global switch and a branch
-// not taken; the caller address is then never computed.
+// Off (the default), an entry point pays for on() below and nothing else;
+// the caller address is then never computed.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,14 +32,6 @@ __attribute__((always_inline)) inline bool on() {
 #else
   return __builtin_expect(kmemtrace::g_enabled, 0);
 #endif
-}
-
-// The caller's address for an event, taken in the public entry point (or a
-// function always inlined into it). Plain __builtin_return_address: the
-// kernel does not sign return addresses, and __builtin_extract_return_addr
-// costs the traced branch a frame on arm64 (xpaclri rewrites x30).
-__attribute__((always_inline)) inline uintptr_t caller() {
-  return reinterpret_cast<uintptr_t>(__builtin_return_address(0));
 }
 
 using kmemtrace::kTypeCache;

@@ -1281,14 +1281,14 @@ bool vmem_verify(const vmem_t* cvmp) {
 
 void vmem_kmem_ready() {
   for (;;) {
-    vmem* todo = nullptr;
+    vmem* claimed = nullptr;
     {
       GlobalLock g(g_arenas_lock);
-      for (vmem* vmp = g_arenas; vmp && !todo; vmp = vmp->next)
-        if (qcache_claim(vmp)) todo = vmp;
+      for (vmem* vmp = g_arenas; vmp && !claimed; vmp = vmp->next)
+        if (qcache_claim(vmp)) claimed = vmp;
     }
-    if (!todo) return;
-    qcache_create(todo);
+    if (!claimed) return;
+    qcache_create(claimed);
   }
 }
 
@@ -1512,17 +1512,6 @@ __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_
   mm::tracing::free(mm::tracing::kTypeVmem, caller, vaddr);
   free_body(vmp, vaddr, size, caller);
 }
-__attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross,
-                                            void* minaddr, void* maxaddr, int vmflag, uintptr_t caller) {
-  Request r;
-  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
-  int policy = policy_of(vmflag, vmp);
-  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
-  // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
-  if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
-    return fast_alloc(vmp, r.size, slow);
-  return slow();
-}
 }  // namespace
 
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
@@ -1538,11 +1527,17 @@ void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
 void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
                   void* maxaddr, int vmflag) {
   uintptr_t caller = caller_of_api();
-  void* p = xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller);
-  if (mm::tracing::on() && p) {
-    size_t asize = (size + vmp->qmask) & ~vmp->qmask;
-    mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, asize, vmflag);
-  }
+  Request r;
+  if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
+  int policy = policy_of(vmflag, vmp);
+  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
+  void* p;
+  // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
+  if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)
+    p = fast_alloc(vmp, r.size, slow);
+  else
+    p = slow();
+  if (mm::tracing::on()) mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, r.size, vmflag);
   return p;
 }
 

@@ -410,8 +410,7 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
     kprintf("    (no rings, or tracing on from boot: nothing to check)\n");
     return;
   }
-  smp::call_on_all([](void*) {}, nullptr);
-  kmemtrace::reset();
+  ktrace::clear();
   KEXPECT(&__static_branches_end[0] - &__static_branches_start[0] >= 10);  // every entry point has one
   KEXPECT(sites_hold(false));
   kmem_cache_t* cp = kmem_cache_create("test_trace", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -437,8 +436,7 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   cache_events(a, f);
   KEXPECT_EQ(a + f, 2u);
   KEXPECT(kmem_cache_destroy(cp));
-  smp::call_on_all([](void*) {}, nullptr);
-  kmemtrace::reset();
+  ktrace::clear();
 }
 
 // Allocator paths that fan out to every core (draining the per-CPU page

@@ -17,6 +17,9 @@ void setup();
 // branches together. Not from interrupt context.
 void enable();
 void disable();
+// Switches recording off and empties every ring, counters zeroed. Not from
+// interrupt context or a cross-call.
+void clear();
 // Ring capacity per CPU in bytes (0 before setup or without memory).
 size_t ring_capacity();
 }  // namespace ktrace
