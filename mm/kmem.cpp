@@ -930,17 +930,24 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
 // Working set and reaping.
 
 // Frees the depot magazines the working set did not use since the last
-// update (all of them with `all`).
+// update (all of them with `all`). The fewest magazines a list held over
+// the interval (its min) were never needed: exactly that many go, counted
+// before the first pop, since popping lowers min along with count.
 void depot_reap(kmem_cache_t* cp, bool all) {
   for (int which = 0; which < 2; which++) {
-    for (;;) {
+    uint64_t budget;
+    {
       auto s = plat::irq_save();
       lock_depot(cp);
       MagList& l = which ? cp->empty_mags : cp->full_mags;
-      Magazine* m = nullptr;
-      // maglist_pop lowers min along with count: popping while min > 0
-      // frees exactly the magazines the working set did not touch.
-      if (all || l.min > 0) m = maglist_pop(l);
+      budget = all ? l.count : l.min;
+      cp->depot_lock.unlock();
+      plat::irq_restore(s);
+    }
+    for (; budget; budget--) {
+      auto s = plat::irq_save();
+      lock_depot(cp);
+      Magazine* m = maglist_pop(which ? cp->empty_mags : cp->full_mags);
       cp->depot_lock.unlock();
       plat::irq_restore(s);
       if (!m) break;

@@ -4,6 +4,8 @@
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
@@ -367,3 +369,85 @@ TEST(kmem, CrossThreadFreesAndThreadExitFlushes) {
 }
 
 }  // namespace
+
+namespace {
+mm::KmemCacheStats stats_of(kmem_cache_t* cp) {
+  mm::KmemCacheStats s;
+  mm::kmem_cache_stats(cp, s);
+  return s;
+}
+}  // namespace
+
+// Bonwick & Adams: the depot reaps the fewest magazines it held over the
+// interval (the working set it did not need), not all of them.
+TEST(kmem, WorkingSetReapFreesOnlyTheUnusedMagazines) {
+  kmem_cache_t* cp = kmem_cache_create("t_wset", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  const uint64_t m = stats_of(cp).magazine_size;
+  ASSERT_GT(m, 0u);
+  // Fill the depot with full magazines: allocate many, free them all.
+  std::vector<void*> v;
+  for (uint64_t i = 0; i < 20 * m; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  for (void* p : v) kmem_cache_free(cp, p);
+  v.clear();
+  // A reap closes the interval in which the depot was being filled (its
+  // minimum then was 0: nothing goes) and starts a new one.
+  mm::kmem_reap(false);
+  const uint64_t full = stats_of(cp).depot_full;
+  ASSERT_GE(full, 10u);
+  // The working set: take exactly k full magazines out of the depot (after
+  // what this CPU holds), then give every object back.
+  const uint64_t k = 3;
+  const uint64_t take = stats_of(cp).cpu_rounds + k * m;
+  for (uint64_t i = 0; i < take; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  EXPECT_EQ(stats_of(cp).depot_full, full - k);
+  for (void* p : v) kmem_cache_free(cp, p);
+  v.clear();
+  const uint64_t before = stats_of(cp).depot_full;
+  // The depot never held fewer than full - k: exactly those go.
+  mm::kmem_reap(false);
+  EXPECT_EQ(stats_of(cp).depot_full, before - (full - k));
+  EXPECT_GT(stats_of(cp).depot_full, 0u);
+  // No activity since: the whole depot is unused working set.
+  mm::kmem_reap(false);
+  EXPECT_EQ(stats_of(cp).depot_full, 0u);
+  // The same for empty magazines: a reap with no activity frees them all
+  // once the interval in which they were last needed has passed.
+  mm::kmem_reap(false);
+  EXPECT_EQ(stats_of(cp).depot_empty, 0u);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+// A contended depot lock grows the cache's magazines at the next reap; the
+// CPUs' old-size magazines are flushed on their next trip to the depot.
+TEST(kmem, ContendedDepotGrowsTheMagazineSize) {
+  kmem_cache_t* cp = kmem_cache_create("t_resize", 20000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  const uint64_t m0 = stats_of(cp).magazine_size;
+  ASSERT_GT(m0, 0u);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; t++)
+    ts.emplace_back([&] {
+      std::vector<void*> mine;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 8; i++) mine.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+        for (void* p : mine) kmem_cache_free(cp, p);
+        mine.clear();
+      }
+    });
+  // Wait (up to 20 s) until the depot lock has been found taken a few times.
+  for (int i = 0; i < 2000 && stats_of(cp).depot_contention < 8; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  stop = true;
+  for (auto& t : ts) t.join();
+  ASSERT_GE(stats_of(cp).depot_contention, 8u) << "no depot contention seen in 20 s";
+  mm::kmem_reap(false);
+  const uint64_t m1 = stats_of(cp).magazine_size;
+  EXPECT_GT(m1, m0);
+  // Old-size magazines have left the depot; objects still come and go.
+  std::vector<void*> v;
+  for (uint64_t i = 0; i < 4 * m1 + 4; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  for (void* p : v) kmem_cache_free(cp, p);
+  mm::kmem_reap(false);  // no contention since: the size stays
+  EXPECT_EQ(stats_of(cp).magazine_size, m1);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
