@@ -28,6 +28,17 @@
 //    "all ASIDs" and "this ASID" remove the same entries) before the next
 //    value is written. map() and unmap() serialise on g_map_lock;
 //    translate() reads the live tables without it, like the hardware walker.
+// 6. Ordering. Every live entry is read once (a volatile or single-copy-
+//    atomic 32-bit load) and worked on as a copy, and written with one
+//    store. A new level-2 table is complete before it becomes reachable:
+//    its zeroes (zero_table, or the page source's memset) and any pages
+//    split into it are cleaned to the point of unification and completed
+//    by the `dsb ish` in clean_to_pou before set_entry stores the level-1
+//    entry that links it; that store is the release, and the walks of
+//    every core (and this core's own, which a DMB would not order) read
+//    the table only after it. Before the MMU is on nothing walks, and the
+//    tables, written with the data cache off, go straight to memory
+//    (arm_early_mmu ends with a DSB).
 // 5. The heap window (arch::heap_window) is [0xc0000000, 0xf0000000). On
 //    QEMU virt devices sit below 0x40000000 and RAM starts there; up to
 //    2 GiB of RAM ends at 0xc0000000 = arch::kDirectMapLimit, and the
@@ -86,6 +97,9 @@ struct alignas(1024) L2Table {
 static_assert(sizeof(L2Table) * 4 == kPageSize);
 
 bool valid(uint32_t desc) { return (desc & 3) != 0; }
+
+// One read of a live entry (point 6): never torn, never repeated.
+uint32_t load_entry(const uint32_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
 
 }  // namespace
 
@@ -227,12 +241,12 @@ void free_l2_table(L2Table* t) {
 bool split_section(uint32_t* slot, uint64_t va) {
   L2Table* t = new_l2_table();
   if (!t) return false;
-  uint32_t cur = *slot;
+  uint32_t cur = load_entry(slot);
   uint32_t base = cur & kSectionMask;
   unsigned f = section_flags(cur);
   for (unsigned i = 0; i < kL2Entries; i++) t->e[i] = page_desc(base + i * kPageSize, f);
-  clean_to_pou(t, sizeof *t);  // complete before the level-1 entry points at it
-  set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);
+  clean_to_pou(t, sizeof *t);  // the split pages, complete (dsb ish) before the link
+  set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);  // the link
   return true;
 }
 
@@ -241,7 +255,7 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
   if (va + size > kAddressSpace || pa + size > kAddressSpace) return false;
   while (size) {
     uint32_t* slot = &arm_l1_table.e[va >> 20];
-    uint32_t cur = *slot;
+    uint32_t cur = load_entry(slot);
     bool is_table = (cur & kL1TypeMask) == kL1Table;
     if (!is_table && ((va | pa) & (kSectionSize - 1)) == 0 && size >= kSectionSize) {
       set_entry(slot, section_desc(pa, flags), va);
@@ -252,13 +266,13 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
     }
     if ((cur & kL1TypeMask) == kL1Section) {
       if (!split_section(slot, va)) return false;
-      cur = *slot;
+      cur = load_entry(slot);
     } else if (!is_table) {
       L2Table* t = new_l2_table();
       if (!t) return false;
-      clean_to_pou(t, sizeof *t);  // complete before the level-1 entry points at it
-      set_entry(slot, reinterpret_cast<uintptr_t>(t) | kL1Table, va);
-      cur = *slot;
+      clean_to_pou(t, sizeof *t);  // the zeroes, complete (dsb ish) before the link
+      cur = reinterpret_cast<uintptr_t>(t) | kL1Table;
+      set_entry(slot, cur, va);    // the link: walks that read it find the table complete
     }
     auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
     set_entry(&t->e[(va >> 12) & (kL2Entries - 1)], page_desc(pa, flags), va);
@@ -283,7 +297,7 @@ bool unmap_range(uint64_t va, uint64_t end) {
     uint32_t* slot = &arm_l1_table.e[va >> 20];
     uint64_t section_end = (va & ~(kSectionSize - 1)) + kSectionSize;
     uint64_t stop = section_end < end ? section_end : end;
-    uint32_t cur = *slot;
+    uint32_t cur = load_entry(slot);
     if ((cur & kL1TypeMask) == kL1Section) {
       if ((va & (kSectionSize - 1)) == 0 && stop == section_end) {
         clear_entry(slot, va);
@@ -297,7 +311,7 @@ bool unmap_range(uint64_t va, uint64_t end) {
       auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
       for (uint64_t a = va; a < stop; a += kPageSize) {
         uint32_t* e = &t->e[(a >> 12) & (kL2Entries - 1)];
-        if (valid(*e)) clear_entry(e, a);
+        if (valid(load_entry(e))) clear_entry(e, a);
       }
       if (table_empty(t)) {
         // No walk can reach t once the level-1 entry is gone everywhere.
@@ -454,10 +468,10 @@ namespace arm {
 // The descriptor that maps va (a section or a small page), 0 if none. For
 // tests and debugging; reads the live tables without the lock.
 uint32_t leaf_descriptor(uintptr_t va, bool& is_section) {
-  uint32_t l1 = arm_l1_table.e[va >> 20];
+  uint32_t l1 = load_entry(&arm_l1_table.e[va >> 20]);
   is_section = (l1 & kL1TypeMask) == kL1Section;
   if (is_section || (l1 & kL1TypeMask) != kL1Table) return is_section ? l1 : 0;
-  uint32_t l2 = reinterpret_cast<const L2Table*>(l1 & kTableMask)->e[(va >> 12) & (kL2Entries - 1)];
+  uint32_t l2 = load_entry(&reinterpret_cast<const L2Table*>(l1 & kTableMask)->e[(va >> 12) & (kL2Entries - 1)]);
   return (l2 & kPgSmall) ? l2 : 0;
 }
 

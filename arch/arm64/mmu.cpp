@@ -10,7 +10,18 @@
 //    nodes to learn where RAM is.
 // 3. After boot, arch::map() adds mappings (devices, later the kernel heap).
 //    Turning a valid entry into another one follows break-before-make.
-//    Callers serialise: map() takes g_map_lock.
+//    Callers serialise: map() and unmap() take g_map_lock.
+// 4. Ordering. Other cores' table walkers (and this core's own) read the
+//    tables while they change, and so does translate() without the lock.
+//    Every entry is read once, with a single-copy-atomic 64-bit load, and
+//    the walk goes on from that copy (a second read could see the other
+//    side of a break-before-make); every entry is written with one
+//    single-copy-atomic store. A new table is complete before it becomes
+//    reachable: its zeroes (from new_table or the page source's memset) and
+//    any entries split into it are ordered before the store of the entry
+//    that links it by `dsb ishst` (publish_table). A DMB would order them
+//    for other cores' walks but not for this core's own walker, which the
+//    architecture lets read ahead at any time; the DSB covers both.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/config.h>
@@ -54,9 +65,23 @@ __attribute__((section(".pgtables"))) bool g_mmu_live;
 arch::TableAllocator g_table_alloc;  // .bss: only used after boot
 SpinLock g_map_lock;
 
+// A table that no walk can reach yet: plain stores (publish_table orders
+// them before the link).
 void zero_table(Table* t) {
   for (auto& e : t->e) e = 0;
 }
+
+// One read of a live entry: single-copy atomic, never torn, never repeated
+// by the compiler. Walks work on the value it returns.
+uint64_t load_entry(const uint64_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
+void store_entry(uint64_t* slot, uint64_t v) { __atomic_store_n(slot, v, __ATOMIC_RELAXED); }
+
+// Orders every store to a new table before the store that links it (the
+// release): a walker that reads the link, on any core, then reads the
+// table's zeroes or split entries, never what the page held before.
+void publish_table() { asm volatile("dsb ishst" ::: "memory"); }
+
+Table* table_of(uint64_t desc) { return reinterpret_cast<Table*>(desc & kOutputMask); }
 
 Table* new_table() {
   if (g_pool_used < kPoolPages) {
@@ -89,15 +114,31 @@ void sync_entry_change(uint64_t va) {
   asm volatile("dsb ishst\n tlbi vaae1is, %0\n dsb ish\n isb" ::"r"(va >> 12) : "memory");
 }
 
-// Writes entry *slot = v, with break-before-make if a valid entry changes.
+// Writes entry *slot = v, with break-before-make if a valid entry changes:
+// the invalid entry is visible to every walker and no TLB holds the old one
+// (sync_entry_change) before v is stored. Then `dsb ishst; isb` makes v
+// visible to this core's walker before the next instruction; other cores'
+// walks find it when they read the slot (TLBs never hold invalid entries,
+// so invalid -> valid needs no invalidation).
 void set_entry(uint64_t* slot, uint64_t v, uint64_t va) {
-  uint64_t old = *slot;
+  uint64_t old = load_entry(slot);
   if ((old & kDescValid) && old != v) {
-    *slot = 0;
+    store_entry(slot, 0);
     sync_entry_change(va);
   }
-  *slot = v;
+  store_entry(slot, v);
   if (g_mmu_live) asm volatile("dsb ishst\n isb" ::: "memory");
+}
+
+// Fills a new next-level table with the blocks or pages of the block entry
+// desc (level `level`), same attributes.
+void fill_from_block(Table* next, uint64_t desc, unsigned level) {
+  uint64_t block = 1ull << (39 - 9 * level);
+  uint64_t base = desc & kOutputMask & ~(block - 1);
+  uint64_t attrs = desc & kAttrMask;
+  uint64_t sub = block >> 9;
+  for (unsigned i = 0; i < kEntries; i++)
+    next->e[i] = (base + i * sub) | attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
 }
 
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
@@ -114,8 +155,9 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
         size -= block;
         break;
       }
+      uint64_t cur = load_entry(slot);
       bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
-      bool is_table = (*slot & 3) == kDescTable;
+      bool is_table = (cur & 3) == kDescTable;
       if (fits && !is_table && level >= 2) {
         set_entry(slot, (pa & kOutputMask) | attrs | kDescBlock, va);
         va += block;
@@ -126,17 +168,13 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
       if (!is_table) {
         Table* next = new_table();
         if (!next) return false;
-        if (*slot & kDescValid) {
-          // Split an existing block into the next level's blocks or pages.
-          uint64_t base = *slot & kOutputMask & ~(block - 1);
-          uint64_t old_attrs = *slot & kAttrMask;
-          uint64_t sub = block >> 9;
-          for (unsigned i = 0; i < kEntries; i++)
-            next->e[i] = (base + i * sub) | old_attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
-        }
-        set_entry(slot, reinterpret_cast<uintptr_t>(next) | kDescTable, va);
+        // Split an existing block into the next level's blocks or pages.
+        if (cur & kDescValid) fill_from_block(next, cur, level);
+        publish_table();  // the zeroes and the split entries, before the link
+        cur = reinterpret_cast<uintptr_t>(next) | kDescTable;
+        set_entry(slot, cur, va);  // the link: walkers that read it find the table complete
       }
-      t = reinterpret_cast<Table*>(*slot & kOutputMask);
+      t = table_of(cur);
     }
   }
   return true;
@@ -223,64 +261,68 @@ uintptr_t map_device(uint64_t pa, size_t size) {
 
 void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
-// Walks to the leaf entry for va; returns its slot and block size, or
-// nullptr if nothing valid maps va.
+// Walks to the leaf entry for va; returns its slot, the entry as read
+// (once: see point 4 above), its block size and level, or nullptr if
+// nothing valid maps va.
 namespace {
-uint64_t* find_leaf(uint64_t va, uint64_t& block, unsigned& level_out) {
+uint64_t* find_leaf(uint64_t va, uint64_t& entry, uint64_t& block, unsigned& level_out) {
   Table* t = &arm64_root_table;
   for (unsigned level = 1; level <= 3; level++) {
     unsigned shift = 39 - 9 * level;
     block = 1ull << shift;
     uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
-    if (!(*slot & kDescValid)) return nullptr;
+    uint64_t e = load_entry(slot);
+    if (!(e & kDescValid)) return nullptr;
     level_out = level;
-    if (level == 3 || (*slot & 3) == kDescBlock) return slot;
-    t = reinterpret_cast<Table*>(*slot & kOutputMask);
+    if (level == 3 || (e & 3) == kDescBlock) {
+      entry = e;
+      return slot;
+    }
+    t = table_of(e);
   }
   return nullptr;
 }
 
-// Replaces a block entry by a table of the next level's entries with the
-// same attributes (break-before-make through set_entry).
-bool split_block(uint64_t* slot, unsigned level, uint64_t va) {
+// Replaces the block entry desc at *slot by a table of the next level's
+// entries with the same attributes (break-before-make through set_entry).
+bool split_block(uint64_t* slot, uint64_t desc, unsigned level, uint64_t va) {
   Table* next = new_table();
   if (!next) return false;
   uint64_t block = 1ull << (39 - 9 * level);
-  uint64_t base = *slot & kOutputMask & ~(block - 1);
-  uint64_t attrs = *slot & kAttrMask;
-  uint64_t sub = block >> 9;
-  for (unsigned i = 0; i < kEntries; i++)
-    next->e[i] = (base + i * sub) | attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
+  fill_from_block(next, desc, level);
+  publish_table();  // the split entries, before the link
   set_entry(slot, reinterpret_cast<uintptr_t>(next) | kDescTable, va & ~(block - 1));
   return true;
 }
 }  // namespace
 
+// Without the lock, as a walker reads: meaningful for a va whose mapping
+// the caller keeps stable (arm64 never frees a table, so the walk itself is
+// safe whatever runs meanwhile).
 uint64_t translate(uintptr_t va) {
-  uint64_t block;
+  uint64_t entry, block;
   unsigned level;
-  uint64_t* slot = find_leaf(va, block, level);
-  if (!slot) return 0;
-  return ((*slot & kOutputMask) & ~(block - 1)) | (va & (block - 1));
+  if (!find_leaf(va, entry, block, level)) return 0;
+  return ((entry & kOutputMask) & ~(block - 1)) | (va & (block - 1));
 }
 
 void unmap(uintptr_t va, size_t size) {
   Guard<SpinLock, IrqSave> g(g_map_lock);
   uint64_t end = align_up(va + size, kPageSize);
   for (uint64_t a = align_down(va, kPageSize); a < end;) {
-    uint64_t block;
+    uint64_t entry, block;
     unsigned level;
-    uint64_t* slot = find_leaf(a, block, level);
+    uint64_t* slot = find_leaf(a, entry, block, level);
     if (!slot) {
       a += kPageSize;
       continue;
     }
     if (block != kPageSize && ((a & (block - 1)) || a + block > end)) {
       // Part of a block: split it, then look again.
-      if (!split_block(slot, level, a)) return;
+      if (!split_block(slot, entry, level, a)) return;
       continue;
     }
-    *slot = 0;
+    store_entry(slot, 0);
     sync_entry_change(a);
     a += block;
   }

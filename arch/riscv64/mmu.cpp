@@ -19,6 +19,16 @@
 //    addresses there are sign-extended, 0xffffffc0'00000000 and up.
 // 5. Memory types: without Svpbmt the platform's PMAs make device ranges
 //    uncached and strongly ordered, so kMapDevice sets no PTE bit.
+// 6. Ordering. Other harts' walkers, this hart's trap handler
+//    (spurious_fault, describe_mapping) and translate() read the tables
+//    without g_map_lock. Every entry is read once, with a single-copy-atomic
+//    load, and the walk goes on from that copy; every entry is written with
+//    one single-copy-atomic store. A new table is complete before it becomes
+//    reachable: `fence w,w` (publish_table) orders its zeroes (from
+//    new_table or the page source's memset) and any entries split into it
+//    before the store of the entry that links it, so a walker on another
+//    hart that reads the link reads the finished table. This hart's own
+//    walker is ordered by the sfence.vma map()/unmap() issue afterwards.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/config.h>
@@ -63,9 +73,21 @@ arch::TableAllocator g_table_alloc;
 SpinLock g_map_lock;
 bool g_changed;  // under g_map_lock: a live table changed, fence before returning
 
+// A table that no walk can reach yet: plain stores (publish_table orders
+// them before the link).
 void zero_table(Table* t) {
   for (auto& e : t->e) e = 0;
 }
+
+// One read of a live entry: single-copy atomic, never torn, never repeated
+// by the compiler. Walks work on the value it returns.
+uint64_t load_entry(const uint64_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
+void store_entry(uint64_t* slot, uint64_t v) { __atomic_store_n(slot, v, __ATOMIC_RELAXED); }
+
+// Orders every store to a new table before the store that links it (the
+// release): a walker that reads the link, on any hart, then reads the
+// table's zeroes or split entries, never what the page held before.
+void publish_table() { asm volatile("fence w, w" ::: "memory"); }
 
 Table* new_table() {
   if (g_pool_used < kPoolPages) {
@@ -95,41 +117,50 @@ uint64_t leaf_bits(unsigned flags) {
 
 bool g_changed_valid;  // under g_map_lock: a valid entry changed (needs remote fences)
 
+// Under g_map_lock (or at boot). The store is what other harts' walks see;
+// map()/unmap() fence before returning (point 3).
 void set_entry(uint64_t* slot, uint64_t v) {
-  if (*slot == v) return;
-  if (g_mmu_live && (*slot & kPteV)) g_changed_valid = true;
-  *slot = v;
+  uint64_t old = load_entry(slot);
+  if (old == v) return;
+  if (g_mmu_live && (old & kPteV)) g_changed_valid = true;
+  store_entry(slot, v);
   if (g_mmu_live) g_changed = true;
 }
 
-// Points *slot (a level `level` entry, empty or a leaf) at a new table; a
-// leaf becomes 512 leaves of the next level with the same bits.
-bool split(uint64_t* slot, unsigned level) {
+// Points *slot (a level `level` entry whose value is cur, empty or a leaf)
+// at a new table; a leaf becomes 512 leaves of the next level with the
+// same bits. Returns the new entry (0 if no table could be had).
+uint64_t split(uint64_t* slot, uint64_t cur, unsigned level) {
   Table* next = new_table();
-  if (!next) return false;
-  if (is_leaf(*slot)) {
+  if (!next) return 0;
+  if (is_leaf(cur)) {
     uint64_t block = 1ull << (12 + 9 * level);
-    uint64_t base = pte_pa(*slot) & ~(block - 1);
-    uint64_t old_bits = *slot & ~kPpnMask;
+    uint64_t base = pte_pa(cur) & ~(block - 1);
+    uint64_t old_bits = cur & ~kPpnMask;
     uint64_t sub = block >> 9;
     for (unsigned i = 0; i < kEntries; i++) next->e[i] = make_pte(base + i * sub, old_bits);
   }
-  set_entry(slot, make_pte(reinterpret_cast<uintptr_t>(next), kPteV));
-  return true;
+  publish_table();  // the zeroes and the split leaves, before the link
+  uint64_t link = make_pte(reinterpret_cast<uintptr_t>(next), kPteV);
+  set_entry(slot, link);  // the link: walkers that read it find the table complete
+  return link;
 }
 
-// The leaf entry that maps va and its level, or nullptr.
-uint64_t* find_leaf(uint64_t va, unsigned& level_out) {
+// The leaf entry that maps va, the value read (once: point 6) and its
+// level, or nullptr.
+uint64_t* find_leaf(uint64_t va, uint64_t& entry, unsigned& level_out) {
   Table* t = &riscv_root_table;
   for (unsigned level = kLevels - 1;; level--) {
     uint64_t* slot = &t->e[(va >> (12 + 9 * level)) & (kEntries - 1)];
-    if (!(*slot & kPteV)) return nullptr;
-    if (is_leaf(*slot)) {
+    uint64_t e = load_entry(slot);
+    if (!(e & kPteV)) return nullptr;
+    if (is_leaf(e)) {
       level_out = level;
+      entry = e;
       return slot;
     }
     if (level == 0) return nullptr;  // a table pointer at level 0 is malformed
-    t = reinterpret_cast<Table*>(pte_pa(*slot));
+    t = reinterpret_cast<Table*>(pte_pa(e));
   }
 }
 
@@ -140,16 +171,17 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
       unsigned shift = 12 + 9 * level;  // 30, 21, 12
       uint64_t block = 1ull << shift;
       uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
+      uint64_t cur = load_entry(slot);
       bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
-      if (level == 0 || (fits && !is_table(*slot))) {
+      if (level == 0 || (fits && !is_table(cur))) {
         set_entry(slot, make_pte(pa, bits));
         va += block;
         pa += block;
         size -= block;
         break;
       }
-      if (!is_table(*slot) && !split(slot, level)) return false;
-      t = reinterpret_cast<Table*>(pte_pa(*slot));
+      if (!is_table(cur) && !(cur = split(slot, cur, level))) return false;
+      t = reinterpret_cast<Table*>(pte_pa(cur));
     }
   }
   return true;
@@ -370,14 +402,15 @@ void unmap_range(uintptr_t va, size_t size, bool remote) {
   uint64_t end = align_up(va + size, kPageSize);
   for (uint64_t a = align_down(va, kPageSize); a < end;) {
     unsigned level;
-    uint64_t* slot = find_leaf(a, level);
+    uint64_t entry;
+    uint64_t* slot = find_leaf(a, entry, level);
     if (!slot) {
       a += kPageSize;
       continue;
     }
     uint64_t block = 1ull << (12 + 9 * level);
     if (block != kPageSize && ((a & (block - 1)) || a + block > end)) {
-      if (!split(slot, level)) break;  // part of a large leaf: split, look again
+      if (!split(slot, entry, level)) break;  // part of a large leaf: split, look again
       continue;
     }
     set_entry(slot, 0);
@@ -391,11 +424,11 @@ void unmap_range(uintptr_t va, size_t size, bool remote) {
 
 void unmap(uintptr_t va, size_t size) { unmap_range(va, size, true); }
 
+// From the trap handler, without the lock: one read of each entry.
 bool spurious_fault(uintptr_t va, bool write, bool exec) {
   unsigned level;
-  const uint64_t* slot = find_leaf(va, level);
-  if (!slot) return false;
-  uint64_t pte = *slot;
+  uint64_t pte;
+  if (!find_leaf(va, pte, level)) return false;
   if (write ? !(pte & kPteW) : exec ? !(pte & kPteX) : !(pte & kPteR)) return false;
   asm volatile("sfence.vma %0" ::"r"(va) : "memory");
   return true;
@@ -410,12 +443,15 @@ void tlb_sync() {
   fence_all();
 }
 
+// Without the lock, as a walker reads: meaningful for a va whose mapping
+// the caller keeps stable (tables are never freed, so the walk itself is
+// safe whatever runs meanwhile).
 uint64_t translate(uintptr_t va) {
   unsigned level;
-  const uint64_t* slot = find_leaf(va, level);
-  if (!slot) return 0;
+  uint64_t pte;
+  if (!find_leaf(va, pte, level)) return 0;
   uint64_t block = 1ull << (12 + 9 * level);
-  return (pte_pa(*slot) & ~(block - 1)) | (va & (block - 1));
+  return (pte_pa(pte) & ~(block - 1)) | (va & (block - 1));
 }
 
 void heap_window(uintptr_t& base, size_t& size) {
@@ -433,11 +469,11 @@ const char* mmu_description() { return "RISC-V Sv39, 4K pages, 3 levels"; }
 const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
   if ((va >> 38) != 0 && (va >> 38) != (~0ull >> 38)) return "not a valid Sv39 address";
   unsigned level;
-  const uint64_t* slot = find_leaf(va, level);
-  if (!slot) return "page not mapped";
+  uint64_t pte;
+  if (!find_leaf(va, pte, level)) return "page not mapped";
   static const char* const kSizes[] = {"4 KiB", "2 MiB", "1 GiB"};
-  ksnprintf(buf, size, "page mapped %c%c%c (%s)", *slot & kPteR ? 'r' : '-', *slot & kPteW ? 'w' : '-',
-            *slot & kPteX ? 'x' : '-', kSizes[level]);
+  ksnprintf(buf, size, "page mapped %c%c%c (%s)", pte & kPteR ? 'r' : '-', pte & kPteW ? 'w' : '-',
+            pte & kPteX ? 'x' : '-', kSizes[level]);
   return buf;
 }
 
