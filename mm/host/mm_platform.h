@@ -6,11 +6,54 @@
 // is one shared-memory object the platform creates (mm/host/platform.cpp);
 // the direct map is a mapping of all of it, the heap maps pages of it again
 // at other addresses, as page tables would.
+//
+// The two operations that need the CPU's own instructions, cpu_relax() and
+// cycles(), choose them here and only here (x86-64, AArch64, RISC-V 64, and
+// a portable fallback), so the library builds on any Linux host; the
+// presets host-aarch64 and host-riscv64 check that it does.
 #pragma once
 #include <atomic>
 #include <cstdint>
 
 namespace mm::plat {
+
+// A spin-wait hint, for the body of a loop that waits for another thread
+// (it lets an SMT sibling run and saves power; it orders no memory).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#elif defined(__riscv)
+  // Zihintpause's PAUSE, spelled as its encoding (FENCE with pred = W,
+  // succ = 0) so that assemblers without the extension take it; cores
+  // without Zihintpause execute it as a no-op hint.
+  asm volatile(".insn i 0x0f, 0, x0, x0, 0x010" ::: "memory");
+#else
+  asm volatile("" ::: "memory");
+#endif
+}
+
+// A cheap counter that only moves forward on this thread: the TSC on x86,
+// the virtual counter (CNTVCT_EL0) on AArch64, the time CSR on RISC-V (Linux
+// lets user space read both), the monotonic clock in nanoseconds elsewhere.
+// Its rate differs between hosts: compare its values, not across machines.
+uint64_t cycles_fallback();  // mm/host/platform.cpp
+inline uint64_t cycles() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+  uint64_t v;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+  return v;
+#elif defined(__riscv) && __riscv_xlen == 64
+  uint64_t v;
+  asm volatile("rdtime %0" : "=r"(v));
+  return v;
+#else
+  return cycles_fallback();
+#endif
+}
 
 constexpr unsigned kMaxCpus = 64;
 // Per-CPU arrays indexed by cpu_slot() have one more slot, kMaxCpus, which
@@ -34,22 +77,25 @@ using IrqState = int;
 inline IrqState irq_save() { return 0; }
 inline void irq_restore(IrqState) {}
 
+// A test-and-test-and-set spinlock. The exchange that takes it acquires
+// (what the previous holder wrote before its releasing store in unlock() is
+// visible inside); the wait spins on plain loads. The lock word is 32 bits:
+// RISC-V has no byte-wide atomic exchange, and GCC would call libatomic for
+// a bool, which a program linking the library would then need too.
 class Lock {
  public:
   void lock() {
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    while (word_.exchange(1, std::memory_order_acquire)) {
+      while (word_.load(std::memory_order_relaxed)) cpu_relax();
     }
   }
-  bool try_lock() { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
-  void unlock() { locked_.store(false, std::memory_order_release); }
-  bool is_locked() const { return locked_.load(std::memory_order_relaxed); }
+  bool try_lock() { return !word_.load(std::memory_order_relaxed) && !word_.exchange(1, std::memory_order_acquire); }
+  void unlock() { word_.store(0, std::memory_order_release); }
+  bool is_locked() const { return word_.load(std::memory_order_relaxed) != 0; }
 
  private:
-  std::atomic<bool> locked_{false};
+  std::atomic<uint32_t> word_{0};
 };
-
-inline uint64_t cycles() { return __builtin_ia32_rdtsc(); }
 
 extern uint8_t* g_direct_map;     // virtual address of physical g_phys_base
 extern uint64_t g_phys_base;

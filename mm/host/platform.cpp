@@ -9,6 +9,7 @@
 #include <mm/platform.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
@@ -25,7 +26,8 @@ uint8_t* g_direct_map;
 uint64_t g_phys_base;
 
 namespace {
-std::atomic<bool> g_slot_used[kMaxCpus];
+// Word-sized, as Lock's: no libatomic call for a sub-word compare-exchange.
+std::atomic<uint32_t> g_slot_used[kMaxCpus];
 std::atomic<unsigned> g_slots_high{0};
 
 // Frees the thread's CPU slot when it exits, so threads can come and go.
@@ -34,7 +36,7 @@ struct SlotRelease {
   ~SlotRelease() {
     if (t_cpu >= kMaxCpus) return;
     if (auto hook = g_exit_hook.load(std::memory_order_acquire)) hook();
-    g_slot_used[t_cpu].store(false, std::memory_order_release);
+    g_slot_used[t_cpu].store(0, std::memory_order_release);
     t_cpu = kMaxCpus;
   }
 };
@@ -49,8 +51,8 @@ uint64_t g_phys_size;
 
 unsigned claim_cpu_slot() {
   for (unsigned i = 0; i < kMaxCpus; i++) {
-    bool expect = false;
-    if (g_slot_used[i].compare_exchange_strong(expect, true, std::memory_order_acq_rel)) {
+    uint32_t expect = 0;
+    if (g_slot_used[i].compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) {
       t_cpu = i;
       (void)&t_release;  // make sure the thread_local destructor is registered
       unsigned high = g_slots_high.load(std::memory_order_relaxed);
@@ -98,6 +100,12 @@ uint64_t heap_to_phys(uintptr_t va) {
 }
 
 void wait_for_memory() { sched_yield(); }
+
+uint64_t cycles_fallback() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 void heap_window(uintptr_t& base, size_t& size) {
   base = reinterpret_cast<uintptr_t>(g_heap_base);
