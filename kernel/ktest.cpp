@@ -11,6 +11,7 @@ extern "C" const KTestCase __ktests_start[], __ktests_end[];
 
 namespace {
 bool g_failed;
+const char* g_skip_reason;  // set by KSKIP: the running test skipped
 }
 
 namespace ktest {
@@ -27,24 +28,30 @@ void fail(const char* file, int line, const char* f, ...) {
 
 bool current_failed() { return g_failed; }
 
+void skip(const char* reason) { g_skip_reason = reason && *reason ? reason : "no reason given"; }
+
 unsigned run_all(const char* filter, unsigned* passed_out) {
-  unsigned passed = 0, failed = 0;
+  unsigned passed = 0, failed = 0, skipped = 0;
   for (const KTestCase* t = __ktests_start; t < __ktests_end; t++) {
     if (filter && !strstr(t->name, filter)) continue;
     kprintf("[ RUN  ] %s\n", t->name);
     g_failed = false;
+    g_skip_reason = nullptr;
     uint64_t start = timer::now_ns();
     t->fn();
     uint64_t ms = (timer::now_ns() - start) / 1000000;
-    if (g_failed) {
+    if (g_failed) {  // a failure before a skip still counts
       failed++;
       kprintf("[ FAIL ] %s (%llu ms)\n", t->name, static_cast<unsigned long long>(ms));
+    } else if (g_skip_reason) {
+      skipped++;
+      kprintf("[ SKIP ] %s (%s)\n", t->name, g_skip_reason);
     } else {
       passed++;
       kprintf("[  OK  ] %s (%llu ms)\n", t->name, static_cast<unsigned long long>(ms));
     }
   }
-  kprintf("%u passed, %u failed\n", passed, failed);
+  kprintf("%u passed, %u failed, %u skipped\n", passed, failed, skipped);
   if (passed_out) *passed_out = passed;
   return failed;
 }

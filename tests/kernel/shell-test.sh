@@ -3,7 +3,7 @@
 # what it prints. Usage: shell-test.sh QEMU_RUN BOARD BUILD_DIR
 set -uo pipefail
 run=$1 board=$2 build=$3
-fails=0
+fails=0 total=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -13,6 +13,7 @@ boot() {
   printf '%b' "$input" | "$run" "$board" --build-dir "$build" --timeout 60 "$@" >"$log" 2>&1
 }
 check() {  # check NAME CONDITION-STATUS
+  total=$((total + 1))
   if [[ $2 -eq 0 ]]; then echo "ok: $1"; else echo "FAILED: $1"; echo "--- console ---"; cat "$log"; echo "---"; fails=$((fails + 1)); fi
 }
 
@@ -76,5 +77,15 @@ boot 'kmemtrace bogus\nkmemtrace stream maybe\nkmemtrace dump now\nkmem exercise
   grep -q '^total_overruns 0' "$log"
 check "kmemtrace, kmem exercise and bench reject bad arguments" $?
 
-echo "$((9 - fails)) passed, $fails failed"
+# 8. `test NAME` runs the matching in-kernel tests with the runner's summary
+#    line; a test whose precondition is missing says SKIP with its reason
+#    (tracing on from boot: the kmemtrace switch test needs it off).
+boot 'test spinlock_guard\ntest kmemtrace_switch\ntest nosuchtest\npoweroff\n' --append kmemtrace; st=$?
+[[ $st -eq 0 ]] && grep -q '^\[  OK  \] spinlock_guard_restores_irq_state (' "$log" &&
+  grep -q '^1 passed, 0 failed, 0 skipped[[:space:]]*$' "$log" &&
+  grep -q '^\[ SKIP \] kmemtrace_switch_patches_the_allocators_and_records_only_while_on (tracing is on' "$log" &&
+  grep -q '^0 passed, 0 failed, 1 skipped[[:space:]]*$' "$log" && grep -q "test: no test name contains 'nosuchtest'" "$log"
+check "test NAME runs matching tests; a missing precondition is a visible SKIP with its reason" $?
+
+echo "$((total - fails)) passed, $fails failed, 0 skipped"
 exit $(( fails > 0 ))
