@@ -145,6 +145,68 @@ bool in_cross_call() {
   return self.irq_depth != 0 || self.in_call != 0;
 }
 
+namespace {
+// One smp::stop_others at a time: it runs under g_call_lock.
+struct StopState {
+  std::atomic<unsigned> parked{0};    // cores in the park loop
+  std::atomic<bool> released{false};  // set once fn is done
+  unsigned caller = 0;
+};
+StopState g_stop;
+
+// On a parked core, from its mailbox (idle loop), so it is between calls.
+void park(void* arg) {
+  auto* st = static_cast<StopState*>(arg);
+  arch::IrqState s = arch::irq_save();
+  uintptr_t ps = arch::park_begin();
+  // Release: the caller's acquire of the count sees this core parked
+  // (interrupts masked, nothing else running here) before fn starts.
+  st->parked.fetch_add(1, std::memory_order_release);
+  arch::send_ipi(g_percpu[st->caller]);
+  for (;;) {
+    arch::park_poll();  // first: a wake-up consumed after the check below would be lost
+    // Acquire: pairs with the caller's release after fn, so everything fn
+    // stored (the patched instructions) is visible here before
+    // sync_instructions discards what this core fetched earlier.
+    if (st->released.load(std::memory_order_acquire)) break;
+    arch::park_sleep();
+  }
+  arch::sync_instructions();
+  arch::park_end(ps);
+  arch::irq_restore(s);
+}
+}  // namespace
+
+void stop_others(void (*fn)(void*), void* arg) {
+  check_caller();
+  Guard<SpinLock, NoIrqSave> g(g_call_lock);
+  unsigned self = cpu_id();
+  auto other = [&](const PerCpu& c) { return c.index != self && c.online.load(std::memory_order_acquire); };
+  // Every mailbox free first (a call_async may still run), so no core
+  // waits parked while another finishes a long call.
+  for_each_cpu([&](PerCpu& c) {
+    if (other(c)) wait_idle(c);
+  });
+  g_stop.parked.store(0, std::memory_order_relaxed);
+  g_stop.released.store(false, std::memory_order_relaxed);
+  g_stop.caller = self;
+  unsigned n = 0;
+  for_each_cpu([&](PerCpu& c) {
+    if (!other(c)) return;
+    post(c, park, &g_stop);  // its release store of call_fn publishes the resets above
+    n++;
+  });
+  wait_until([&] { return g_stop.parked.load(std::memory_order_acquire) == n; });
+  fn(arg);
+  g_stop.released.store(true, std::memory_order_release);
+  for_each_cpu([&](PerCpu& c) {
+    if (other(c)) arch::send_ipi(c);
+  });
+  for_each_cpu([&](PerCpu& c) {
+    if (other(c)) wait_done(c);
+  });
+}
+
 bool call_async(unsigned cpu, void (*fn)(void*), void* arg) {
   check_caller();
   if (cpu >= g_cpu_count || cpu == cpu_id() || !g_percpu[cpu].online.load(std::memory_order_acquire)) return false;

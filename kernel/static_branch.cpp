@@ -6,7 +6,19 @@
 // instruction fetch (arch::text_written), unmap. Then every online core
 // runs arch::sync_instructions through a cross-call, so none goes on
 // executing an instruction it fetched before.
+//
+// Where the ISA does not let one core rewrite an instruction another may be
+// executing (arch::text_patch_stops_others: RISC-V without Ziccif), every
+// other core is parked while the sites change (smp::stop_others), and runs
+// sync_instructions before it leaves the park.
+//
+// A branch must reach its target: the arch's encoding has a limited range
+// (arm64 +-128 MiB, arm +-32 MiB, riscv64 +-1 MiB). The link fails if the
+// text is larger than that (linker/kernel.ld.in), and each branch is
+// checked before it is written: one out of reach is refused, never encoded
+// with its offset cut short.
 #include <kernel/arch.h>
+#include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/smp.h>
 #include <kernel/static_branch.h>
@@ -23,24 +35,63 @@ extern "C" const Site __static_branches_start[], __static_branches_end[];
 
 uintptr_t g_alias;  // one page of heap-window addresses, never mapped but while patching
 
-bool patch(const Site& s, bool on) {
-  uint64_t pa = arch::translate(s.site);
-  if (!pa || (s.site & 3)) return false;
+bool in_text(uintptr_t a) {
+  return a >= reinterpret_cast<uintptr_t>(__text_start) && a < reinterpret_cast<uintptr_t>(__text_end);
+}
+
+// Whether site can be patched to branch to target; says why not.
+bool patchable(uintptr_t site, uintptr_t target) {
+  if (!arch::static_branch_reachable(site, target)) {
+    long long off = static_cast<long long>(target) - static_cast<long long>(site);
+    kprintf("static_branch: site 0x%lx cannot branch to 0x%lx (%lld bytes away, beyond this arch's branch): not patched\n",
+            static_cast<unsigned long>(site), static_cast<unsigned long>(target), off);
+    return false;
+  }
+  if ((site & 3) || !in_text(site) || !in_text(target)) {
+    kprintf("static_branch: site 0x%lx or target 0x%lx is not in the kernel text (0x%lx-0x%lx): not patched\n",
+            static_cast<unsigned long>(site), static_cast<unsigned long>(target),
+            reinterpret_cast<unsigned long>(__text_start), reinterpret_cast<unsigned long>(__text_end));
+    return false;
+  }
+  return true;
+}
+
+bool patch(uintptr_t site, uintptr_t target, bool on) {
+  if (!patchable(site, target)) return false;
+  uint64_t pa = arch::translate(site);
+  if (!pa) return false;
   uint64_t frame = pa & ~uint64_t{mm::kPageBytes - 1};
   if (!arch::map(g_alias, frame, mm::kPageBytes, arch::kMapRead | arch::kMapWrite)) return false;
   uintptr_t alias = g_alias + static_cast<uintptr_t>(pa - frame);
-  *reinterpret_cast<volatile uint32_t*>(alias) = arch::static_branch_insn(s.site, s.target, on);
-  arch::text_written(alias, s.site);
+  *reinterpret_cast<volatile uint32_t*>(alias) = arch::static_branch_insn(site, target, on);
+  arch::text_written(alias, site);
   arch::unmap(g_alias, mm::kPageBytes);
   return true;
 }
 
-bool set_all(bool on) {
-  bool ok = true;
-  for (const Site* s = __static_branches_start; s < __static_branches_end; s++) ok = patch(*s, on) && ok;
-  smp::call_on_all([](void*) { arch::sync_instructions(); }, nullptr);
-  return ok;
+struct Batch {
+  const Site* first;
+  const Site* last;
+  bool on;
+  bool ok;
+};
+
+void patch_batch(void* arg) {
+  auto* b = static_cast<Batch*>(arg);
+  for (const Site* s = b->first; s < b->last; s++) b->ok = patch(s->site, s->target, b->on) && b->ok;
 }
+
+// Patches [first, last) with the other cores parked if the arch needs it,
+// then resynchronises every core's instruction fetch.
+bool patch_all(const Site* first, const Site* last, bool on) {
+  Batch b{first, last, on, true};
+  if (arch::text_patch_stops_others()) smp::stop_others(patch_batch, &b);
+  else patch_batch(&b);
+  smp::call_on_all([](void*) { arch::sync_instructions(); }, nullptr);
+  return b.ok;
+}
+
+bool set_all(bool on) { return patch_all(__static_branches_start, __static_branches_end, on); }
 
 }  // namespace
 
@@ -51,6 +102,12 @@ bool init() {
   void* va = vmem_alloc(mm::segkmem_heap_arena(), mm::kPageBytes, VM_NOSLEEP);
   g_alias = reinterpret_cast<uintptr_t>(va);
   return va != nullptr;
+}
+
+bool patch_site(uintptr_t site, uintptr_t target, bool on) {
+  if (!g_alias) return false;
+  Site s{site, target};
+  return patch_all(&s, &s + 1, on);
 }
 
 bool set_kmemtrace(bool on) {

@@ -438,11 +438,28 @@ void tlb_sync() {}
 // Static branches: nop <-> b (ARM state). Both are among the instructions
 // ARMv7 lets one core rewrite while others execute them (ARM DDI 0406C,
 // A3.5.4 "Concurrent modification and execution of instructions").
+// B encodes a word offset from pc + 8 in 24 bits: [-32 MiB, +32 MiB - 4].
+constexpr int64_t kBranchReach = int64_t{1} << 25;
+bool static_branch_reachable(uintptr_t site, uintptr_t target) {
+  int64_t off = static_cast<int64_t>(uint64_t{target}) - static_cast<int64_t>(uint64_t{site}) - 8;
+  return (off & 3) == 0 && off >= -kBranchReach && off < kBranchReach;
+}
+// Every site and target lie in the kernel's text: a text of at most this
+// size keeps every branch in range (backwards the pc's 8 bytes ahead count
+// against it). linker/kernel.ld.in checks it at link time; patch time
+// checks each branch (kernel/static_branch.cpp).
+asm(".globl __static_branch_reach\n.set __static_branch_reach, 0x1fffff8");
+static_assert(kBranchReach - 8 == 0x1fffff8);
+
 uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
   if (!on) return 0xe320f000u;  // nop
+  ASSERT(static_branch_reachable(site, target));  // masking the offset would branch elsewhere
   int32_t off = static_cast<int32_t>(target - site - 8);  // the pc reads 8 ahead
-  return 0xea000000u | (static_cast<uint32_t>(off >> 2) & 0x00ffffffu);  // b target (+-32 MiB)
+  return 0xea000000u | (static_cast<uint32_t>(off >> 2) & 0x00ffffffu);  // b target
 }
+
+// nop <-> b may be rewritten under a running core (above): nothing to stop.
+bool text_patch_stops_others() { return false; }
 
 // DCCMVAU through the alias (the data cache is physically indexed),
 // ICIMVAU at site and BPIALLIS: broadcast to the inner shareable domain by
@@ -460,6 +477,14 @@ void text_written(uintptr_t alias, uintptr_t site) {
 }
 
 void sync_instructions() { asm volatile("mcr p15, 0, %0, c7, c5, 6\n dsb\n isb" ::"r"(0) : "memory"); }
+
+// Never used for patching here (text_patch_stops_others); smp::stop_others
+// still parks cores on request: a yield per round, no sleep (a wfi would
+// return at once for the interrupts masked meanwhile).
+uintptr_t park_begin() { return 0; }
+void park_poll() {}
+void park_sleep() { cpu_relax(); }
+void park_end(uintptr_t) {}
 
 }  // namespace arch
 

@@ -26,6 +26,7 @@
 #include <kernel/boot.h>
 #include <kernel/config.h>
 #include <kernel/fdt.h>
+#include <kernel/panic.h>
 #include <kernel/spinlock.h>
 #include "sysregs.h"
 
@@ -345,11 +346,27 @@ void tlb_sync() {}
 // Static branches: nop <-> b. Both are among the instructions the
 // architecture lets one core rewrite while others execute them (ARM DDI
 // 0487, B2.2.5 "Concurrent modification and execution of instructions").
+// B encodes a word offset in 26 bits: [-128 MiB, +128 MiB - 4].
+constexpr int64_t kBranchReach = int64_t{1} << 27;
+bool static_branch_reachable(uintptr_t site, uintptr_t target) {
+  int64_t off = static_cast<int64_t>(target - site);
+  return (off & 3) == 0 && off >= -kBranchReach && off < kBranchReach;
+}
+// Every site and target lie in the kernel's text: a text smaller than the
+// reach keeps every branch in range. linker/kernel.ld.in checks it at link
+// time; patch time checks each branch (kernel/static_branch.cpp).
+asm(".globl __static_branch_reach\n.set __static_branch_reach, 0x8000000");
+static_assert(kBranchReach == 0x8000000);
+
 uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
   if (!on) return 0xd503201f;  // nop
+  ASSERT(static_branch_reachable(site, target));  // masking the offset would branch elsewhere
   int64_t off = static_cast<int64_t>(target - site);
-  return 0x14000000u | (static_cast<uint32_t>(off >> 2) & 0x03ffffffu);  // b target (+-128 MiB)
+  return 0x14000000u | (static_cast<uint32_t>(off >> 2) & 0x03ffffffu);  // b target
 }
+
+// nop <-> b may be rewritten under a running core (above): nothing to stop.
+bool text_patch_stops_others() { return false; }
 
 // Clean the new instruction to the point of unification (through the
 // alias: data caches are physically indexed), invalidate the instruction
@@ -359,5 +376,13 @@ void text_written(uintptr_t alias, uintptr_t site) {
 }
 
 void sync_instructions() { asm volatile("isb" ::: "memory"); }
+
+// Never used for patching here (text_patch_stops_others); smp::stop_others
+// still parks cores on request: a yield per round, no sleep (a wfi would
+// return at once for the interrupts masked meanwhile).
+uintptr_t park_begin() { return 0; }
+void park_poll() {}
+void park_sleep() { cpu_relax(); }
+void park_end(uintptr_t) {}
 
 }  // namespace arch

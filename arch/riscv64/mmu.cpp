@@ -37,6 +37,7 @@
 #include <kernel/spinlock.h>
 #include <kernel/timer.h>
 #include <atomic>
+#include "csr.h"
 #include "sbi.h"
 
 namespace arch {
@@ -478,17 +479,54 @@ const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
 }
 
 // Static branches: a 4-byte nop <-> jal x0 on a 4-byte boundary, one
-// aligned store; other harts pick it up after their own fence.i
-// (sync_instructions, run on each).
+// aligned store. Without Ziccif the ISA does not say what a hart fetching
+// an instruction sees while another hart rewrites it, so the other harts
+// are parked while text changes (text_patch_stops_others): each one waits
+// with interrupts masked in park_*, below, and runs fence.i
+// (sync_instructions) before it goes back to what it was doing.
+//
+// jal encodes a halfword offset in 20 bits: [-1 MiB, +1 MiB - 2].
+constexpr int64_t kBranchReach = int64_t{1} << 20;
+bool static_branch_reachable(uintptr_t site, uintptr_t target) {
+  int64_t off = static_cast<int64_t>(target - site);
+  return (off & 1) == 0 && off >= -kBranchReach && off < kBranchReach;
+}
+// Every site and target lie in the kernel's text: a text smaller than the
+// reach keeps every branch in range. linker/kernel.ld.in checks it at link
+// time; patch time checks each branch (kernel/static_branch.cpp).
+asm(".globl __static_branch_reach\n.set __static_branch_reach, 0x100000");
+static_assert(kBranchReach == 0x100000);
+
 uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
   if (!on) return 0x00000013u;  // addi x0, x0, 0
-  uint32_t imm = static_cast<uint32_t>(static_cast<int64_t>(target - site));  // +-1 MiB
+  ASSERT(static_branch_reachable(site, target));  // masking the offset would jump elsewhere
+  uint32_t imm = static_cast<uint32_t>(static_cast<int64_t>(target - site));
   return (((imm >> 20) & 1u) << 31) | (((imm >> 1) & 0x3ffu) << 21) | (((imm >> 11) & 1u) << 20) |
          (((imm >> 12) & 0xffu) << 12) | 0x6fu;  // jal x0, target
 }
 
+bool text_patch_stops_others() { return true; }
+
 void text_written(uintptr_t, uintptr_t) { asm volatile("fence rw, rw\n fence.i" ::: "memory"); }
 
 void sync_instructions() { asm volatile("fence.i" ::: "memory"); }
+
+// A parked hart (interrupts masked) sleeps in wfi, which wakes for an
+// interrupt pending and enabled in sie whatever sstatus.SIE says: only the
+// software interrupt (IPIs) stays enabled, so the timer cannot keep it
+// awake. park_poll clears the IPI before the caller looks at what it
+// announced (release, or a TLB fence request from the stopping hart, which
+// maps and unmaps while it patches), so none is lost.
+uintptr_t park_begin() {
+  uintptr_t sie;
+  asm volatile("csrrw %0, sie, %1" : "=r"(sie) : "r"(uintptr_t{SIE_SSIE}) : "memory");
+  return sie;
+}
+void park_poll() {
+  asm volatile("csrc sip, %0" ::"r"(SIE_SSIE) : "memory");
+  tlb_fence_service();
+}
+void park_sleep() { wait_for_interrupt(); }
+void park_end(uintptr_t sie) { asm volatile("csrw sie, %0" ::"r"(sie) : "memory"); }
 
 }  // namespace arch

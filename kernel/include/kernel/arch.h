@@ -96,6 +96,23 @@ uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on);
 void text_written(uintptr_t alias, uintptr_t site);
 // Run on every core after patching: discards instructions fetched before.
 void sync_instructions();
+// Whether target is within reach of a branch at site (both in the kernel's
+// text): static_branch_insn(site, target, true) encodes it only then.
+bool static_branch_reachable(uintptr_t site, uintptr_t target);
+// Whether other cores must be stopped while text is patched
+// (smp::stop_others): true where the ISA does not let one core rewrite an
+// instruction another may be executing.
+bool text_patch_stops_others();
+// A core parked by smp::stop_others, with interrupts masked, runs
+//   s = park_begin(); loop { park_poll(); if released: break; park_sleep(); }
+//   park_end(s);
+// park_poll consumes the wake-up that got it here and does what a parked
+// core still owes the others (riscv64: answer TLB shootdown requests);
+// park_sleep waits for the next wake-up (an IPI), or a moment.
+uintptr_t park_begin();
+void park_poll();
+void park_sleep();
+void park_end(uintptr_t state);
 // The physical address va maps to, or 0 if unmapped.
 uint64_t translate(uintptr_t va);
 // The kernel heap's virtual window (outside the identity map of RAM and

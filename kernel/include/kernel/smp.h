@@ -15,6 +15,16 @@ void call_on(unsigned cpu, void (*fn)(void*), void* arg);
 // Runs fn(arg) on every online core at once (the caller's included) and
 // waits for all of them.
 void call_on_all(void (*fn)(void*), void* arg);
+// Runs fn(arg) on the calling core while every other online core waits in
+// a known loop with interrupts masked (the arch's park_* hooks), then has
+// each of them run arch::sync_instructions() before it resumes. Like
+// Linux's stop_machine: for changes no other core may run through while
+// they are half done, such as rewriting kernel instructions where the ISA
+// does not allow concurrent modification and execution (RISC-V without
+// Ziccif). fn must not make cross-calls (the parked cores cannot answer);
+// it may map and unmap (parked cores still answer TLB shootdowns). Same
+// restrictions as call_on_all for the caller.
+void stop_others(void (*fn)(void*), void* arg);
 // Posts fn(arg) to another online core and returns at once; fn runs there
 // from its idle loop. A later call to that core (any of the three) first
 // waits for fn to finish. False (and nothing posted) if cpu is the calling
