@@ -14,8 +14,15 @@
 // 3. Streaming (`kmemtrace stream on`) drains the rings from the console's
 //    idle hook on the shell's core: while the shell waits for input, every
 //    wake-up (tick or interrupt) sends what was recorded since, and
-//    consumes it, and goes on sending while more comes and no input waits. Commands run on the shell's core hold the stream back
-//    until they return; allocations on other cores stream meanwhile.
+//    consumes it, and goes on sending while more comes and no input waits.
+//    Commands run on the shell's core hold the stream back until they
+//    return; allocations on other cores stream meanwhile. The streamer is
+//    a consumer like a dump (the reader lock; the rings' release/acquire
+//    pairs in trace/include/trace/ring.h, 5); g_streaming is set by the
+//    shell and read by its idle hook, both on the shell's core, in thread
+//    context: no ordering to give.
+// 4. Turning recording on and off, and clearing (namespace ktrace below):
+//    each says which cross-call orders what.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -38,9 +45,11 @@ constexpr size_t kDefaultRing = 256 * 1024;
 constexpr size_t kMinRing = 4 * 1024;
 constexpr size_t kMaxRing = 64 * 1024 * 1024;
 
+// Set once by setup() at boot, before the shell runs; read by commands on the
+// shell's core (the boot core) afterwards.
 size_t g_ring_capacity;
 unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
-bool g_streaming;
+bool g_streaming;  // the shell's core only (see 3)
 
 // A frame line is at most about 1.04 x kDefaultPayload + its header: 8 KiB
 // holds one whole. Used only inside kmemtrace::dump, which serialises its
@@ -171,7 +180,18 @@ namespace ktrace {
 
 // The switch first, then the branches that lead to the recording code, and
 // the reverse: recording code never runs with the switch off.
+//
+// Ordering on the way in: a core must see its ring as setup() or the last
+// clear() left it before it records. The empty cross-call does that: each
+// core takes the call with an acquire of what this core posted with a
+// release (kernel/smp.cpp), after our ring stores, and records only after
+// the call, since no site branches to the recording code before the
+// patching below. The cross-call inside set_kmemtrace comes too late for
+// this: ARM does not stop another core from executing a freshly patched
+// site before its resynchronising call arrives, and its loads of the ring
+// would then not be ordered after our stores.
 void enable() {
+  smp::call_on_all([](void*) {}, nullptr);
   kmemtrace::enable();
   static_branch::set_kmemtrace(true);
 }
@@ -183,7 +203,10 @@ void disable() {
 // Before the reset every CPU has left any recording call that saw tracing
 // on: each runs an empty cross-call, which a secondary takes only from its
 // idle loop, between allocations (an interrupt handler's allocation has
-// returned by then), and the calling core is here.
+// returned by then), and the calling core is here. The call also orders
+// each core's last ring stores (its release when done, our acquire when we
+// wait for it) before reset() rewrites the rings; enable() orders the reset
+// before the next event each core records.
 void clear() {
   disable();
   smp::call_on_all([](void*) {}, nullptr);

@@ -206,7 +206,9 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
 
   // The snapshot: what each ring has committed now, all CPUs at about the
   // same moment. Nothing in it is overwritten before we consume it; what
-  // producers add meanwhile waits for the next dump.
+  // producers add meanwhile waits for the next dump. Ordering: peek()'s
+  // acquire load of head_ makes the snapshot's bytes the producers' whole
+  // events (ring.h, 5); the caller is each ring's only consumer.
   size_t snap[kMaxDumpCpus];
   control(kBegin, kBeginPerCpu, [&](unsigned cpu, uint8_t* rec) {
     snap[cpu] = 0;
@@ -220,7 +222,7 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
   for (unsigned cpu = 0; cpu < n; cpu++) {
     Ring* r = rings[cpu];
     if (!r) continue;
-    Ring::Committed c = r->peek();  // the snapshot's start, maybe more
+    Ring::Committed c = r->peek();  // the snapshot's start, maybe more (acquire again: more bytes)
     size_t pos = 0, total = snap[cpu] < c.size() ? snap[cpu] : c.size();
     while (pos < total) {
       size_t room = total - pos;
@@ -249,7 +251,9 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
       res.payload_bytes += len;
       if (opt.consume) {
         // Draining: give the space back as we go. The rest stays in place
-        // (producers only write past the committed end).
+        // (producers only write past the committed end). consume()'s
+        // release store of tail_ comes after enc.put() read these bytes, so
+        // a producer that refills the space writes after our reads.
         r->consume(len);
         c = r->peek();
         total -= len;
@@ -260,6 +264,9 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
     }
   }
 
+  // Ring statistics after the dump: the counters are relaxed (ring.h, 5),
+  // exact when the producers are quiescent (tracing off, and a cross-call
+  // since), a recent value otherwise.
   control(kEnd, kEndPerCpu, [&](unsigned cpu, uint8_t* rec) {
     if (!rings[cpu]) return;
     Ring::Stats s = rings[cpu]->stats();

@@ -23,7 +23,10 @@ using detail::g_rings;
 using detail::g_seq;
 
 namespace {
-constinit plat::Lock g_reader_lock;        // one consumer at a time
+// One consumer at a time. Its acquire/release also carries init_cpu()'s
+// and reset()'s ring stores (made under it) to every later reader, and
+// each reader's consumed_ bookkeeping to the next.
+constinit plat::Lock g_reader_lock;
 constinit uint32_t g_boot_id = 0;
 constinit uint32_t g_dump_seq = 0;         // under g_reader_lock
 constinit bool g_has_ring[plat::kMaxCpus] = {};
@@ -39,6 +42,7 @@ struct ReaderGuard {
 
 // --- Recording -------------------------------------------------------------
 // Masked interrupts keep us on this CPU and make us its ring's only writer.
+// The sequence number and the ring's publication: trace/record.h, ring.h.
 
 void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags) {
@@ -74,11 +78,19 @@ bool init_cpu(unsigned cpu, void* mem, size_t bytes) {
   return g_has_ring[cpu];
 }
 
+// Relaxed: a value on its own, read by the dumper (nothing else hangs on it).
 void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXED); }
 
-void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELEASE); }
-void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELEASE); }
+// The switch orders nothing (its readers use a plain load: kmemtrace.h),
+// hence relaxed. What orders the rings' set-up before recording is in
+// kmemtrace.h, 5.
+void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELAXED); }
+void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELAXED); }
 
+// The caller has made sure no CPU is still recording (kmemtrace.h): the
+// last head_ store of each producer is ordered before our stores by
+// whatever told us so (the kernel's cross-call: each core's release when it
+// is done, our acquire when we see that).
 void reset() {
   ReaderGuard g;
   for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++)  // init() zeroes the counters too

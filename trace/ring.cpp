@@ -21,7 +21,12 @@ bool Ring::init(void* mem, size_t bytes) {
   dropped_.store(0, std::memory_order_relaxed);
   consumed_ = 0;
   consumed_events_ = 0;
-  head_.store(0, std::memory_order_release);  // last: publishes the rest
+  // Relaxed like the rest: this store publishes nothing. Nobody produces or
+  // consumes during init(); consumers see its stores through the reader lock
+  // that init's callers hold, producers through what made them start
+  // recording afterwards (kmemtrace.h, "Set-up"). (A producer's head_ load
+  // is relaxed, so a release here would pair with nothing on that side.)
+  head_.store(0, std::memory_order_relaxed);
   return cap != 0;
 }
 
@@ -31,7 +36,7 @@ bool Ring::put(const void* event, size_t n) {
   uint32_t end = h + static_cast<uint32_t>(n);
   if (((limit_ - end) >> 31) && !make_room(end, n)) return false;
   __builtin_memcpy(buf_ + (h & mask_), event, n);
-  head_.store(end, std::memory_order_release);
+  head_.store(end, std::memory_order_release);  // publishes the copy; peek()'s acquire pairs
   return true;
 }
 
@@ -48,6 +53,8 @@ Ring::Committed Ring::peek() const {
   c.buf = buf_;
   c.mask = static_cast<uint32_t>(mask_);
   c.tail = tail_.load(std::memory_order_relaxed);  // ours: one consumer
+  // Acquire: pairs with the producer's release store in put*(), so every
+  // byte below the head we read is the event the producer wrote, whole.
   c.bytes = cap_ ? head_.load(std::memory_order_acquire) - c.tail : 0;
   c.offset = consumed_;
   return c;
@@ -73,6 +80,8 @@ void Ring::consume(size_t n) {
   whole_events(c, 0, n, &events);
   consumed_ += n;
   consumed_events_ += events;
+  // Release: our reads of those n bytes (read(), a dump) are done before the
+  // producer, whose acquire load in make_room() pairs, writes over them.
   tail_.store(c.tail + static_cast<uint32_t>(n), std::memory_order_release);
 }
 
@@ -104,6 +113,7 @@ Ring::Stats Ring::stats() const {
   s.consumed = consumed_;
   s.committed = consumed_ + c.size();
   s.events = consumed_events_ + events;
+  // Relaxed: some recent count (exact once the producer is quiescent).
   s.overrun_bytes = overrun_bytes_.load(std::memory_order_relaxed);
   s.dropped_events = dropped_.load(std::memory_order_relaxed);
   return s;

@@ -25,6 +25,14 @@
 // 5. Set-up, once at boot on any CPU, before enable(): init_cpu(cpu, mem,
 //    bytes) for each CPU that records (others drop every event and count
 //    it), set_boot_id(). The memory stays the ring's until reboot.
+//    Ordering: a CPU must see a ring's set-up (init_cpu, or reset()) before
+//    it records into it, and the switch does not give it that (it is read
+//    with a plain load, below). The kernel runs a cross-call on every core
+//    before it turns recording on (ktrace::enable: each core's acquire of the
+//    call sees the rings as the enabling core left them). On the host the
+//    caller orders it: set up before starting the threads that record, and
+//    call reset() only while those threads are quiescent, with a lock, a
+//    join or another handover between reset() and their next allocation.
 // 6. Readers (the shell): dump(), read(), stats(), total_overruns(). They
 //    serialise on an internal lock (one consumer at a time) and may run on
 //    any CPU while all CPUs keep recording. Not from interrupt context.
@@ -51,9 +59,13 @@ __attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uint
 
 // A plain read, on purpose: it compiles to a compare with memory and a
 // branch (x86-64: cmpb + jne; arm64/riscv64: address, load, branch), where
-// an atomic load of a bool costs an extra test. The flag changes rarely
-// (enable/disable) and a stale value only moves the point where recording
-// starts or stops by an event or so.
+// an atomic load of a bool costs an extra test (two instructions on arm64).
+// The flag changes rarely (enable/disable) and a stale value only moves the
+// point where recording starts or stops by an event or so. It publishes
+// nothing (see 5 for what orders the rings' set-up) and a byte is read and
+// written whole on every target; ThreadSanitizer reports the read against
+// enable()/disable() all the same (tests/host/stress_trace_tsan.cpp
+// suppresses that one report).
 inline bool enabled() { return __builtin_expect(g_enabled, 0); }
 
 // The recording hooks. `type` is a TypeId; `flags` the caller's KM_*/VM_*;

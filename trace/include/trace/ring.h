@@ -36,6 +36,22 @@
 //    never overwritten until consume() moves tail_ past them (release, so
 //    the producer's acquire load of tail_ orders its new writes after our
 //    reads). consume() only ever moves by whole events.
+// 5. The orderings, all of them (QEMU on x86 never reorders, so each is
+//    argued here and checked by tests/host/stress_trace_tsan.cpp, where
+//    weakening any one makes ThreadSanitizer report a race):
+//      head_  producer's release store (put*) -> consumer's acquire load
+//             (peek): the event bytes written before it;
+//      tail_  consumer's release store (consume) -> producer's acquire load
+//             (make_room): the consumer's reads of the bytes it gave back
+//             come before the producer's writes over them;
+//      the rest (buf_, mask_, cap_, limit_, consumed_): written by init()
+//             with nobody producing or consuming. Consumers see it through
+//             the reader lock that init's callers hold; producers through
+//             whatever made them start recording after it (kmemtrace.h,
+//             "Set-up"), not through head_;
+//      overrun_bytes_, dropped_: relaxed counters with one writer; a reader
+//             gets some recent value (exact once the producer is quiescent,
+//             which the kernel makes sure of with a cross-call).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -85,10 +101,11 @@ class Ring {
   __attribute__((always_inline)) inline bool put_alloc(uint32_t tag, uint32_t seq, uintptr_t caller,
                                                        uintptr_t ptr, size_t requested, size_t allocated,
                                                        uint32_t flags, int32_t target_cpu) {
-    uint32_t h = head_.load(std::memory_order_relaxed);
+    uint32_t h = head_.load(std::memory_order_relaxed);  // our own store: no ordering needed
     uint8_t* p = buf_ + (h & mask_);
     uint32_t end = h + static_cast<uint32_t>(kAllocSize);
     if (__builtin_expect((limit_ - end) >> 31, 0) && !make_room(end, kAllocSize)) return false;
+    // Into space the consumer gave back (make_room's acquire) or never used.
     store32(p, tag);
     store32(p + kOffSeq, seq);
     store64(p + kOffCaller, caller);
@@ -97,13 +114,14 @@ class Ring {
     store64(p + kOffAllocated, allocated);
     store32(p + kOffFlags, flags);
     store32(p + kOffTargetCpu, static_cast<uint32_t>(target_cpu));
+    // Release: publishes the stores above; peek()'s acquire load pairs.
     head_.store(end, std::memory_order_release);
     return true;
   }
 
   __attribute__((always_inline)) inline bool put_free(uint32_t tag, uint32_t seq, uintptr_t caller,
                                                       uintptr_t ptr) {
-    uint32_t h = head_.load(std::memory_order_relaxed);
+    uint32_t h = head_.load(std::memory_order_relaxed);  // our own store: no ordering needed
     uint8_t* p = buf_ + (h & mask_);
     uint32_t end = h + static_cast<uint32_t>(kFreeSize);
     if (__builtin_expect((limit_ - end) >> 31, 0) && !make_room(end, kFreeSize)) return false;
@@ -111,6 +129,7 @@ class Ring {
     store32(p + kOffSeq, seq);
     store64(p + kOffCaller, caller);
     store64(p + kOffPtr, ptr);
+    // Release: publishes the stores above; peek()'s acquire load pairs.
     head_.store(end, std::memory_order_release);
     return true;
   }
@@ -172,11 +191,14 @@ class Ring {
   // overrun and returns false if the event (n bytes, ending at counter
   // value end) still does not fit.
   __attribute__((always_inline)) inline bool make_room(uint32_t end, size_t n) {
+    // Acquire: pairs with consume()'s release store, so the consumer's
+    // reads of the space it gave back are done before we write over it.
     limit_ = tail_.load(std::memory_order_acquire) + cap_;
     if (((limit_ - end) >> 31) == 0) return true;
     return drop(n);
   }
   __attribute__((always_inline)) inline bool drop(size_t n) {
+    // One writer: load + store, relaxed (counters publish nothing else).
     overrun_bytes_.store(overrun_bytes_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     dropped_.store(dropped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return false;
