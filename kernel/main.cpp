@@ -8,6 +8,7 @@
 #include <kernel/panic.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
+#include <kernel/stack.h>
 #include <kernel/timer.h>
 #include "mm_accounting.h"
 
@@ -50,6 +51,7 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   PerCpu& boot = g_percpu[0];
   boot.index = 0;
   boot.hwid = boot_hwid;
+  kstack::assign(boot);  // the stack it runs on, before any trap can look
   arch::init_boot_cpu(boot);
   console::attach(EARLY_UART_OPS, EARLY_UART_BASE);
   kprintf("\nMagpie " MAGPIE_VERSION " (" MAGPIE_BOARD ", " MAGPIE_ARCH ") booting\n");

@@ -15,10 +15,16 @@ std::atomic<int> g_panicking{0};
 [[noreturn]] void finish(uintptr_t fp, const TrapFrame* frame) {
   arch::dump_registers(frame);
   uintptr_t pcs[24];
-  size_t n = arch::backtrace(fp, pcs, 24);
-  kprintf("backtrace (%zu frames; symbolize with tools/symbolize):\n", n);
+  unsigned repeats[24];
+  size_t n = arch::backtrace(fp, pcs, 24, repeats);
+  size_t frames = 0;
+  for (size_t i = 0; i < n; i++) frames += repeats[i];
+  kprintf("backtrace (%zu frames; symbolize with tools/symbolize):\n", frames);
   if (frame) kprintf("pc: 0x%lx\n", static_cast<unsigned long>(arch::trap_frame_pc(frame)));
-  for (size_t i = 0; i < n; i++) kprintf("bt: 0x%lx\n", static_cast<unsigned long>(pcs[i]));
+  for (size_t i = 0; i < n; i++) {
+    if (repeats[i] > 1) kprintf("bt: 0x%lx (%u times)\n", static_cast<unsigned long>(pcs[i]), repeats[i]);
+    else kprintf("bt: 0x%lx\n", static_cast<unsigned long>(pcs[i]));
+  }
   kprintf("System halted.\n");
   arch::exit(3);
 }
@@ -43,6 +49,17 @@ void panic(const char* f, ...) {
   va_end(ap);
   kprintf("\n");
   finish(0, nullptr);
+}
+
+void panic_trap(const TrapFrame* frame, const char* f, ...) {
+  enter();
+  va_list ap;
+  va_start(ap, f);
+  kprintf("\nPANIC on cpu %u: ", cpu_id());
+  kvprintf(f, ap);
+  va_end(ap);
+  kprintf("\n");
+  finish(arch::trap_frame_fp(frame), frame);
 }
 
 void panic_assert(const char* expr, const char* file, int line) {

@@ -18,13 +18,13 @@
 #include <kernel/panic.h>
 #include <kernel/smp.h>
 #include <kernel/spinlock.h>
+#include <kernel/stack.h>
 #include <kernel/timer.h>
 
 PerCpu g_percpu[kMaxCpus];
 unsigned g_cpu_count = 1;
 
 namespace {
-alignas(16) char g_stacks[kMaxCpus][kKernelStackSize];
 SpinLock g_call_lock;
 
 // Runs a cross-call's fn, marked as such: a call made from inside one would
@@ -114,7 +114,7 @@ void start_secondaries() {
     PerCpu& c = g_percpu[i];
     c.index = i;
     c.hwid = g_boot.cpu_hwid[i];
-    c.stack_top = reinterpret_cast<uintptr_t>(g_stacks[i]) + kKernelStackSize;
+    kstack::assign(c);
     if (!arch::start_cpu(c)) continue;
     uint64_t deadline = timer::now_ns() + 1000000000ull;
     while (!c.online.load(std::memory_order_acquire)) {

@@ -7,14 +7,16 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/stack.h>
 #include <cstddef>
 #include "sysregs.h"
 #include "trap.h"
 
 static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+static_assert(offsetof(PerCpu, stack_bottom) == PERCPU_STACK_BOTTOM);
+static_assert(offsetof(PerCpu, overflow_top) == PERCPU_OVERFLOW_TOP);
 
 extern "C" char arm_vectors[], secondary_entry[];
-extern "C" char __boot_stack_top[], __boot_stack_bottom[];
 
 namespace arch {
 void mmu_live();
@@ -112,6 +114,38 @@ const char* describe_abort(const TrapFrame* f, char* buf, size_t size) {
 // PerCpu::arch_scratch slot: the frame of a fatal trap, for backtrace().
 constexpr unsigned kFatalFrameSlot = 0;
 
+// What an exception mode's stub keeps until it is in SVC mode (vectors.S).
+// The banked sp of the abort, undefined, IRQ and FIQ modes point at one
+// each; they never hold more than one exception's state at a time (the
+// stub copies it out with interrupts masked).
+struct ModeSave {
+  uint32_t r0, r1, r2, pc, cpsr, sp;
+};
+static_assert(offsetof(ModeSave, r0) == MODE_SAVE_R0 && offsetof(ModeSave, r1) == MODE_SAVE_R1 &&
+              offsetof(ModeSave, r2) == MODE_SAVE_R2 && offsetof(ModeSave, pc) == MODE_SAVE_PC &&
+              offsetof(ModeSave, cpsr) == MODE_SAVE_CPSR && offsetof(ModeSave, sp) == MODE_SAVE_SP &&
+              sizeof(ModeSave) == MODE_SAVE_SIZE);
+enum { kModeAbt, kModeUnd, kModeIrq, kModeFiq, kModes };
+ModeSave g_mode_save[kMaxCpus][kModes];
+
+// Points the banked sp of every exception mode at this core's save areas.
+// With interrupts masked (boot). The operands are pinned to r0-r3: FIQ mode
+// banks r8-r12.
+void set_mode_stacks(const PerCpu& cpu) {
+  register ModeSave* abt asm("r0") = &g_mode_save[cpu.index][kModeAbt];
+  register ModeSave* und asm("r1") = &g_mode_save[cpu.index][kModeUnd];
+  register ModeSave* irq asm("r2") = &g_mode_save[cpu.index][kModeIrq];
+  register ModeSave* fiq asm("r3") = &g_mode_save[cpu.index][kModeFiq];
+  asm volatile(
+      "cps #" STRINGIFY(PSR_MODE_ABT) "\n mov sp, %0\n"
+      "cps #" STRINGIFY(PSR_MODE_UND) "\n mov sp, %1\n"
+      "cps #" STRINGIFY(PSR_MODE_IRQ) "\n mov sp, %2\n"
+      "cps #" STRINGIFY(PSR_MODE_FIQ) "\n mov sp, %3\n"
+      "cps #" STRINGIFY(PSR_MODE_SVC) "\n" ::"r"(abt),
+      "r"(und), "r"(irq), "r"(fiq)
+      : "memory");
+}
+
 [[noreturn]] void fatal(PerCpu& cpu, const char* cause, uintptr_t addr, const TrapFrame* f) {
   cpu.arch_scratch[kFatalFrameSlot] = reinterpret_cast<uintptr_t>(f);
   fatal_exception(cause, addr, f);
@@ -121,6 +155,12 @@ constexpr unsigned kFatalFrameSlot = 0;
 
 extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
   PerCpu& cpu = this_cpu();
+  if (kind & TRAP_OVERFLOW) {
+    // The frame is on the overflow stack (vectors.S). A data abort's DFAR
+    // is the store that hit the guard page; other exceptions have none.
+    cpu.arch_scratch[kFatalFrameSlot] = reinterpret_cast<uintptr_t>(f);
+    kstack::overflow(f, f->kind == TRAP_DABT ? f->far : 0);
+  }
   if (kind == TRAP_IRQ) {
     cpu.irq_depth++;
     irq::dispatch();
@@ -196,13 +236,14 @@ void enable_cycle_counter() {
 void init_boot_cpu(PerCpu& cpu) {
   mmu_live();
   enable_cycle_counter();
-  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
   set_this_cpu(&cpu);
+  set_mode_stacks(cpu);
   asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory");  // VBAR
 }
 
-void init_secondary_cpu(PerCpu&) {
+void init_secondary_cpu(PerCpu& cpu) {
   enable_cycle_counter();
+  set_mode_stacks(cpu);
   asm volatile("mcr p15, 0, %0, c12, c0, 0\n isb" ::"r"(arm_vectors) : "memory");  // VBAR
 }
 
@@ -294,25 +335,44 @@ void dump_registers(const TrapFrame* f) {
 // A leaf pushes only fp and points fp at it: [fp] = caller's fp, which is a
 // stack address, never a text address. Its return address stays in lr: a
 // fatal trap's frame has it, else the leaf's caller is left out.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+//
+// The frames lie on this core's kernel stack or its overflow stack
+// (kstack::find): the walk may move from the overflow stack to the kernel
+// stack once, and within a stack frames grow toward its top.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
   if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   const auto* trap = reinterpret_cast<const TrapFrame*>(::this_cpu().arch_scratch[kFatalFrameSlot]);
-  uintptr_t top = ::this_cpu().stack_top;
-  uintptr_t bottom = top - kKernelStackSize;
+  uintptr_t bottom, top;
+  if (!kstack::find(fp, bottom, top)) return 0;
   size_t n = 0;
+  unsigned switches = 0;
+  auto push = [&](uintptr_t pc) {
+    if (repeats && n && pcs[n - 1] == pc) {
+      repeats[n - 1]++;
+    } else {
+      if (repeats) repeats[n] = 1;
+      pcs[n++] = pc;
+    }
+  };
+  // Goes on at next: on this stack above fp, or once onto another stack.
+  auto step = [&](uintptr_t next) {
+    if (next >= bottom && next < top) return next > fp;
+    return switches++ == 0 && kstack::find(next, bottom, top);
+  };
   while (n < max && fp >= bottom + 4 && fp + 4 <= top && (fp & 3) == 0) {
     auto* rec = reinterpret_cast<const uintptr_t*>(fp);
     uintptr_t word = rec[0];
-    if (word >= bottom && word < top) {  // a leaf's lone saved fp
-      if (trap && fp == trap->r[11] && trap->lr) pcs[n++] = trap->lr;
-      if (word <= fp) break;
+    uintptr_t lo, hi;
+    if (kstack::find(word, lo, hi)) {  // a leaf's lone saved fp
+      if (trap && fp == trap->r[11] && trap->lr) push(trap->lr);
+      if (!step(word)) break;
       fp = word;
       continue;
     }
     if (!word) break;
-    pcs[n++] = word;
+    push(word);
     uintptr_t prev = rec[-1];
-    if (prev <= fp) break;  // frames grow toward the stack top
+    if (!step(prev)) break;
     fp = prev;
   }
   return n;
@@ -320,6 +380,7 @@ size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
 
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->r[11] : 0; }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->pc : 0; }
+uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->sp : 0; }
 
 void send_ipi(const PerCpu& cpu) {
   const IrqChip* c = irq::chip();

@@ -51,6 +51,7 @@
 #include <kernel/fdt.h>
 #include <kernel/panic.h>
 #include <kernel/spinlock.h>
+#include <kernel/stack.h>
 #include "sysregs.h"
 
 namespace {
@@ -250,15 +251,24 @@ bool split_section(uint32_t* slot, uint64_t va) {
   return true;
 }
 
-// Maps [va, va + size) to [pa, pa + size); all page-aligned.
+// Maps [va, va + size) to [pa, pa + size), or unmaps it when flags is 0
+// (early boot: the guard pages); all page-aligned.
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
   if (va + size > kAddressSpace || pa + size > kAddressSpace) return false;
   while (size) {
     uint32_t* slot = &arm_l1_table.e[va >> 20];
     uint32_t cur = load_entry(slot);
     bool is_table = (cur & kL1TypeMask) == kL1Table;
+    if (!flags && !valid(cur)) {  // unmapping what is not mapped: skip this section
+      uint64_t rest = kSectionSize - (va & (kSectionSize - 1));
+      if (rest > size) rest = size;
+      va += rest;
+      pa += rest;
+      size -= rest;
+      continue;
+    }
     if (!is_table && ((va | pa) & (kSectionSize - 1)) == 0 && size >= kSectionSize) {
-      set_entry(slot, section_desc(pa, flags), va);
+      set_entry(slot, flags ? section_desc(pa, flags) : 0, va);
       va += kSectionSize;
       pa += kSectionSize;
       size -= kSectionSize;
@@ -275,7 +285,7 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, unsigned flags) {
       set_entry(slot, cur, va);    // the link: walks that read it find the table complete
     }
     auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
-    set_entry(&t->e[(va >> 12) & (kL2Entries - 1)], page_desc(pa, flags), va);
+    set_entry(&t->e[(va >> 12) & (kL2Entries - 1)], flags ? page_desc(pa, flags) : 0, va);
     va += kPageSize;
     pa += kPageSize;
     size -= kPageSize;
@@ -327,6 +337,7 @@ bool unmap_range(uint64_t va, uint64_t end) {
 uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
 void map_flags(uint64_t start, uint64_t end, unsigned flags) {
   start = align_down(start, kPageSize);
   end = align_up(end, kPageSize);
@@ -374,6 +385,9 @@ extern "C" void arm_early_mmu(uintptr_t dtb) {
   map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
             arch::kMapRead);
   map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+  // The guard pages below every stack stay unmapped (kernel/stack.h).
+  for (unsigned i = 0; i < kstack::kGuardPages; i++)
+    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
   // Tables written with the MMU off went straight to memory.
   asm volatile("dsb" ::: "memory");
 }

@@ -15,9 +15,10 @@
 // Secondary cores enter at secondary_entry (PSCI CPU_ON) with r0 = their
 // PerCpu; they turn the MMU on with the same tables before touching memory.
 //
-// Exceptions need no stacks of their own: vectors.S stores the return state
-// on the SVC stack (srsdb) and handles everything in SVC mode.
+// Exceptions are handled in SVC mode (vectors.S); the other modes' banked
+// sp point at small per-CPU save areas (arch.cpp, set_mode_stacks).
 
+#include <kernel/stack_layout.h>
 #include "sysregs.h"
 
 .syntax unified
@@ -49,7 +50,7 @@ primary_entry:
     ldr     r1, =__noinit_end
     bl      dcache_invalidate_range
 
-    ldr     sp, =__boot_stack_top
+    ldr     sp, =(g_kernel_stacks + KSTACK_SLOT_SIZE)   // slot 0's kernel stack (kernel/stack_layout.h)
     mov     fp, #0
     mov     r0, r8
     bl      arm_early_mmu               // builds the tables, MMU still off

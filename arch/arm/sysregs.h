@@ -5,6 +5,10 @@
 #define PSR_MODE_MASK 0x1f
 #define PSR_MODE_SVC 0x13
 #define PSR_MODE_HYP 0x1a
+#define PSR_MODE_FIQ 0x11
+#define PSR_MODE_IRQ 0x12
+#define PSR_MODE_ABT 0x17
+#define PSR_MODE_UND 0x1b
 #define PSR_F (1 << 6)
 #define PSR_I (1 << 7)
 #define PSR_A (1 << 8)
@@ -34,8 +38,10 @@
 // DACR: all 16 domains "client" (permissions come from the descriptors).
 #define DACR_CLIENT 0x55555555
 
-// Offset of PerCpu::stack_top (checked by a static_assert in arch.cpp).
+// Offsets in struct PerCpu (checked by static_asserts in arch.cpp).
 #define PERCPU_STACK_TOP 16
+#define PERCPU_STACK_BOTTOM 88
+#define PERCPU_OVERFLOW_TOP 92
 
 // Exception kinds passed to arm_trap.
 #define TRAP_RESET 0
@@ -46,6 +52,17 @@
 #define TRAP_HYP 5
 #define TRAP_IRQ 6
 #define TRAP_FIQ 7
+#define TRAP_OVERFLOW 0x100  // or'ed in: the frame is on the overflow stack (kernel/stack.h)
+
+// The save area an exception mode's banked sp points at (struct ModeSave
+// in arch.cpp): what its stub keeps until it is in SVC mode.
+#define MODE_SAVE_R0 0
+#define MODE_SAVE_R1 4
+#define MODE_SAVE_R2 8
+#define MODE_SAVE_PC 12
+#define MODE_SAVE_CPSR 16
+#define MODE_SAVE_SP 20
+#define MODE_SAVE_SIZE 24
 
 // TrapFrame layout (struct TrapFrame in trap.h).
 #define TF_SP 52

@@ -6,14 +6,16 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/stack.h>
 #include <cstddef>
 #include "sysregs.h"
 #include "trap.h"
 
 static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
+static_assert(offsetof(PerCpu, stack_bottom) == PERCPU_STACK_BOTTOM);
+static_assert(offsetof(PerCpu, overflow_top) == PERCPU_OVERFLOW_TOP);
 
 extern "C" char arm64_vectors[], secondary_entry[];
-extern "C" char __boot_stack_top[], __boot_stack_bottom[];
 
 namespace arch {
 void mmu_live();
@@ -111,6 +113,12 @@ const char* describe_sync(uint64_t esr, char* buf, size_t size) {
 
 extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   PerCpu& cpu = this_cpu();
+  if (kind & TRAP_OVERFLOW) {
+    // The frame is on the overflow stack (vectors.S). A data abort's FAR is
+    // the store that hit the guard page; other exceptions have no address.
+    bool abort = (kind & ~TRAP_OVERFLOW) == TRAP_SYNC && (f->esr >> 26) == 0x25;
+    kstack::overflow(f, abort ? f->far : 0);
+  }
   if (kind == TRAP_IRQ) {
     cpu.irq_depth++;
     irq::dispatch();
@@ -155,7 +163,6 @@ void enable_cycle_counter() {
 void init_boot_cpu(PerCpu& cpu) {
   mmu_live();
   enable_cycle_counter();
-  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
   set_this_cpu(&cpu);
   asm volatile("msr vbar_el1, %0\n isb" ::"r"(arm64_vectors) : "memory");
 }
@@ -240,23 +247,39 @@ void dump_registers(const TrapFrame* f) {
           static_cast<unsigned long long>(f->far));
 }
 
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+// Frame records {fp, lr} chained through x29, on this core's kernel stack
+// or its overflow stack (kstack::find): the walk may move from the
+// overflow stack to the kernel stack once, and within a stack frames grow
+// toward its top.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
   if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  uintptr_t top = ::this_cpu().stack_top;
-  uintptr_t bottom = top - kKernelStackSize;
+  uintptr_t bottom, top;
+  if (!kstack::find(fp, bottom, top)) return 0;
   size_t n = 0;
+  unsigned switches = 0;
   while (n < max && fp >= bottom && fp + 16 <= top && (fp & 7) == 0) {
     auto* rec = reinterpret_cast<const uintptr_t*>(fp);
     if (!rec[1]) break;
-    pcs[n++] = rec[1];
-    if (rec[0] <= fp) break;  // frames grow toward the stack top
-    fp = rec[0];
+    if (repeats && n && pcs[n - 1] == rec[1]) {
+      repeats[n - 1]++;
+    } else {
+      if (repeats) repeats[n] = 1;
+      pcs[n++] = rec[1];
+    }
+    uintptr_t next = rec[0];
+    if (next < bottom || next >= top) {
+      if (switches++ || !kstack::find(next, bottom, top)) break;
+    } else if (next <= fp) {
+      break;  // frames grow toward the stack top
+    }
+    fp = next;
   }
   return n;
 }
 
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->x[29] : 0; }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->elr : 0; }
+uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->sp : 0; }
 
 void send_ipi(const PerCpu& cpu) {
   const IrqChip* c = irq::chip();

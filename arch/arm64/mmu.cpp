@@ -28,6 +28,7 @@
 #include <kernel/fdt.h>
 #include <kernel/panic.h>
 #include <kernel/spinlock.h>
+#include <kernel/stack.h>
 #include "sysregs.h"
 
 namespace {
@@ -142,6 +143,8 @@ void fill_from_block(Table* next, uint64_t desc, unsigned level) {
     next->e[i] = (base + i * sub) | attrs | (level + 1 == 3 ? kDescPage : kDescBlock);
 }
 
+// Maps [va, va + size) to pa with attrs, or unmaps it when attrs is 0
+// (early boot: the guard pages). Page-aligned.
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
   while (size) {
     Table* t = &arm64_root_table;
@@ -150,7 +153,7 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
       uint64_t block = 1ull << shift;
       uint64_t* slot = &t->e[(va >> shift) & (kEntries - 1)];
       if (level == 3) {
-        set_entry(slot, (pa & kOutputMask) | attrs | kDescPage, va);
+        set_entry(slot, attrs ? (pa & kOutputMask) | attrs | kDescPage : 0, va);
         va += block;
         pa += block;
         size -= block;
@@ -160,10 +163,18 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
       bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
       bool is_table = (cur & 3) == kDescTable;
       if (fits && !is_table && level >= 2) {
-        set_entry(slot, (pa & kOutputMask) | attrs | kDescBlock, va);
+        set_entry(slot, attrs ? (pa & kOutputMask) | attrs | kDescBlock : 0, va);
         va += block;
         pa += block;
         size -= block;
+        break;
+      }
+      if (!attrs && !(cur & kDescValid)) {  // unmapping what is not mapped: skip this block
+        uint64_t rest = block - (va & (block - 1));
+        if (rest > size) rest = size;
+        va += rest;
+        pa += rest;
+        size -= rest;
         break;
       }
       if (!is_table) {
@@ -184,10 +195,11 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
 uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
 void map_flags(uint64_t start, uint64_t end, unsigned flags) {
   start = align_down(start, kPageSize);
   end = align_up(end, kPageSize);
-  if (end > start) map_range(start, start, end - start, leaf_attrs(flags));
+  if (end > start) map_range(start, start, end - start, flags ? leaf_attrs(flags) : 0);
 }
 
 }  // namespace
@@ -239,6 +251,9 @@ extern "C" void arm64_early_mmu(uintptr_t dtb) {
   map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
             arch::kMapRead);
   map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+  // The guard pages below every stack stay unmapped (kernel/stack.h).
+  for (unsigned i = 0; i < kstack::kGuardPages; i++)
+    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
   // Tables written with the MMU off: make sure no stale line shadows them.
   asm volatile("dsb sy" ::: "memory");
 }

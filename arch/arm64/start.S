@@ -14,6 +14,7 @@
 // Secondary cores enter at secondary_entry (PSCI CPU_ON) with x0 = their
 // PerCpu; they turn the MMU on with the same tables before touching memory.
 
+#include <kernel/stack_layout.h>
 #include "sysregs.h"
 
 .section .text.boot, "ax"
@@ -41,8 +42,9 @@ primary_entry:
     add     x1, x1, :lo12:__noinit_end
     bl      dcache_invalidate_range
 
-    adrp    x0, __boot_stack_top
-    add     x0, x0, :lo12:__boot_stack_top
+    adrp    x0, g_kernel_stacks             // slot 0's kernel stack (kernel/stack_layout.h)
+    add     x0, x0, :lo12:g_kernel_stacks
+    add     x0, x0, #KSTACK_SLOT_SIZE
     mov     sp, x0
     mov     x29, #0
     mov     x0, x19

@@ -18,8 +18,10 @@
 #define TCR_T0SZ 25
 #define TCR_VALUE ((TCR_T0SZ) | (1 << 8) | (1 << 10) | (3 << 12) | (1 << 23))
 
-// Offset of PerCpu::stack_top (checked by a static_assert in arch.cpp).
+// Offsets in struct PerCpu (checked by static_asserts in arch.cpp).
 #define PERCPU_STACK_TOP 16
+#define PERCPU_STACK_BOTTOM 136
+#define PERCPU_OVERFLOW_TOP 144
 
 // Exception kinds passed to arm64_trap.
 #define TRAP_SYNC 0
@@ -27,3 +29,4 @@
 #define TRAP_FIQ 2
 #define TRAP_SERROR 3
 #define TRAP_BAD 4  // from SP_EL0 or a lower EL: never expected
+#define TRAP_OVERFLOW 0x100  // or'ed in: the frame is on the overflow stack (kernel/stack.h)

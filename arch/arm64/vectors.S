@@ -2,19 +2,46 @@
 // current stack and calls arm64_trap(frame, kind); the handler may change
 // the frame (ELR, x0) before it is restored.
 //
+// The kernel runs on SP_EL1 and so do its exceptions: a stack overflow
+// would fault again while saving its frame. So every vector first checks
+// that the frame fits above PerCpu::stack_bottom (kernel/stack.h), with
+// TPIDR_EL0 as the scratch register (no user space uses it). If it does
+// not fit, the frame goes on the core's overflow stack instead, and
+// arm64_trap gets kind | TRAP_OVERFLOW.
+//
 // TrapFrame layout (struct TrapFrame in trap.h): x0..x30, sp, elr, spsr,
 // esr, far: 36 doublewords = 288 bytes.
 
 #include "sysregs.h"
 
 #define FRAME_SIZE 288
+#define FRAME_SP (16 * 15 + 8)
 
 .macro VECTOR kind
     .balign 0x80
+    msr     tpidr_el0, x0
+    mrs     x0, tpidr_el1                       // this core's PerCpu
+    ldr     x0, [x0, #PERCPU_STACK_BOTTOM]
+    add     x0, x0, #(FRAME_SIZE + 16)          // the frame and trap_common's frame record
+    cmp     sp, x0
+    b.lo    1f
+    mrs     x0, tpidr_el0
     sub     sp, sp, #FRAME_SIZE
     stp     x0, x1, [sp, #16 * 0]
     mov     x1, #\kind
     b       trap_common
+1:  // No room: build the frame on the overflow stack, x1 as a second scratch.
+    mrs     x0, tpidr_el1
+    ldr     x0, [x0, #PERCPU_OVERFLOW_TOP]
+    sub     x0, x0, #FRAME_SIZE
+    str     x1, [x0, #8]                        // x1
+    mov     x1, sp
+    str     x1, [x0, #FRAME_SP]                 // sp at the exception
+    mrs     x1, tpidr_el0
+    str     x1, [x0]                            // x0
+    mov     sp, x0
+    mov     x1, #(\kind | TRAP_OVERFLOW)
+    b       trap_common_overflow
 .endm
 
 .section .text.vectors, "ax"
@@ -41,8 +68,7 @@ arm64_vectors:
     VECTOR TRAP_BAD
     VECTOR TRAP_BAD
 
-// x0, x1 saved, x1 = kind.
-trap_common:
+.macro SAVE_X2_X29
     stp     x2, x3, [sp, #16 * 1]
     stp     x4, x5, [sp, #16 * 2]
     stp     x6, x7, [sp, #16 * 3]
@@ -57,8 +83,21 @@ trap_common:
     stp     x24, x25, [sp, #16 * 12]
     stp     x26, x27, [sp, #16 * 13]
     stp     x28, x29, [sp, #16 * 14]
+.endm
+
+// x0, x1 saved, x1 = kind.
+trap_common:
+    SAVE_X2_X29
     add     x2, sp, #FRAME_SIZE
     stp     x30, x2, [sp, #16 * 15]     // lr, sp at the exception
+    b       trap_saved
+
+// x0, x1 and sp saved (on the overflow stack), x1 = kind | TRAP_OVERFLOW.
+trap_common_overflow:
+    SAVE_X2_X29
+    str     x30, [sp, #16 * 15]
+
+trap_saved:
     mrs     x2, elr_el1
     mrs     x3, spsr_el1
     stp     x2, x3, [sp, #16 * 16]
@@ -71,6 +110,7 @@ trap_common:
     bl      arm64_trap
     add     sp, sp, #16
 
+// Not reached from an overflow: kstack::overflow does not return.
 trap_return:
     ldp     x0, x1, [sp, #16 * 16]
     msr     elr_el1, x0
@@ -94,10 +134,50 @@ trap_return:
     add     sp, sp, #FRAME_SIZE
     eret
 
+// bool arch::call_with_recovery(void (*fn)(void*), void* arg, RecoveryPoint& rp)
+// RecoveryPoint: x19..x30 (reg[0..11]), sp (reg[12]), DAIF (reg[13]).
+.section .text, "ax"
+.global arch_call_with_recovery
+arch_call_with_recovery:
+    stp     x19, x20, [x2, #8 * 0]
+    stp     x21, x22, [x2, #8 * 2]
+    stp     x23, x24, [x2, #8 * 4]
+    stp     x25, x26, [x2, #8 * 6]
+    stp     x27, x28, [x2, #8 * 8]
+    stp     x29, x30, [x2, #8 * 10]
+    mov     x3, sp
+    mrs     x4, daif
+    stp     x3, x4, [x2, #8 * 12]
+    stp     x29, x30, [sp, #-16]!       // frame record: backtraces from fn reach the caller
+    mov     x29, sp
+    mov     x16, x0
+    mov     x0, x1
+    blr     x16
+    ldp     x29, x30, [sp], #16
+    mov     x0, #1
+    ret
+
+// [[noreturn]] void arch::resume_recovery(RecoveryPoint& rp): returns false
+// from the arch_call_with_recovery that filled rp. From a trap handler, on
+// any stack: ELR/SPSR are left alone (no eret), DAIF comes from rp.
+.global arch_resume_recovery
+arch_resume_recovery:
+    ldp     x19, x20, [x0, #8 * 0]
+    ldp     x21, x22, [x0, #8 * 2]
+    ldp     x23, x24, [x0, #8 * 4]
+    ldp     x25, x26, [x0, #8 * 6]
+    ldp     x27, x28, [x0, #8 * 8]
+    ldp     x29, x30, [x0, #8 * 10]
+    ldp     x3, x4, [x0, #8 * 12]
+    mov     sp, x3
+    clrex                               // as an eret would: no exclusive spans the jump
+    msr     daif, x4
+    mov     x0, #0
+    ret
+
 // bool arch::probe_write(uintptr_t addr, uint32_t value)
 // Returns false when the store succeeds; when it faults, the trap handler
 // finds probe_write_insn in __extable and resumes at probe_write_fixup.
-.section .text, "ax"
 .global _ZN4arch11probe_writeEmj
 _ZN4arch11probe_writeEmj:
 probe_write_insn:

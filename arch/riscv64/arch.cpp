@@ -8,6 +8,7 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/stack.h>
 #include <kernel/string.h>
 #include <cstddef>
 #include <initializer_list>
@@ -18,6 +19,8 @@
 static_assert(offsetof(PerCpu, hwid) == PERCPU_HWID);
 static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
 static_assert(offsetof(PerCpu, arch_scratch) == PERCPU_ARCH_SCRATCH);
+static_assert(offsetof(PerCpu, stack_bottom) == PERCPU_STACK_BOTTOM);
+static_assert(offsetof(PerCpu, overflow_top) == PERCPU_OVERFLOW_TOP);
 
 // The secondary being started, for a hart that enters at _start instead of
 // secondary_entry (start.S, stray_start). In .data: such a hart may read it
@@ -28,7 +31,6 @@ __attribute__((section(".data"))) PerCpu* riscv_starting_cpu = nullptr;
 
 extern "C" char riscv_trap_entry[], secondary_entry[];
 extern "C" bool riscv_stimecmp_usable();
-extern "C" char __boot_stack_top[];
 
 namespace arch {
 uint64_t g_timebase_hz = 10000000;  // QEMU virt's; the DTB says for sure
@@ -128,8 +130,16 @@ bool spurious_fault(uintptr_t va, bool write, bool exec);  // mmu.cpp
 void tlb_fence_service();                                   // mmu.cpp: a remote fence request
 }
 
-extern "C" void riscv_trap(TrapFrame* f) {
+// overflow: trap.S found no room for the frame on the stack and saved it on
+// the overflow stack (kernel/stack.h).
+extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   PerCpu& cpu = this_cpu();
+  if (overflow) {
+    // A store that ran into the guard page faults with its address in
+    // stval; other traps (an interrupt with the stack nearly full) have none.
+    bool store = !(f->scause & kCauseInterrupt) && (f->scause == 15 || f->scause == 7);
+    kstack::overflow(f, store ? f->stval : 0);
+  }
   if (f->scause & kCauseInterrupt) {
     uint64_t code = f->scause & ~kCauseInterrupt;
     cpu.irq_depth++;
@@ -181,7 +191,6 @@ namespace arch {
 
 void init_boot_cpu(PerCpu& cpu) {
   mmu_live();
-  cpu.stack_top = reinterpret_cast<uintptr_t>(__boot_stack_top);
   set_this_cpu(&cpu);
   write_stvec();
   asm volatile("csrs sie, %0" ::"r"(SIE_SSIE) : "memory");
@@ -329,16 +338,21 @@ void dump_registers(const TrapFrame* f) {
 // epilogue restored s0, which GCC schedules early, shows as its caller; the
 // register dump's ra names it.) Starting at a trap record (what
 // trap_frame_fp returns) skips the trap pc itself: panic prints it already.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
+//
+// The frames lie on this core's kernel stack or its overflow stack
+// (kstack::find): the walk may move from the overflow stack to the kernel
+// stack once, and within a stack frames grow toward its top.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
   bool start_at_trap = fp != 0;
   if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  uintptr_t top = ::this_cpu().stack_top;
-  uintptr_t bottom = top - kKernelStackSize;
+  uintptr_t bottom, top;
+  if (!kstack::find(fp - 8, bottom, top)) return 0;  // fp may be the top itself
   auto on_stack = [&](uintptr_t a) { return a >= bottom && a <= top; };
   size_t n = 0;
+  unsigned switches = 0, steps = 0;
   uintptr_t leaf_ra = 0;  // the ra of a trapped frame, in case it is a leaf
   bool first = true;
-  while (n < max && fp >= bottom + 16 && fp <= top && (fp & 7) == 0) {
+  while (n < max && steps++ < 4096 && fp >= bottom + 16 && fp <= top && (fp & 7) == 0) {
     auto* w = reinterpret_cast<const uintptr_t*>(fp);
     uintptr_t ra, next;
     if (fp >= bottom + TRAP_RECORD_SIZE && w[-4] == TRAP_MARKER) {
@@ -357,8 +371,20 @@ size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
       leaf_ra = 0;
     }
     first = false;
-    if (ra) pcs[n++] = ra;
-    if (next <= fp) break;  // frames grow toward the stack top
+    if (ra) {
+      if (repeats && n && pcs[n - 1] == ra) {
+        repeats[n - 1]++;
+      } else {
+        if (repeats) repeats[n] = 1;
+        pcs[n++] = ra;
+      }
+    }
+    if (!on_stack(next)) {
+      // Off this stack: onto the kernel stack from the overflow stack, once.
+      if (switches++ || !kstack::find(next - 8, bottom, top)) break;
+    } else if (next <= fp) {
+      break;  // frames grow toward the stack top
+    }
     fp = next;
   }
   return n;
@@ -366,6 +392,7 @@ size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max) {
 
 uintptr_t trap_frame_fp(const TrapFrame* f) { return reinterpret_cast<uintptr_t>(f); }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->sepc : 0; }
+uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->x[2] : 0; }
 
 void send_ipi(const PerCpu& cpu) {
   // What the IPI announces is visible before the firmware raises it.

@@ -24,6 +24,8 @@
 #define PERCPU_HWID 8
 #define PERCPU_STACK_TOP 16
 #define PERCPU_ARCH_SCRATCH 96
+#define PERCPU_STACK_BOTTOM 136
+#define PERCPU_OVERFLOW_TOP 144
 
 // TrapFrame layout (struct TrapFrame in trap.h): x0..x31 (x0 unused), then
 // sepc, sstatus, scause, stval: 36 doublewords.

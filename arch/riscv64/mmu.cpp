@@ -35,6 +35,7 @@
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/spinlock.h>
+#include <kernel/stack.h>
 #include <kernel/timer.h>
 #include <atomic>
 #include "csr.h"
@@ -165,6 +166,8 @@ uint64_t* find_leaf(uint64_t va, uint64_t& entry, unsigned& level_out) {
   }
 }
 
+// Maps [va, va + size) to pa with the PTE bits, or unmaps it when bits is
+// 0 (early boot: the guard pages). Page-aligned.
 bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
   while (size) {
     Table* t = &riscv_root_table;
@@ -175,10 +178,18 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
       uint64_t cur = load_entry(slot);
       bool fits = ((va | pa) & (block - 1)) == 0 && size >= block;
       if (level == 0 || (fits && !is_table(cur))) {
-        set_entry(slot, make_pte(pa, bits));
+        set_entry(slot, bits ? make_pte(pa, bits) : 0);
         va += block;
         pa += block;
         size -= block;
+        break;
+      }
+      if (!bits && !(cur & kPteV)) {  // unmapping what is not mapped: skip this block
+        uint64_t rest = block - (va & (block - 1));
+        if (rest > size) rest = size;
+        va += rest;
+        pa += rest;
+        size -= rest;
         break;
       }
       if (!is_table(cur) && !(cur = split(slot, cur, level))) return false;
@@ -191,10 +202,11 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
 uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
 void map_flags(uint64_t start, uint64_t end, unsigned flags) {
   start = align_down(start, kPageSize);
   end = align_up(end, kPageSize);
-  if (end > start) map_range(start, start, end - start, leaf_bits(flags));
+  if (end > start) map_range(start, start, end - start, flags ? leaf_bits(flags) : 0);
 }
 
 // Makes table changes visible: this hart's TLB, then every other online
@@ -354,6 +366,9 @@ extern "C" void riscv_early_mmu(uintptr_t dtb) {
   map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
             arch::kMapRead);
   map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
+  // The guard pages below every stack stay unmapped (kernel/stack.h).
+  for (unsigned i = 0; i < kstack::kGuardPages; i++)
+    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
 }
 
 namespace arch {

@@ -23,6 +23,7 @@
 // entry address (this image's _start) with the previous argument (the DTB).
 // It also lets firmware that starts every hart here (SBI without HSM) work.
 
+#include <kernel/stack_layout.h>
 #include "csr.h"
 
 .option norvc                       // a fixed-size header and entry
@@ -56,7 +57,9 @@ primary_entry:
     mv      s2, a1                  // DTB
     li      tp, 0
     li      gp, 0
-    la      sp, __boot_stack_top
+    la      sp, g_kernel_stacks     // slot 0's kernel stack (kernel/stack_layout.h)
+    li      t0, KSTACK_SLOT_SIZE
+    add     sp, sp, t0
     li      s0, 0
 
     la      t0, __bss_start

@@ -69,6 +69,16 @@ boot 'crash assert\n'; st=$?
 [[ $st -eq 3 ]] && grep -q 'ASSERT failed: v == 42 at .*commands.cpp' "$log" && grep -q '^bt: 0x' "$log"
 check "ASSERT prints expression, file:line and a backtrace" $?
 
+# A stack overflow runs into the guard page below the stack: the panic says
+# so, with the recursion folded into one backtrace line and the way back to
+# the shell after it.
+boot 'crash stack\n'; st=$?
+sym=$("$symbolize" "$board" "$log" --elf "$build/kernel.elf" 2>&1)
+[[ $st -eq 3 ]] && grep -q '^PANIC on cpu 0: stack overflow on cpu 0: sp 0x' "$log" &&
+  grep -Eq '^bt: 0x[0-9a-f]+ \([0-9]+ times\) .*descend' <<<"$sym" && grep -Eq '^bt: 0x[0-9a-f]+ .*crash_stack' <<<"$sym" &&
+  grep -Eq '^bt: 0x[0-9a-f]+ .*shell::execute' <<<"$sym"
+check "crash stack overflows the stack into its guard page: 'stack overflow on cpu 0' with a backtrace" $?
+
 # 7. The memory and trace commands refuse bad arguments, and go on.
 boot 'kmemtrace bogus\nkmemtrace stream maybe\nkmemtrace dump now\nkmem exercise 0\nkmem exercise x\nbench slow\nkmemtrace\npoweroff\n'; st=$?
 [[ $st -eq 0 ]] && grep -q 'kmemtrace: bad arguments (usage: kmemtrace on|off' "$log" &&

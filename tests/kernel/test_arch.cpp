@@ -97,7 +97,8 @@ KTEST(static_branch_refuses_a_target_out_of_reach) {
 }
 
 // smp::stop_others: while fn runs, every other core is parked with
-// interrupts masked (its timer ticks stop), and each resumes afterwards.
+// interrupts masked (its timer ticks stop while the caller's go on), and
+// each resumes afterwards.
 namespace {
 struct StopProbe {
   uint64_t ticks[kMaxCpus];
@@ -110,10 +111,13 @@ void while_stopped(void* arg) {
   auto* p = static_cast<StopProbe*>(arg);
   p->ran = true;
   for (unsigned i = 0; i < g_cpu_count; i++) p->ticks[i] = g_percpu[i].ticks.load();
-  timer::delay_us(50000);
+  // Five of this core's ticks (interrupts are on here): long enough for
+  // every other core to have ticked too, were it not parked.
+  uint64_t deadline = timer::now_ns() + 2000000000ull;
+  while (this_cpu().ticks.load() < p->ticks[cpu_id()] + 5 && timer::now_ns() < deadline) arch::wait_for_interrupt();
   p->others_quiet = true;
   for (unsigned i = 0; i < g_cpu_count; i++) {
-    if (i == cpu_id()) p->self_ticked = g_percpu[i].ticks.load() > p->ticks[i];
+    if (i == cpu_id()) p->self_ticked = g_percpu[i].ticks.load() >= p->ticks[i] + 5;
     else if (g_percpu[i].online.load()) p->others_quiet &= g_percpu[i].ticks.load() == p->ticks[i];
   }
 }

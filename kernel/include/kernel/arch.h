@@ -55,9 +55,25 @@ void timer_arm(uint64_t ticks);
 void dump_registers(const TrapFrame* frame);
 // Frame-pointer chain walk: fills pcs with return addresses, starting at the
 // frame fp (0: the caller's frame). Stops at the stack's end. Returns count.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max);
+// With repeats, consecutive equal return addresses (a recursion) take one
+// slot and repeats[i] counts them, so the walk reaches past them.
+size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats = nullptr);
 uintptr_t trap_frame_fp(const TrapFrame* frame);
 uintptr_t trap_frame_pc(const TrapFrame* frame);
+uintptr_t trap_frame_sp(const TrapFrame* frame);
+
+// A place to resume at after a fault the kernel expects and cannot step
+// over (kernel/expected_fault.h): callee-saved registers, stack pointer,
+// return address and interrupt state, laid out by the arch.
+struct RecoveryPoint {
+  uintptr_t reg[16];
+};
+// Calls fn(arg) and returns true. If resume_recovery(rp) runs on this core
+// before fn returns (from a trap handler, on any stack), call_with_recovery
+// returns false instead, with the registers, stack pointer and interrupt
+// state it was called with; whatever fn had on the stack is abandoned.
+bool call_with_recovery(void (*fn)(void*), void* arg, RecoveryPoint& rp) __asm__("arch_call_with_recovery");
+[[noreturn]] void resume_recovery(RecoveryPoint& rp) __asm__("arch_resume_recovery");
 
 // Writes value to addr and reports whether it faulted (the write is expected
 // to fault: the trap handler resumes after it and fills cpu.last_fault).

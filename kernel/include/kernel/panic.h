@@ -7,7 +7,12 @@
 #pragma once
 #include <kernel/compiler.h>
 
+struct TrapFrame;
+
 [[noreturn]] void panic(const char* fmt, ...) PRINTF_LIKE(1, 2);
+// panic() for a trap: the registers and the backtrace are the trapped
+// code's (frame), not the caller's.
+[[noreturn]] void panic_trap(const TrapFrame* frame, const char* fmt, ...) PRINTF_LIKE(2, 3);
 [[noreturn]] void panic_assert(const char* expr, const char* file, int line);
 bool in_panic();
 

@@ -7,6 +7,7 @@
 #include <kernel/config.h>
 
 struct TrapFrame;
+struct ExpectedFault;
 
 // Registers a fault-expecting probe (see arch_probe_write) fills in.
 struct FaultRecord {
@@ -31,6 +32,14 @@ struct PerCpu {
   unsigned irq_depth = 0;
   uintptr_t arch_scratch[4] = {};   // for the arch's trap entry
   unsigned in_call = 0;  // running a cross-call's fn (smp.cpp): it may not make one
+  // The stack this core runs on starts at stack_bottom (a guard page lies
+  // below); a trap that finds sp too close to it saves its frame on the
+  // overflow stack, below overflow_top (kernel/stack.h). Read by the trap
+  // entry code of this core only.
+  uintptr_t stack_bottom = 0;
+  uintptr_t overflow_top = 0;
+  unsigned overflow_depth = 0;              // kstack::overflow running on this core
+  ExpectedFault* expected_fault = nullptr;  // armed by expected_fault::run on this core
 };
 
 extern PerCpu g_percpu[kMaxCpus];

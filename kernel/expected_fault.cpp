@@ -1,0 +1,51 @@
+// Faults provoked on purpose and recovered from: see
+// kernel/include/kernel/expected_fault.h.
+//
+// The armed fault hangs off this core's PerCpu (expected_fault). Only this
+// core's trap handlers read it, and a fault is precise: the compiler
+// barriers below are all the ordering it needs (no other core looks).
+#include <kernel/arch.h>
+#include <kernel/console.h>
+#include <kernel/expected_fault.h>
+#include <kernel/format.h>
+#include <kernel/panic.h>
+#include <kernel/percpu.h>
+#include <atomic>
+
+namespace expected_fault {
+
+bool run(ExpectedFault& e, void (*fn)(void*), void* arg) {
+  PerCpu& cpu = this_cpu();
+  ASSERT(!cpu.expected_fault);
+  e.happened = false;
+  e.report[0] = 0;
+  cpu.expected_fault = &e;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // armed before fn can fault
+  bool returned = arch::call_with_recovery(fn, arg, e.resume);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  cpu.expected_fault = nullptr;
+  return returned;
+}
+
+ExpectedFault* armed(ExpectedFault::Kind k) {
+  ExpectedFault* e = this_cpu().expected_fault;
+  return e && e->kind == k ? e : nullptr;
+}
+
+void recover(ExpectedFault& e, uintptr_t pc, uintptr_t address, const char* cause) {
+  PerCpu& cpu = this_cpu();
+  cpu.last_fault.address = address;
+  cpu.last_fault.pc = pc;
+  cpu.last_fault.cause = cause;
+  if (e.kind == ExpectedFault::kStackOverflow)
+    ksnprintf(e.report, sizeof e.report, "stack overflow on cpu %u (expected): pc 0x%lx, fault at 0x%lx",
+              cpu.index, static_cast<unsigned long>(pc), static_cast<unsigned long>(address));
+  else
+    ksnprintf(e.report, sizeof e.report, "fault (expected) on cpu %u: %s at pc 0x%lx", cpu.index, cause,
+              static_cast<unsigned long>(pc));
+  kprintf("%s\n", e.report);
+  e.happened = true;
+  arch::resume_recovery(e.resume);
+}
+
+}  // namespace expected_fault
