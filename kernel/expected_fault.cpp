@@ -48,4 +48,19 @@ void recover(ExpectedFault& e, uintptr_t pc, uintptr_t address, const char* caus
   arch::resume_recovery(e.resume);
 }
 
+void instruction_fetch(uintptr_t pc, uintptr_t address, const char* cause) {
+  ExpectedFault* e = armed(ExpectedFault::kInstructionFetch);
+  if (e && pc == e->address && address == e->address) recover(*e, pc, address, cause);
+}
+
+bool probe_execute(uintptr_t addr) {
+  ExpectedFault e;
+  e.kind = ExpectedFault::kInstructionFetch;
+  e.address = addr;
+  arch::IrqState s = arch::irq_save();
+  bool returned = run(e, [](void* a) { reinterpret_cast<void (*)()>(a)(); }, reinterpret_cast<void*>(addr));
+  arch::irq_restore(s);
+  return !returned;
+}
+
 }  // namespace expected_fault

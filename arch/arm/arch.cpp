@@ -3,6 +3,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/expected_fault.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -184,6 +185,8 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       }
       fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_PABT:
+      // An instruction fetch a probe expects (expected_fault::probe_execute).
+      expected_fault::instruction_fetch(f->pc, f->far, describe_abort(f, buf, sizeof buf));
       fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_UNDEF: {
       bool thumb = f->cpsr & PSR_T;

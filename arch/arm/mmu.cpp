@@ -392,6 +392,10 @@ extern "C" void arm_early_mmu(uintptr_t dtb) {
   asm volatile("dsb" ::: "memory");
 }
 
+namespace arm {
+uint32_t leaf_descriptor(uintptr_t va, bool& is_section);
+}
+
 namespace arch {
 
 void mmu_live() { g_mmu_live = true; }
@@ -429,6 +433,19 @@ uint64_t translate(uintptr_t va) {
   if (!(l2 & kPgSmall)) return 0;  // the kernel makes no 64 KiB large pages
   return (l2 & kPageMask) | (va & (kPageSize - 1));
 }
+
+unsigned mapping_flags(uintptr_t va) {
+  bool section;
+  uint32_t d = arm::leaf_descriptor(va, section);
+  if (!d) return 0;
+  unsigned f = kMapRead;
+  if (!(d & (section ? kSecAp2 : kPgAp2))) f |= kMapWrite;
+  if (!(d & (section ? kSecXn : kPgXn))) f |= kMapExec;
+  if (!(d & (section ? kSecC : kPgC))) f |= kMapDevice;
+  return f;
+}
+
+uint32_t return_instruction() { return 0xe12fff1e; }  // bx lr
 
 // See the design statement, point 5.
 constexpr uintptr_t kHeapWindowBase = 0xc0000000;

@@ -2,6 +2,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/expected_fault.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -142,6 +143,8 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
         }
       }
     }
+    // An instruction fetch a probe expects (expected_fault::probe_execute).
+    if (ec == 0x21) expected_fault::instruction_fetch(f->elr, f->far, describe_sync(f->esr, buf, sizeof buf));
     bool has_far = ec == 0x25 || ec == 0x24 || ec == 0x21 || ec == 0x20 || ec == 0x22;
     fatal_exception(describe_sync(f->esr, buf, sizeof buf), has_far ? f->far : 0, f);
   }

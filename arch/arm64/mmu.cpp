@@ -322,6 +322,19 @@ uint64_t translate(uintptr_t va) {
   return ((entry & kOutputMask) & ~(block - 1)) | (va & (block - 1));
 }
 
+unsigned mapping_flags(uintptr_t va) {
+  uint64_t entry, block;
+  unsigned level;
+  if (!find_leaf(va, entry, block, level)) return 0;
+  unsigned f = kMapRead;
+  if (!(entry & kApReadOnly)) f |= kMapWrite;
+  if (!(entry & kPxn)) f |= kMapExec;
+  if (((entry >> kAttrIdxShift) & 7) == MAIR_IDX_DEVICE) f |= kMapDevice;
+  return f;
+}
+
+uint32_t return_instruction() { return 0xd65f03c0; }  // ret
+
 void unmap(uintptr_t va, size_t size) {
   Guard<SpinLock, IrqSave> g(g_map_lock);
   uint64_t end = align_up(va + size, kPageSize);

@@ -4,6 +4,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/expected_fault.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -168,9 +169,11 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   // the old invalid entry): fence and retry.
   uint64_t cause = f->scause;
   if ((cause == 12 || cause == 13 || cause == 15) && arch::spurious_fault(f->stval, cause == 15, cause == 12)) return;
+  char buf[96];
+  // An instruction fetch a probe expects (expected_fault::probe_execute).
+  if (cause == 12 || cause == 1) expected_fault::instruction_fetch(f->sepc, f->stval, describe_exception(f, buf, sizeof buf));
   // A probing instruction (probe_write, the stimecmp probe) resumes at its
   // fixup; the fault is recorded for the caller to look at.
-  char buf[96];
   for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
     if (e->insn != f->sepc) continue;
     bool addr = has_address(f->scause);

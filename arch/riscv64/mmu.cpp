@@ -470,6 +470,20 @@ uint64_t translate(uintptr_t va) {
   return (pte_pa(pte) & ~(block - 1)) | (va & (block - 1));
 }
 
+unsigned mapping_flags(uintptr_t va) {
+  unsigned level;
+  uint64_t pte;
+  if (!find_leaf(va, pte, level)) return 0;
+  // No PTE bit says device here (point 5): the PMAs do.
+  unsigned f = 0;
+  if (pte & kPteR) f |= kMapRead;
+  if (pte & kPteW) f |= kMapWrite;
+  if (pte & kPteX) f |= kMapExec;
+  return f;
+}
+
+uint32_t return_instruction() { return 0x00008067; }  // jalr x0, 0(ra)
+
 void heap_window(uintptr_t& base, size_t& size) {
   // 64 GiB at the bottom of Sv39's upper half (sign-extended addresses from
   // -256 GiB): clear of the identity map, which stays below kDirectMapLimit.

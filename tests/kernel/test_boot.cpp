@@ -1,14 +1,17 @@
 // Boot foundation tests: the DTB as QEMU passed it, every core online,
-// per-CPU isolation, spinlocks under contention from every core, W^X, and
-// timer interrupts on every core.
+// per-CPU isolation, spinlocks under contention from every core, W^X of
+// the image, the heap and the stacks, and timer interrupts on every core.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
+#include <kernel/expected_fault.h>
 #include <kernel/irq.h>
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
 #include <kernel/spinlock.h>
 #include <kernel/string.h>
 #include <kernel/timer.h>
+#include <mm/kmem.h>
+#include <mm/page.h>
 
 namespace {
 
@@ -159,27 +162,82 @@ namespace {
 void text_target() { asm volatile(""); }
 const uint32_t kRodataWord = 0x1234;
 uint32_t g_data_word;
+alignas(16) uint32_t g_data_probe[4] = {1, 2, 3, 4};  // .data
+alignas(16) uint32_t g_bss_probe[4];                  // .bss
+
+// Whether the page tables let the kernel execute at va (and write it).
+bool exec_allowed(uintptr_t va) { return arch::mapping_flags(va) & arch::kMapExec; }
+bool write_allowed(uintptr_t va) { return arch::mapping_flags(va) & arch::kMapWrite; }
+
+// Whether running an instruction at the writable addr faults. A return
+// instruction goes there first, made visible to instruction fetch as
+// patched text is, so that were the memory executable the probe would
+// come straight back instead of running whatever the word held; the word
+// is put back afterwards.
+bool execute_faults(uintptr_t addr) {
+  auto* w = reinterpret_cast<volatile uint32_t*>(addr);
+  uint32_t saved = *w;
+  *w = arch::return_instruction();
+  arch::text_written(addr, addr);
+  this_cpu().last_fault = {};
+  bool faulted = expected_fault::probe_execute(addr);
+  *w = saved;
+  return faulted && this_cpu().last_fault.address == addr && this_cpu().last_fault.cause;
+}
+
+// Writable and never executable, by the page tables and by trying.
+void expect_noexec(uintptr_t addr, const char* what) {
+  if (!write_allowed(addr)) ktest::fail(__FILE__, __LINE__, "%s at 0x%lx is not mapped writable", what, (unsigned long)addr);
+  if (exec_allowed(addr)) ktest::fail(__FILE__, __LINE__, "%s at 0x%lx is mapped executable", what, (unsigned long)addr);
+  if (!execute_faults(addr)) ktest::fail(__FILE__, __LINE__, "%s at 0x%lx executed", what, (unsigned long)addr);
+}
 }  // namespace
 
-KTEST(kernel_text_and_rodata_are_write_protected) {
+// W^X: text is executable and read-only, rodata read-only, and everything
+// writable (data, bss, the heap, every CPU's stacks) never executable.
+KTEST(kernel_memory_is_wx) {
   PerCpu& me = this_cpu();
   auto text = reinterpret_cast<uintptr_t>(&text_target);
   me.last_fault = {};
   KEXPECT(arch::probe_write(text, 0));
   KEXPECT_EQ(me.last_fault.address, text);
   KEXPECT(me.last_fault.cause != nullptr);
+  KEXPECT(exec_allowed(text) && !write_allowed(text));
+  // The execute probe can tell: text runs and comes back.
+  KEXPECT(!expected_fault::probe_execute(text));
 
   auto ro = reinterpret_cast<uintptr_t>(&kRodataWord);
   me.last_fault = {};
   KEXPECT(arch::probe_write(ro, 0));
   KEXPECT_EQ(me.last_fault.address, ro);
   KEXPECT_EQ(*static_cast<volatile const uint32_t*>(&kRodataWord), 0x1234u);
+  KEXPECT_EQ(arch::mapping_flags(ro) & (arch::kMapRead | arch::kMapWrite | arch::kMapExec), unsigned{arch::kMapRead});
 
   // Data is writable: the probe itself is not what faults.
   me.last_fault = {};
   KEXPECT(!arch::probe_write(reinterpret_cast<uintptr_t>(&g_data_word), 77));
   KEXPECT_EQ(g_data_word, 77u);
   KEXPECT(me.last_fault.cause == nullptr);
+
+  // Nothing writable executes.
+  expect_noexec(reinterpret_cast<uintptr_t>(g_data_probe), "data");
+  expect_noexec(reinterpret_cast<uintptr_t>(g_bss_probe), "bss");
+  void* buf = kmem_alloc(64, KM_SLEEP);
+  KASSERT(buf);
+  expect_noexec(reinterpret_cast<uintptr_t>(buf), "a kmem_alloc buffer");
+  kmem_free(buf, 64);
+  void* page = mm::page_alloc_va(0, KM_SLEEP);
+  KASSERT(page);
+  expect_noexec(reinterpret_cast<uintptr_t>(page) + 128, "a page from page_alloc_va");
+  mm::page_free_va(page, 0);
+  // Every CPU's stacks, at their lowest word (unused unless the stack is
+  // nearly full), this core's included.
+  for (unsigned i = 0; i < g_cpu_count; i++) {
+    expect_noexec(g_percpu[i].stack_bottom, "a kernel stack");
+    expect_noexec(g_percpu[i].overflow_top - KSTACK_OVERFLOW_SIZE, "an overflow stack");
+  }
+  int local;
+  KEXPECT(!exec_allowed(reinterpret_cast<uintptr_t>(&local)));
 }
 
 KTEST(timer_interrupts_on_every_core) {

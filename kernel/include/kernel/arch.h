@@ -131,6 +131,13 @@ void park_sleep();
 void park_end(uintptr_t state);
 // The physical address va maps to, or 0 if unmapped.
 uint64_t translate(uintptr_t va);
+// What the live page tables let the kernel do at va: MapFlags of its leaf
+// entry (kMapDevice where the format says so), 0 if unmapped. Without the
+// lock; for tests and reports.
+unsigned mapping_flags(uintptr_t va);
+// An instruction that returns to the caller (ret, bx lr, jalr x0, 0(ra)),
+// for probing whether memory is executable (expected_fault::probe_execute).
+uint32_t return_instruction();
 // The kernel heap's virtual window (outside the identity map of RAM and
 // devices), managed by mm/'s "heap" vmem arena.
 void heap_window(uintptr_t& base, size_t& size);

@@ -7,7 +7,8 @@
 // callee-saved registers, stack and interrupt state (arch::
 // call_with_recovery). These are the faults with no next instruction to go
 // on at, unlike arch::probe_write's exception table: a stack overflow (the
-// whole stack below the caller is given up).
+// whole stack below the caller is given up) and an instruction fetch that
+// faults (there is no instruction at all).
 //
 // Anything else that faults meanwhile is as fatal as ever. The function
 // should run with interrupts masked: an interrupt handler cut short by the
@@ -17,9 +18,9 @@
 #include <kernel/arch.h>
 
 struct ExpectedFault {
-  enum Kind : unsigned { kStackOverflow };
+  enum Kind : unsigned { kStackOverflow, kInstructionFetch };
   Kind kind = kStackOverflow;
-  uintptr_t address = 0;
+  uintptr_t address = 0;        // kInstructionFetch: where the function branches to
   arch::RecoveryPoint resume{};
   bool happened = false;
   char report[112] = {};        // the line the handler printed (without "\n")
@@ -39,5 +40,18 @@ ExpectedFault* armed(ExpectedFault::Kind k);
 // Records the fault in e and this core's last_fault, prints the report and
 // resumes the caller of run(). cause is the arch's description.
 [[noreturn]] void recover(ExpectedFault& e, uintptr_t pc, uintptr_t address, const char* cause);
+
+// From the arch's trap handlers on an instruction fetch fault (instruction
+// abort, prefetch abort, instruction page or access fault) at pc: resumes
+// the caller of run() if this core expects exactly this one (at the address
+// it branched to); returns otherwise.
+void instruction_fetch(uintptr_t pc, uintptr_t address, const char* cause);
+
+// Whether the instruction at addr cannot be executed: branches there with
+// a return address to come back to, expecting an instruction fetch fault,
+// interrupts masked. True: it faulted. False: it ran, so addr must hold an
+// instruction that returns (arch::return_instruction) or the caller gets
+// whatever it held.
+bool probe_execute(uintptr_t addr);
 
 }  // namespace expected_fault
