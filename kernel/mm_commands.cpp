@@ -9,6 +9,7 @@
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
+#include <mm/whatis.h>
 #include "mm_accounting.h"
 
 namespace {
@@ -227,8 +228,23 @@ int cmd_kmem(int argc, char** argv) {
   return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors, exercise)", argv[1]);
 }
 
+// whatis ADDR: who owns an address, in one line (mdb's ::whatis).
+int cmd_whatis(int argc, char** argv) {
+  if (argc != 2) return shell::usage_error(argv[0], "usage: whatis ADDR (hex with 0x, or decimal)");
+  uint64_t v;
+  if (!shell::parse_u64(argv[1], v) || v > UINTPTR_MAX)
+    return shell::usage_error(argv[0], "'%s' is not an address", argv[1]);
+  mm::WhatIs w;
+  mm::kmem_whatis(reinterpret_cast<const void*>(static_cast<uintptr_t>(v)), w);
+  char line[192];
+  mm::kmem_whatis_format(w, line, sizeof line);
+  kprintf("%s\n", line);
+  return 0;
+}
+
 }  // namespace
 
+SHELL_COMMAND(whatis, "who owns an address: whatis ADDR", cmd_whatis);
 SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);

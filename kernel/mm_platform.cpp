@@ -38,6 +38,49 @@ void on_each_cpu(void (*fn)(void*), void* arg) {
 
 void set_cpu_exit_hook(void (*)()) {}  // kernel CPUs never leave
 
+void stop_others(void (*fn)(void*), void* arg) { smp::freeze_others(fn, arg); }
+
+bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t& size, unsigned& cpu) {
+  cpu = ~0u;
+  // Stacks first: the secondaries' live in .bss.
+  for (unsigned i = 0; i < g_cpu_count; i++) {
+    uintptr_t top = g_percpu[i].stack_top;
+    if (top && addr < top && addr >= top - kKernelStackSize) {
+      static constexpr const char* kStackNames[] = {"cpu 0's stack", "cpu 1's stack", "cpu 2's stack",
+                                                    "cpu 3's stack", "cpu 4's stack", "cpu 5's stack",
+                                                    "cpu 6's stack", "cpu 7's stack"};
+      static_assert(sizeof(kStackNames) / sizeof(kStackNames[0]) >= kMaxCpus);
+      name = kStackNames[i];
+      start = top - kKernelStackSize;
+      size = kKernelStackSize;
+      cpu = i;
+      return true;
+    }
+  }
+  struct Section {
+    const char* name;
+    const char* start;
+    const char* end;
+  };
+  const Section sections[] = {
+      {"kernel text", __text_start, __text_end},
+      {"kernel rodata", __rodata_start, __rodata_end},
+      {"kernel data", __data_start, __data_end},
+      {"kernel bss", __bss_start, __bss_end},
+      {"the boot page tables and boot stack", __bss_end, __kernel_end},
+  };
+  for (const Section& s : sections) {
+    auto b = reinterpret_cast<uintptr_t>(s.start), e = reinterpret_cast<uintptr_t>(s.end);
+    if (addr >= b && addr < e) {
+      name = s.name;
+      start = b;
+      size = e - b;
+      return true;
+    }
+  }
+  return false;
+}
+
 void wait_for_memory() {
   // Let interrupts (and the work they trigger on other cores) happen.
   arch::IrqState s = arch::irq_save();

@@ -96,7 +96,29 @@ unsigned cpus_online() {
   return n;
 }
 
-void ipi_interrupt() {}  // waking the core is all it takes: idle_loop checks the mailbox
+namespace {
+// freeze_others: the freezer sets g_stop_request (release) and sends IPIs;
+// each core's IPI handler sees it (acquire), counts itself in g_stopped
+// (acq_rel: its own stores before, e.g. its magazines, are visible to the
+// freezer's acquire load of the count) and spins until the request is
+// cleared (the freezer's release store orders what fn wrote before it),
+// then counts itself out, which the freezer waits for before returning so
+// that a next freeze cannot be confused with this one.
+std::atomic<unsigned> g_stop_request{0};
+std::atomic<unsigned> g_stopped{0};
+
+void stopped_here() {
+  g_stopped.fetch_add(1, std::memory_order_acq_rel);
+  while (g_stop_request.load(std::memory_order_acquire)) arch::cpu_relax();
+  g_stopped.fetch_sub(1, std::memory_order_release);
+}
+}  // namespace
+
+// Waking the core is all a call takes (idle_loop checks the mailbox); a
+// freeze request holds it here.
+void ipi_interrupt() {
+  if (g_stop_request.load(std::memory_order_acquire)) stopped_here();
+}
 
 extern "C" void secondary_main(PerCpu* cpu) {
   arch::init_secondary_cpu(*cpu);
@@ -226,6 +248,28 @@ void call_on_all(void (*fn)(void*), void* arg) {
   for_each_cpu([&](PerCpu& c) {
     if (c.index != self && c.online.load(std::memory_order_acquire)) wait_done(c);
   });
+}
+
+void freeze_others(void (*fn)(void*), void* arg) {
+  check_caller();
+  // The call lock keeps calls, stop_others and other freezes out (their
+  // cores could not answer while frozen). Taken with interrupts enabled: a
+  // core spinning on it is frozen where it spins.
+  Guard<SpinLock, NoIrqSave> g(g_call_lock);
+  unsigned self = cpu_id(), others = 0;
+  g_stop_request.store(1, std::memory_order_release);
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index != self && c.online.load(std::memory_order_acquire)) {
+      others++;
+      arch::send_ipi(c);
+    }
+  });
+  while (g_stopped.load(std::memory_order_acquire) != others) arch::cpu_relax();
+  arch::IrqState s = arch::irq_save();
+  fn(arg);
+  arch::irq_restore(s);
+  g_stop_request.store(0, std::memory_order_release);
+  while (g_stopped.load(std::memory_order_acquire) != 0) arch::cpu_relax();
 }
 
 void idle_loop() {

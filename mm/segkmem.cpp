@@ -1,12 +1,14 @@
 // segkmem: kernel heap pages (see segkmem.h).
 //
 // 1. The "heap" arena manages virtual addresses only; nothing in it is
-//    backed until kmem_default imports a span.
+//    backed until kmem_default imports a span. Its size is the platform's
+//    heap window, capped at four times RAM (kMaxHeapPerRam, but at least
+//    kMinHeap): the heap can never map more pages than RAM has, and the cap
+//    keeps the page index's directory small on 64-bit windows.
 // 2. kmem_default's import function takes virtual space from "heap" and
 //    backs it page by page with frames from the page allocator, mapped with
 //    the platform's page tables; its release function unmaps and frees the
-//    frames. Each frame's descriptor is marked kPageVmem with the heap
-//    address, so page_of() works on heap addresses.
+//    frames. Each frame's descriptor is marked kPageVmem.
 // 3. Failure is a value: a NOSLEEP import that cannot get every page gives
 //    back what it took and returns null.
 // 4. Releases are batched: a span kmem_default gives back is queued, still
@@ -15,20 +17,47 @@
 //    once, and only then are the pages freed and the addresses returned to
 //    "heap". Where shootdowns are expensive (SBI remote fences on RISC-V)
 //    this makes one out of many. The queued pages still count as heap.
+// 5. The page index (heap_index.h): heap address -> page descriptor in O(1)
+//    without walking page tables, for kmem's free checks, kmem_whatis and
+//    the leak scanner. A directory of one pointer per 2 MiB of heap (one or
+//    a few pages, taken at init) points to leaves of 512 Page pointers, one
+//    per heap page, allocated the first time a page in their 2 MiB is mapped
+//    and kept (at most 1/512 of the heap ever mapped). An import writes the
+//    entries of its pages before vmem hands the span out; a release clears
+//    them before the frames go back to the page allocator. Leaves are
+//    created under g_index_lock and published with a release store.
+// 6. Large kmem_alloc allocations (segkmem_alloc_large) mark their pages
+//    kPageLarge with the allocation's start, and the first page's count with
+//    its page count: segkmem_free_large refuses a pointer that is not the
+//    start of a live large allocation, and a size that is not its size,
+//    before anything is freed. Sizes the heap can never hold are refused
+//    with a report, KM_SLEEP or not (KM_SLEEP waits for memory, not for the
+//    impossible).
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
 #include <mm/segkmem.h>
+#include "heap_index.h"
+#include "lock.h"
 
 #if !defined(MM_KERNEL)
 #include <mm/host.h>
 #endif
 
 namespace mm {
+
+HeapIndex g_heap_index;
+
 namespace {
 vmem_t* g_heap;
 vmem_t* g_default;
 uint64_t g_mapped_pages;
+uint64_t g_index_pages;  // directory and leaves
+
+constexpr uint64_t kMinHeap = uint64_t{256} << 20;
+constexpr uint64_t kMaxHeapPerRam = 4;
+
+plat::Lock g_index_lock;  // creating leaves
 
 constexpr unsigned kBatch = 64;
 struct Span {
@@ -38,6 +67,37 @@ struct Span {
 plat::Lock g_batch_lock;
 Span g_batch[kBatch];
 unsigned g_batched;
+
+void* index_page_alloc(unsigned order) {
+  void* p = page_alloc_va(order, KM_NOSLEEP | KM_PUSHPAGE);
+  if (p) {
+    __builtin_memset(p, 0, kPageBytes << order);
+    __atomic_fetch_add(&g_index_pages, uint64_t{1} << order, __ATOMIC_RELAXED);
+  }
+  return p;
+}
+
+// Makes sure the leaf covering va exists. False if no page was left for it.
+bool index_prepare(uintptr_t va) {
+  Page*** slot = &g_heap_index.dir[(va - g_heap_index.base) >> kIndexLeafShift];
+  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE)) return true;
+  static_assert(kIndexLeafEntries * sizeof(Page*) <= kPageBytes);
+  Guard<> g(g_index_lock);
+  if (*slot) return true;
+  auto** leaf = static_cast<Page**>(index_page_alloc(0));
+  if (!leaf) return false;
+  // Release: the zeroed leaf before the pointer to it (segkmem_page_of).
+  __atomic_store_n(slot, leaf, __ATOMIC_RELEASE);
+  return true;
+}
+
+// Sets (or clears, p null) the index entry of heap page va; its leaf exists.
+void index_set(uintptr_t va, Page* p) {
+  uintptr_t off = va - g_heap_index.base;
+  Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_ACQUIRE);
+  MM_ASSERT(leaf);
+  __atomic_store_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], p, __ATOMIC_RELAXED);
+}
 
 // Takes the queued spans out of the batch (g_batch_lock held) into out;
 // returns how many. The caller flushes them once it has let go of the lock:
@@ -50,6 +110,12 @@ unsigned take_batch(Span* out) {
   return n;
 }
 
+void forget_page(uintptr_t va, Page* p) {
+  index_set(va, nullptr);
+  p->flags &= static_cast<uint16_t>(~(kPageVmem | kPageSlab | kPageLarge));
+  p->owner = nullptr;
+}
+
 // Unmaps the spans, syncs TLBs once, frees the pages and returns the
 // addresses to the heap arena.
 void flush_spans(const Span* spans, unsigned n) {
@@ -57,9 +123,9 @@ void flush_spans(const Span* spans, unsigned n) {
   Page* chain = nullptr;  // pages to free, linked through Page::next (ours while allocated)
   for (unsigned i = 0; i < n; i++) {
     for (size_t off = 0; off < spans[i].size; off += kPageBytes) {
-      uint64_t pa = plat::heap_to_phys(spans[i].va + off);
-      Page* p = pa ? page_of_phys(pa) : nullptr;
+      Page* p = segkmem_page_of(spans[i].va + off);
       if (!p) continue;
+      forget_page(spans[i].va + off, p);
       p->next = chain;
       chain = p;
     }
@@ -69,8 +135,6 @@ void flush_spans(const Span* spans, unsigned n) {
   while (chain) {
     Page* p = chain;
     chain = p->next;
-    p->flags &= static_cast<uint16_t>(~kPageVmem);
-    p->owner = nullptr;
     p->next = nullptr;
     page_free(page_to_phys(p), 0);
     __atomic_fetch_sub(&g_mapped_pages, 1, __ATOMIC_RELAXED);
@@ -82,11 +146,8 @@ void release_pages(uintptr_t va, size_t size) {
   for (size_t off = 0; off < size; off += kPageBytes) {
     uint64_t pa = plat::heap_to_phys(va + off);
     if (!pa) continue;
+    if (Page* p = page_of_phys(pa)) forget_page(va + off, p);
     plat::unmap_heap(va + off, kPageBytes);
-    if (Page* p = page_of_phys(pa)) {
-      p->flags &= static_cast<uint16_t>(~kPageVmem);
-      p->owner = nullptr;
-    }
     page_free(pa, 0);
     __atomic_fetch_sub(&g_mapped_pages, 1, __ATOMIC_RELAXED);
   }
@@ -98,7 +159,7 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
   auto base = reinterpret_cast<uintptr_t>(va);
   for (size_t off = 0; off < size; off += kPageBytes) {
     uint64_t pa = page_alloc(0, vmflag & VM_KMFLAGS);
-    if (!pa || !plat::map_heap(base + off, pa, kPageBytes)) {
+    if (!pa || !index_prepare(base + off) || !plat::map_heap(base + off, pa, kPageBytes)) {
       if (pa) page_free(pa, 0);
       release_pages(base, off);
       vmem_free(src, va, size);
@@ -106,10 +167,11 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
       if (!segkmem_flush()) return nullptr;
       return segkmem_import(src, size, vmflag);
     }
-    if (Page* p = page_of_phys(pa)) {
-      p->flags |= kPageVmem;
-      p->owner = va;
-    }
+    Page* p = page_of_phys(pa);
+    MM_ASSERT(p);
+    p->flags |= kPageVmem;
+    p->owner = nullptr;
+    index_set(base + off, p);
     __atomic_fetch_add(&g_mapped_pages, 1, __ATOMIC_RELAXED);
   }
   return va;
@@ -118,14 +180,33 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
 void segkmem_release(vmem_t*, void* va, size_t size) {
   Span full[kBatch];
   unsigned n = 0;
-  auto s = plat::irq_save();
-  g_batch_lock.lock();
-  if (g_batched == kBatch) n = take_batch(full);
-  g_batch[g_batched++] = {reinterpret_cast<uintptr_t>(va), size};
-  g_batch_lock.unlock();
-  plat::irq_restore(s);
+  {
+    Guard<> g(g_batch_lock);
+    if (g_batched == kBatch) n = take_batch(full);
+    g_batch[g_batched++] = {reinterpret_cast<uintptr_t>(va), size};
+  }
   flush_spans(full, n);
 }
+
+uint64_t heap_size_for_ram(uint64_t ram, uint64_t window) {
+  uint64_t want = kMinHeap;
+  while (want < ram * kMaxHeapPerRam && want < window) want <<= 1;
+  return want < window ? want : window;
+}
+
+const char* large_free_problem(uintptr_t buf, size_t pages, uint64_t& detail) {
+  Page* p = segkmem_page_of(buf);
+  uint16_t flags = p ? __atomic_load_n(&p->flags, __ATOMIC_RELAXED) : 0;
+  if (flags & kPageSlab) return "kmem_free with the wrong size (the buffer is a kmem_alloc size-class buffer)";
+  if (!(flags & kPageLarge) || (buf & (kPageBytes - 1))) return "free of a pointer kmem never allocated, or freed twice";
+  if (p->large_start != buf) return "free of a pointer into the middle of a large allocation";
+  if (p->count != pages) {
+    detail = uint64_t{p->count} * kPageBytes;
+    return "kmem_free with the wrong size (the large allocation's size is in detail)";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void segkmem_init() {
@@ -138,10 +219,17 @@ void segkmem_init() {
   page_init(&bank, 1, nullptr, 0);
 #endif
   uintptr_t base;
-  size_t size;
-  plat::heap_window(base, size);
-  g_heap = vmem_create("heap", reinterpret_cast<void*>(base), size, kPageBytes, nullptr, nullptr, nullptr, 0,
-                       VM_SLEEP);
+  size_t window;
+  plat::heap_window(base, window);
+  uint64_t size = heap_size_for_ram(page_ram_bytes(), window);
+  size_t dir_bytes = static_cast<size_t>(size >> kIndexLeafShift) * sizeof(Page**);
+  unsigned order = 0;
+  while ((kPageBytes << order) < dir_bytes) order++;
+  auto* dir = static_cast<Page***>(index_page_alloc(order));
+  if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
+  g_heap_index = HeapIndex{base, static_cast<uintptr_t>(size), dir};
+  g_heap = vmem_create("heap", reinterpret_cast<void*>(base), static_cast<size_t>(size), kPageBytes, nullptr,
+                       nullptr, nullptr, 0, VM_SLEEP);
   g_default = vmem_create("kmem_default", nullptr, 0, kPageBytes, segkmem_import, segkmem_release, g_heap, 0,
                           VM_SLEEP);
   if (!g_heap || !g_default) plat::fatal("segkmem: cannot create the heap arenas");
@@ -149,33 +237,75 @@ void segkmem_init() {
 
 vmem_t* segkmem_heap_arena() { return g_heap; }
 vmem_t* segkmem_default_arena() { return g_default; }
+uint64_t segkmem_heap_bytes() { return g_heap_index.size; }
 
-void* segkmem_alloc_large(size_t size, int kmflag) {
+void* segkmem_alloc_large(size_t size, int kmflag, uintptr_t caller) {
+  if (size == 0 || size > g_heap_index.size) {
+    report_error(MemError{"kmem_alloc of a size the heap can never hold", "kmem_alloc", 0, caller, size});
+    return nullptr;
+  }
   size = (size + kPageBytes - 1) & ~(kPageBytes - 1);
   for (;;) {
     void* p = vmem_alloc(g_default, size, (kmflag & KM_VMFLAGS) | VM_NOSLEEP);
-    if (p || (kmflag & KM_NOSLEEP)) return p;
+    if (p) {
+      auto start = reinterpret_cast<uintptr_t>(p);
+      for (uintptr_t va = start; va < start + size; va += kPageBytes) {
+        Page* pg = segkmem_page_of(va);
+        MM_ASSERT(pg && (pg->flags & kPageVmem) && !(pg->flags & (kPageSlab | kPageLarge)));
+        pg->large_start = start;
+        pg->count = va == start ? static_cast<uint32_t>(size / kPageBytes) : 0;
+        __atomic_store_n(&pg->flags, static_cast<uint16_t>(pg->flags | kPageLarge), __ATOMIC_RELEASE);
+      }
+      return p;
+    }
+    if (kmflag & KM_NOSLEEP) return nullptr;
     kmem_reap(false);
     plat::wait_for_memory();
   }
 }
 
-void segkmem_free_large(void* buf, size_t size, uintptr_t) {
+void segkmem_free_large(void* buf, size_t size, uintptr_t caller) {
+  auto start = reinterpret_cast<uintptr_t>(buf);
+  if (size > g_heap_index.size) {
+    report_error(MemError{"kmem_free with the wrong size (larger than the heap)", "kmem_alloc", start, caller, size});
+    return;
+  }
   size = (size + kPageBytes - 1) & ~(kPageBytes - 1);
+  uint64_t detail = size;
+  if (const char* problem = large_free_problem(start, size / kPageBytes, detail)) {
+    report_error(MemError{problem, "kmem_alloc", start, caller, detail});
+    return;
+  }
+  for (uintptr_t va = start; va < start + size; va += kPageBytes) {
+    Page* pg = segkmem_page_of(va);
+    __atomic_store_n(&pg->flags, static_cast<uint16_t>(pg->flags & ~kPageLarge), __ATOMIC_RELAXED);
+    pg->large_start = 0;
+    pg->count = 0;
+  }
   vmem_free(g_default, buf, size);
+}
+
+bool segkmem_large_span(uintptr_t addr, uintptr_t& start, size_t& size) {
+  Page* p = segkmem_page_of(addr);
+  if (!p || !(__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & kPageLarge)) return false;
+  start = p->large_start;
+  Page* head = segkmem_page_of(start);
+  size = head ? size_t{head->count} * kPageBytes : 0;
+  return head != nullptr;
 }
 
 bool segkmem_flush() {
   Span spans[kBatch];
-  auto s = plat::irq_save();
-  g_batch_lock.lock();
-  unsigned n = take_batch(spans);
-  g_batch_lock.unlock();
-  plat::irq_restore(s);
+  unsigned n;
+  {
+    Guard<> g(g_batch_lock);
+    n = take_batch(spans);
+  }
   flush_spans(spans, n);
   return n != 0;
 }
 
 uint64_t segkmem_mapped_pages() { return __atomic_load_n(&g_mapped_pages, __ATOMIC_RELAXED); }
+uint64_t segkmem_index_pages() { return __atomic_load_n(&g_index_pages, __ATOMIC_RELAXED); }
 
 }  // namespace mm

@@ -1247,6 +1247,29 @@ void vmem_stats(const vmem_t* cvmp, VmemStats& o) {
   o.source = vmp->source ? vmp->source->name : nullptr;
 }
 
+uint64_t vmem_capacity(const vmem_t* cvmp) {
+  auto* vmp = const_cast<vmem*>(cvmp);
+  uint64_t own;
+  bool imports;
+  const vmem* src;
+  {
+    ArenaLock h(vmp);
+    own = vmp->span_bytes - vmp->imported_bytes;
+    imports = vmp->afunc != nullptr;
+    src = vmp->source;
+  }
+  if (!imports) return own;
+  if (!src) return ~uint64_t{0};  // an import function of unknown reach
+  uint64_t from_source = vmem_capacity(src);
+  return from_source > ~uint64_t{0} - own ? ~uint64_t{0} : own + from_source;
+}
+
+bool vmem_imports_from(const vmem_t* vmp, const vmem_t* ancestor) {
+  for (const vmem* v = vmp; v; v = v->afunc ? v->source : nullptr)
+    if (v == ancestor) return true;
+  return false;
+}
+
 void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg) {
   GlobalLock g(g_arenas_lock);
   for (vmem* vmp = g_arenas; vmp; vmp = vmp->next) fn(vmp, arg);

@@ -13,9 +13,12 @@ inline unsigned cpu_id() { return arch::this_cpu()->index; }
 inline unsigned cpu_slot() { return cpu_id(); }
 inline unsigned cpu_count() { return g_cpu_count; }
 
+inline void cpu_relax() { arch::cpu_relax(); }
+
 using IrqState = arch::IrqState;
 inline IrqState irq_save() { return arch::irq_save(); }
 inline void irq_restore(IrqState s) { arch::irq_restore(s); }
+inline bool irqs_masked() { return !arch::irqs_enabled(); }
 
 using Lock = SpinLock;
 

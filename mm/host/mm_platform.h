@@ -73,9 +73,21 @@ inline unsigned cpu_id() {
 inline unsigned cpu_slot() { return t_cpu; }
 unsigned cpu_count();
 
+
+// Threads have no interrupts: masking is free. In debug builds (MM_DEBUG:
+// the host tests) it is counted per thread, so that tests can check what
+// runs with "interrupts masked" (irqs_masked), as the kernel would.
 using IrqState = int;
+#if defined(MM_DEBUG)
+extern thread_local constinit int t_irq_masked;
+inline IrqState irq_save() { return t_irq_masked++; }
+inline void irq_restore(IrqState s) { t_irq_masked = s; }
+inline bool irqs_masked() { return t_irq_masked != 0; }
+#else
 inline IrqState irq_save() { return 0; }
 inline void irq_restore(IrqState) {}
+inline bool irqs_masked() { return false; }
+#endif
 
 // A test-and-test-and-set spinlock. The exchange that takes it acquires
 // (what the previous holder wrote before its releasing store in unlock() is
@@ -88,13 +100,28 @@ class Lock {
     while (word_.exchange(1, std::memory_order_acquire)) {
       while (word_.load(std::memory_order_relaxed)) cpu_relax();
     }
+    owner_.store(self(), std::memory_order_relaxed);
   }
-  bool try_lock() { return !word_.load(std::memory_order_relaxed) && !word_.exchange(1, std::memory_order_acquire); }
-  void unlock() { word_.store(0, std::memory_order_release); }
+  bool try_lock() {
+    if (word_.load(std::memory_order_relaxed) || word_.exchange(1, std::memory_order_acquire)) return false;
+    owner_.store(self(), std::memory_order_relaxed);
+    return true;
+  }
+  void unlock() {
+    owner_.store(nullptr, std::memory_order_relaxed);
+    word_.store(0, std::memory_order_release);
+  }
   bool is_locked() const { return word_.load(std::memory_order_relaxed) != 0; }
+  // Held by the calling thread (for assertions).
+  bool held() const { return is_locked() && owner_.load(std::memory_order_relaxed) == self(); }
 
  private:
-  std::atomic<uint32_t> word_{0};
+  static const void* self() {
+    static thread_local char id;
+    return &id;
+  }
+  std::atomic<uint32_t> word_{0};  // word-sized: no sub-word atomics on riscv64
+  std::atomic<const void*> owner_{nullptr};
 };
 
 extern uint8_t* g_direct_map;     // virtual address of physical g_phys_base

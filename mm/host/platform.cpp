@@ -22,6 +22,9 @@
 namespace mm::plat {
 
 thread_local constinit unsigned t_cpu = kMaxCpus;
+#if defined(MM_DEBUG)
+thread_local constinit int t_irq_masked = 0;
+#endif
 uint8_t* g_direct_map;
 uint64_t g_phys_base;
 
@@ -113,6 +116,14 @@ void heap_window(uintptr_t& base, size_t& size) {
 }
 
 void on_each_cpu(void (*fn)(void*), void* arg) { fn(arg); }
+
+void stop_others(void (*fn)(void*), void* arg) {
+  IrqState s = irq_save();
+  fn(arg);
+  irq_restore(s);
+}
+
+bool describe_region(uintptr_t, const char*&, uintptr_t&, size_t&, unsigned&) { return false; }
 
 void set_cpu_exit_hook(void (*fn)()) { g_exit_hook.store(fn, std::memory_order_release); }
 

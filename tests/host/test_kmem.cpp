@@ -2,13 +2,16 @@
 #include <gtest/gtest.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/platform.h>
 #include <mm/segkmem.h>
+#include <mm/whatis.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -247,11 +250,10 @@ TEST(kmem, BadFreesAreReportedWithCacheAddressAndCaller) {
   EXPECT_NE(std::strstr(errors.seen[5].kind, "double free"), nullptr);
   EXPECT_EQ(errors.seen[5].address, reinterpret_cast<uintptr_t>(u));
 
-  // Wrong size, large caches: the buffer is refused when it reaches the
-  // slab layer of the cache it was wrongly given to.
+  // Wrong size, large-object caches: refused on the free too (the heap
+  // page index names the buffer's slab).
   void* y2 = kmem_alloc(5000, KM_SLEEP);
   kmem_free(y2, 3000);
-  mm::kmem_reap(true);
   ASSERT_EQ(errors.seen.size(), 7u);
   EXPECT_STREQ(errors.seen[6].where, "kmem_alloc_3072");
   kmem_free(y2, 5000);
@@ -450,4 +452,282 @@ TEST(kmem, ContendedDepotGrowsTheMagazineSize) {
   mm::kmem_reap(false);  // no contention since: the size stays
   EXPECT_EQ(stats_of(cp).magazine_size, m1);
   EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+namespace {
+struct MaskProbe {
+  std::atomic<int> dtors{0}, masked{0};
+};
+int probe_ctor(void*, void*, int) { return 0; }
+void probe_dtor(void*, void* priv) {
+  auto* p = static_cast<MaskProbe*>(priv);
+  p->dtors++;
+  if (mm::plat::irqs_masked()) p->masked++;
+}
+}  // namespace
+
+// Destructors, slab frees and heap unmaps run with interrupts as the caller
+// had them, never inside the masked per-CPU region: on a full reap, on a
+// magazine resize flush and on destroy. (The host counts masking per
+// thread in debug builds, as the kernel masks it.)
+TEST(kmem, DestructorsRunWithInterruptsOn) {
+  ASSERT_FALSE(mm::plat::irqs_masked());
+  MaskProbe probe;
+  kmem_cache_t* cp = kmem_cache_create("t_mask", 300, 0, probe_ctor, probe_dtor, nullptr, &probe, nullptr, 0);
+  std::vector<void*> v;
+  for (int i = 0; i < 500; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  for (void* p : v) kmem_cache_free(cp, p);
+  mm::kmem_reap(true);  // this thread's magazines and the depot
+  EXPECT_GT(probe.dtors.load(), 400);
+  v.clear();
+  for (int i = 0; i < 500; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  for (void* p : v) kmem_cache_free(cp, p);
+  int before = probe.dtors.load();
+  EXPECT_TRUE(kmem_cache_destroy(cp));  // what this thread held
+  EXPECT_GT(probe.dtors.load(), before);
+  EXPECT_EQ(probe.masked.load(), 0) << "destructors ran with interrupts masked";
+}
+
+namespace {
+struct SelfDestruct {
+  kmem_cache_t* cp = nullptr;
+  std::atomic<int> calls{0};
+  std::atomic<bool> destroyed{false};
+};
+void destroy_myself(void* priv) {
+  auto* s = static_cast<SelfDestruct*>(priv);
+  s->calls++;
+  if (!s->destroyed.exchange(true)) {
+    EXPECT_TRUE(kmem_cache_destroy(s->cp));
+  }
+}
+}  // namespace
+
+// A reclaim callback runs with no lock held: it may destroy a cache, its own
+// included (the cache goes once the reaper lets go of it).
+TEST(kmem, ReclaimCallbackMayDestroyItsOwnCache) {
+  SelfDestruct s;
+  s.cp = kmem_cache_create("t_selfdestruct", 64, 0, nullptr, nullptr, destroy_myself, &s, nullptr, 0);
+  ASSERT_NE(s.cp, nullptr);
+  void* p = kmem_cache_alloc(s.cp, KM_SLEEP);
+  kmem_cache_free(s.cp, p);
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    mm::kmem_reap(true);
+    done = true;
+  });
+  for (int i = 0; i < 1000 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!done) {
+    ADD_FAILURE() << "kmem_reap deadlocked in a reclaim callback that destroys a cache";
+    std::abort();  // the reaper cannot be unstuck
+  }
+  t.join();
+  EXPECT_TRUE(s.destroyed.load());
+  EXPECT_EQ(s.calls.load(), 1);
+  // Gone from the list: walking no longer finds it.
+  bool seen = false;
+  mm::kmem_cache_walk(
+      [](const kmem_cache_t* cp, void* arg) {
+        mm::KmemCacheStats st;
+        mm::kmem_cache_stats(cp, st);
+        if (std::strcmp(st.name, "t_selfdestruct") == 0) *static_cast<bool*>(arg) = true;
+      },
+      &seen);
+  EXPECT_FALSE(seen);
+}
+
+// Off-slab caches (kmem_alloc classes from 640 bytes, large buffers) check
+// ownership on the free itself through the heap page index: wrong cache,
+// wrong size and foreign pointers are refused before they reach a magazine.
+TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
+  Errors errors;
+  kmem_cache_t* a = kmem_cache_create("t_off_a", 3000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  kmem_cache_t* b = kmem_cache_create("t_off_b", 3000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  ASSERT_FALSE(stats_of(a).buf_total);
+  void* x = kmem_cache_alloc(a, KM_SLEEP);
+  ASSERT_TRUE(stats_of(a).offslab);
+  const uint64_t frees_b = stats_of(b).frees;
+
+  kmem_cache_free(b, x);  // wrong cache
+  ASSERT_EQ(errors.seen.size(), 1u);
+  EXPECT_STREQ(errors.seen[0].where, "t_off_b");
+  EXPECT_NE(std::strstr(errors.seen[0].kind, "wrong cache"), nullptr);
+  EXPECT_EQ(errors.seen[0].address, reinterpret_cast<uintptr_t>(x));
+  EXPECT_NE(errors.seen[0].caller, 0u);
+  EXPECT_EQ(errors.seen[0].detail, 3000u);  // the owner's buffer size
+
+  void* y = kmem_alloc(5000, KM_SLEEP);  // kmem_alloc_5120
+  kmem_free(y, 700);                     // kmem_alloc_768
+  ASSERT_EQ(errors.seen.size(), 2u);
+  EXPECT_STREQ(errors.seen[1].where, "kmem_alloc_768");
+  EXPECT_NE(std::strstr(errors.seen[1].kind, "wrong size"), nullptr);
+  EXPECT_EQ(errors.seen[1].detail, 5120u);
+
+  void* big = kmem_alloc(40000, KM_SLEEP);  // a large allocation, not a slab
+  kmem_free(big, 2000);
+  ASSERT_EQ(errors.seen.size(), 3u);
+  EXPECT_NE(std::strstr(errors.seen[2].kind, "large allocation"), nullptr);
+
+  int on_stack;
+  kmem_cache_free(a, &on_stack);  // not heap memory at all
+  ASSERT_EQ(errors.seen.size(), 4u);
+  EXPECT_NE(std::strstr(errors.seen[3].kind, "never allocated"), nullptr);
+
+  // Nothing refused went into b's magazines, and everything still works.
+  EXPECT_EQ(stats_of(b).frees, frees_b);
+  void* z = kmem_cache_alloc(b, KM_SLEEP);
+  EXPECT_NE(z, x);
+  kmem_cache_free(b, z);
+  kmem_cache_free(a, x);
+  kmem_free(y, 5000);
+  kmem_free(big, 40000);
+  EXPECT_EQ(errors.seen.size(), 4u);
+  EXPECT_TRUE(kmem_cache_destroy(a));
+  EXPECT_TRUE(kmem_cache_destroy(b));
+}
+
+// Large kmem_alloc (above 16 KiB): the free checks the pointer and the size
+// against the allocation's pages and refuses, before anything is freed.
+TEST(kmem, LargeKmemFreeChecksPointerAndSize) {
+  Errors errors;
+  auto* p = static_cast<uint8_t*>(kmem_alloc(100000, KM_SLEEP));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x5a, 100000);
+  kmem_free(p, 50000);  // wrong size
+  ASSERT_EQ(errors.seen.size(), 1u);
+  EXPECT_NE(std::strstr(errors.seen[0].kind, "wrong size"), nullptr);
+  EXPECT_EQ(errors.seen[0].detail, 102400u);  // its real size, in pages
+  kmem_free(p + 8192, 100000 - 8192);  // interior pointer
+  ASSERT_EQ(errors.seen.size(), 2u);
+  EXPECT_NE(std::strstr(errors.seen[1].kind, "middle"), nullptr);
+  EXPECT_EQ(p[99999], 0x5a);  // still ours, still mapped
+  kmem_free(p, 100000);
+  EXPECT_EQ(errors.seen.size(), 2u);
+  kmem_free(p, 100000);  // twice
+  ASSERT_EQ(errors.seen.size(), 3u);
+  EXPECT_NE(std::strstr(errors.seen[2].kind, "freed twice"), nullptr);
+}
+
+// Requests that can never be met are refused with a report, even KM_SLEEP
+// (which waits for memory, not for the impossible).
+TEST(kmem, ImpossibleSizesAreRefusedNotWaitedFor) {
+  Errors errors;
+  EXPECT_EQ(kmem_alloc(SIZE_MAX, KM_SLEEP), nullptr);  // rounded up, it used to become 0
+  ASSERT_EQ(errors.seen.size(), 1u);
+  EXPECT_EQ(errors.seen[0].detail, SIZE_MAX);
+  EXPECT_NE(errors.seen[0].caller, 0u);
+  EXPECT_EQ(kmem_alloc(mm::segkmem_heap_bytes() + 1, KM_SLEEP), nullptr);  // beyond the heap
+  EXPECT_EQ(errors.seen.size(), 2u);
+  EXPECT_EQ(kmem_zalloc(SIZE_MAX - 4095, KM_SLEEP), nullptr);
+  EXPECT_EQ(errors.seen.size(), 3u);
+  // A cache whose buffer the arena can never provide.
+  EXPECT_EQ(kmem_cache_create("t_huge", SIZE_MAX, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0), nullptr);
+  ASSERT_EQ(errors.seen.size(), 4u);
+  EXPECT_STREQ(errors.seen[3].where, "t_huge");
+  EXPECT_EQ(errors.seen[3].detail, SIZE_MAX);
+  EXPECT_EQ(kmem_cache_create("t_huge2", mm::segkmem_heap_bytes() + 1, 0, nullptr, nullptr, nullptr, nullptr,
+                              nullptr, 0),
+            nullptr);
+  EXPECT_EQ(errors.seen.size(), 5u);
+  EXPECT_EQ(kmem_cache_create("t_huge3", 1000, size_t{1} << 62, nullptr, nullptr, nullptr, nullptr, nullptr, 0),
+            nullptr);
+  EXPECT_EQ(errors.seen.size(), 6u);
+  // Sizes that fit still work.
+  void* p = kmem_alloc(1 << 20, KM_SLEEP);
+  EXPECT_NE(p, nullptr);
+  kmem_free(p, 1 << 20);
+  EXPECT_EQ(errors.seen.size(), 6u);
+}
+
+namespace {
+std::string whatis_line(const void* p) {
+  mm::WhatIs w;
+  mm::kmem_whatis(p, w);
+  char line[192];
+  mm::kmem_whatis_format(w, line, sizeof line);
+  return line;
+}
+}  // namespace
+
+// kmem_whatis: every kind of heap and RAM address, with the buffer states.
+TEST(kmem, WhatisNamesTheOwnerOfEveryKindOfAddress) {
+  mm::WhatIs w;
+  // A live kmem_alloc buffer, through an interior pointer.
+  auto* p = static_cast<char*>(kmem_alloc(100, KM_SLEEP));
+  ASSERT_TRUE(mm::kmem_whatis(p + 72, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kBuffer);
+  EXPECT_EQ(w.start, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(w.state, mm::BufferState::kAllocated);
+  EXPECT_STREQ(w.name, "kmem_alloc_112");
+  EXPECT_GT(w.count, w.index);
+  char want[64];
+  std::snprintf(want, sizeof want, "%p is %p+72, allocated from kmem_alloc_112 (slab ", static_cast<void*>(p + 72),
+                static_cast<void*>(p));
+  EXPECT_EQ(whatis_line(p + 72).rfind(want, 0), 0u) << whatis_line(p + 72);
+  // Freed: it sits in this thread's magazine.
+  kmem_free(p, 100);
+  ASSERT_TRUE(mm::kmem_whatis(p, w));
+  EXPECT_EQ(w.state, mm::BufferState::kFreeInMagazine);
+  EXPECT_NE(whatis_line(p).find("free in cpu "), std::string::npos) << whatis_line(p);
+
+  // The depot and the slab layer, in a cache of our own.
+  kmem_cache_t* cp = kmem_cache_create("t_whatis", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  std::vector<void*> v;
+  for (uint64_t i = 0; i < 6 * stats_of(cp).magazine_size + 3; i++) v.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  for (void* o : v) kmem_cache_free(cp, o);
+  ASSERT_GT(stats_of(cp).depot_full, 0u);
+  ASSERT_TRUE(mm::kmem_whatis(v[0], w));  // freed first: in a full magazine the CPU traded away
+  EXPECT_EQ(w.state, mm::BufferState::kFreeInDepot) << whatis_line(v[0]);
+  EXPECT_STREQ(w.name, "t_whatis");
+  mm::kmem_reap(true);  // everything back to the slabs (one empty slab kept)
+  void* one = kmem_cache_alloc(cp, KM_SLEEP);
+  ASSERT_TRUE(mm::kmem_whatis(static_cast<char*>(one) + 200, w));  // the next buffer, never handed out
+  EXPECT_EQ(w.kind, mm::WhatKind::kBuffer);
+  EXPECT_EQ(w.state, mm::BufferState::kFreeInSlab);
+  EXPECT_NE(whatis_line(static_cast<char*>(one) + 200).find("free in the slab layer of t_whatis"), std::string::npos);
+  // The on-slab header at the end of the page is in no buffer.
+  auto page = reinterpret_cast<uintptr_t>(one) & ~uintptr_t{4095};
+  ASSERT_TRUE(mm::kmem_whatis(reinterpret_cast<void*>(page + 4095), w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kSlabOther);
+  kmem_cache_free(cp, one);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+
+  // An off-slab buffer, a large allocation, a bare heap page.
+  void* off = kmem_alloc(3000, KM_SLEEP);
+  ASSERT_TRUE(mm::kmem_whatis(static_cast<char*>(off) + 2999, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kBuffer);
+  EXPECT_EQ(w.start, reinterpret_cast<uintptr_t>(off));
+  EXPECT_STREQ(w.name, "kmem_alloc_3072");
+  auto* big = static_cast<char*>(kmem_alloc(100000, KM_SLEEP));
+  ASSERT_TRUE(mm::kmem_whatis(big + 50000, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kLargeAlloc);
+  EXPECT_EQ(w.start, reinterpret_cast<uintptr_t>(big));
+  EXPECT_EQ(w.size, 102400u);
+  void* span = vmem_alloc(mm::segkmem_default_arena(), 8192, VM_SLEEP);
+  ASSERT_TRUE(mm::kmem_whatis(static_cast<char*>(span) + 4100, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kHeapPage);
+  vmem_free(mm::segkmem_default_arena(), span, 8192);
+  kmem_free(big, 100000);
+  ASSERT_TRUE(mm::kmem_whatis(big + 50000, w));  // gone: no longer a large allocation
+  EXPECT_NE(w.kind, mm::WhatKind::kLargeAlloc);
+  kmem_free(off, 3000);
+
+  // Page frames through the direct map.
+  auto* blk = static_cast<char*>(mm::page_alloc_va(2, KM_SLEEP));
+  ASSERT_TRUE(mm::kmem_whatis(blk + 3 * 4096 + 5, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kPageBlock);
+  EXPECT_EQ(w.start, reinterpret_cast<uintptr_t>(blk));
+  EXPECT_EQ(w.order, 2u);
+  mm::page_free_va(blk, 2);
+  ASSERT_TRUE(mm::kmem_whatis(blk + 3 * 4096 + 5, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kFreePage);
+  EXPECT_LE(w.start, reinterpret_cast<uintptr_t>(blk));
+  EXPECT_GE(w.start + w.size, reinterpret_cast<uintptr_t>(blk) + 4 * 4096);
+  mm::Page* desc = mm::page_of(blk);  // descriptors live in reserved frames
+  ASSERT_TRUE(mm::kmem_whatis(desc, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kReservedPage);
+
+  int local;
+  EXPECT_FALSE(mm::kmem_whatis(&local, w));
+  EXPECT_EQ(whatis_line(&local).find("is not memory the kernel knows") != std::string::npos, true);
 }

@@ -10,6 +10,7 @@
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
+#include <mm/whatis.h>
 #include <trace/kmemtrace.h>
 #include "../../kernel/mm_accounting.h"
 
@@ -303,6 +304,180 @@ KTEST(bad_frees_are_reported_and_refused) {
   KEXPECT(kmem_cache_destroy(a));
   KEXPECT(kmem_cache_destroy(b));
   KEXPECT_EQ(ErrorCapture::count, 5u);
+}
+
+// Off-slab caches (kmem_alloc from 640 bytes, large buffers) check their
+// frees through the heap page index: refused on the free itself, so nothing
+// bad reaches a magazine to be handed out again.
+KTEST(off_slab_bad_frees_are_refused_on_the_free) {
+  ErrorCapture cap;
+  kmem_cache_t* a = kmem_cache_create("test_off_a", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  kmem_cache_t* b = kmem_cache_create("test_off_b", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(a && b);
+  void* x = kmem_cache_alloc(a, KM_SLEEP);
+  kmem_cache_free(b, x);  // wrong cache
+  KEXPECT_EQ(ErrorCapture::count, 1u);
+  KEXPECT(strstr(ErrorCapture::last.kind, "wrong cache") != nullptr);
+  KEXPECT(strcmp(ErrorCapture::last.where, "test_off_b") == 0);
+  KEXPECT(ErrorCapture::last.caller != 0);
+  void* y = kmem_alloc(6000, KM_SLEEP);  // kmem_alloc_6144
+  kmem_free(y, 3000);                    // kmem_alloc_3072
+  KEXPECT_EQ(ErrorCapture::count, 2u);
+  KEXPECT(strstr(ErrorCapture::last.kind, "wrong size") != nullptr);
+  KEXPECT_EQ(ErrorCapture::last.detail, 6144u);
+  uint64_t local[4];
+  kmem_cache_free(a, &local[1]);  // not heap memory
+  KEXPECT_EQ(ErrorCapture::count, 3u);
+  void* big = kmem_alloc(64 * 1024, KM_SLEEP);
+  kmem_free(big, 32 * 1024);  // a large allocation with the wrong size
+  KEXPECT_EQ(ErrorCapture::count, 4u);
+  kmem_free(big, 64 * 1024);
+  kmem_free(big, 64 * 1024);  // and freed twice
+  KEXPECT_EQ(ErrorCapture::count, 5u);
+  // b never took x: the next allocation from b is not x.
+  void* z = kmem_cache_alloc(b, KM_SLEEP);
+  KEXPECT(z != x);
+  kmem_cache_free(b, z);
+  kmem_cache_free(a, x);
+  kmem_free(y, 6000);
+  KEXPECT(kmem_cache_destroy(a));
+  KEXPECT(kmem_cache_destroy(b));
+  KEXPECT_EQ(ErrorCapture::count, 5u);
+}
+
+namespace {
+struct DtorProbe {
+  std::atomic<unsigned> dtors{0}, masked{0};
+};
+DtorProbe g_dtor_probe;
+void probe_dtor(void*, void*) {
+  g_dtor_probe.dtors.fetch_add(1);
+  if (!arch::irqs_enabled()) g_dtor_probe.masked.fetch_add(1);
+}
+kmem_cache_t* g_probe_cache;
+void fill_probe_magazines(void*) {
+  void* v[40];
+  for (auto& p : v) p = kmem_cache_alloc(g_probe_cache, KM_SLEEP);
+  for (auto* p : v) kmem_cache_free(g_probe_cache, p);
+}
+}  // namespace
+
+// Destructors (and the slab, vmem and heap work behind them) run with
+// interrupts as their caller had them, never inside the per-CPU masked
+// region: on a full reap, where every core flushes its own magazines, and
+// on destroy.
+KTEST(destructors_run_with_interrupts_enabled) {
+  g_dtor_probe.dtors = 0;
+  g_dtor_probe.masked = 0;
+  g_probe_cache = kmem_cache_create("test_dtor_irq", 256, 0, nullptr, probe_dtor, nullptr, nullptr, nullptr, 0);
+  KASSERT(g_probe_cache);
+  smp::call_on_all(fill_probe_magazines, nullptr);
+  mm::kmem_reap(true);
+  KEXPECT(g_dtor_probe.dtors.load() >= 40u);
+  smp::call_on_all(fill_probe_magazines, nullptr);
+  unsigned before = g_dtor_probe.dtors.load();
+  KEXPECT(kmem_cache_destroy(g_probe_cache));
+  KEXPECT(g_dtor_probe.dtors.load() > before);
+  KEXPECT_EQ(g_dtor_probe.masked.load(), 0u);
+}
+
+namespace {
+mm::WhatIs whatis(const void* p) {
+  mm::WhatIs w;
+  mm::kmem_whatis(p, w);
+  return w;
+}
+uintptr_t g_remote_local;
+void remote_stack(void*) { g_remote_local = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
+void* g_remote_freed;
+void remote_alloc_free(void*) {
+  g_remote_freed = kmem_alloc(200, KM_SLEEP);
+  kmem_free(g_remote_freed, 200);
+}
+int g_data_var = 1;
+int g_bss_var;
+}  // namespace
+
+// whatis answers for every kind of address: buffers in each state (another
+// core's magazine included, which takes stopping the other cores), slab
+// headers, large allocations, heap pages, page blocks, free and reserved
+// frames, the kernel's sections and every core's stack.
+KTEST(whatis_names_every_kind_of_address) {
+  auto* p = static_cast<char*>(kmem_alloc(100, KM_SLEEP));
+  mm::WhatIs w = whatis(p + 72);
+  KEXPECT(w.kind == mm::WhatKind::kBuffer && w.state == mm::BufferState::kAllocated);
+  KEXPECT_EQ(w.start, reinterpret_cast<uintptr_t>(p));
+  KEXPECT(strcmp(w.name, "kmem_alloc_112") == 0);
+  char line[192];
+  mm::kmem_whatis_format(w, line, sizeof line);
+  kprintf("    %s\n", line);
+  KEXPECT(strstr(line, "+72, allocated from kmem_alloc_112 (slab ") != nullptr);
+  kmem_free(p, 100);
+  w = whatis(p);
+  KEXPECT(w.state == mm::BufferState::kFreeInMagazine && w.cpu == cpu_id());
+  if (g_cpu_count > 1) {
+    smp::call_on(1, remote_alloc_free, nullptr);
+    w = whatis(g_remote_freed);
+    KEXPECT(w.kind == mm::WhatKind::kBuffer && w.state == mm::BufferState::kFreeInMagazine);
+    KEXPECT_EQ(w.cpu, 1u);
+    smp::call_on(1, remote_stack, nullptr);
+    w = whatis(reinterpret_cast<const void*>(g_remote_local - 8));
+    KEXPECT(w.kind == mm::WhatKind::kRegion);
+    KEXPECT_EQ(w.cpu, 1u);
+  }
+  // The depot, the slab layer and a slab header, in a cache of our own.
+  kmem_cache_t* cp = kmem_cache_create("test_whatis", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  mm::KmemCacheStats st;
+  mm::kmem_cache_stats(cp, st);
+  static void* v[700];
+  unsigned n = static_cast<unsigned>(6 * st.magazine_size + 3);
+  KASSERT(n <= 700);
+  for (unsigned i = 0; i < n; i++) v[i] = kmem_cache_alloc(cp, KM_SLEEP);
+  for (unsigned i = 0; i < n; i++) kmem_cache_free(cp, v[i]);
+  w = whatis(v[0]);
+  KEXPECT(w.state == mm::BufferState::kFreeInDepot);
+  mm::kmem_reap(true);
+  auto* one = static_cast<char*>(kmem_cache_alloc(cp, KM_SLEEP));
+  w = whatis(one + 200);
+  KEXPECT(w.kind == mm::WhatKind::kBuffer && w.state == mm::BufferState::kFreeInSlab);
+  w = whatis(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(one) | 4095)));
+  KEXPECT(w.kind == mm::WhatKind::kSlabOther);
+  kmem_cache_free(cp, one);
+  KEXPECT(kmem_cache_destroy(cp));
+  // A large kmem_alloc, a heap page of no cache.
+  auto* big = static_cast<char*>(kmem_alloc(100000, KM_SLEEP));
+  w = whatis(big + 99999);
+  KEXPECT(w.kind == mm::WhatKind::kLargeAlloc && w.start == reinterpret_cast<uintptr_t>(big));
+  KEXPECT_EQ(w.size, 102400u);
+  kmem_free(big, 100000);
+  void* span = vmem_alloc(mm::segkmem_default_arena(), 8192, VM_SLEEP);
+  w = whatis(static_cast<char*>(span) + 5000);
+  KEXPECT(w.kind == mm::WhatKind::kHeapPage);
+  vmem_free(mm::segkmem_default_arena(), span, 8192);
+  // Page frames.
+  auto* blk = static_cast<char*>(mm::page_alloc_va(2, KM_SLEEP));
+  KASSERT(blk);
+  w = whatis(blk + 3 * 4096);
+  KEXPECT(w.kind == mm::WhatKind::kPageBlock && w.order == 2u && w.start == reinterpret_cast<uintptr_t>(blk));
+  mm::page_free_va(blk, 2);
+  w = whatis(blk + 3 * 4096);
+  KEXPECT(w.kind == mm::WhatKind::kFreePage);
+  w = whatis(mm::page_of(blk));  // the page descriptors live in reserved frames
+  KEXPECT(w.kind == mm::WhatKind::kReservedPage);
+  // The kernel's own regions.
+  w = whatis(reinterpret_cast<const void*>(&whatis));
+  KEXPECT(w.kind == mm::WhatKind::kRegion && strcmp(w.name, "kernel text") == 0);
+  w = whatis(&g_data_var);
+  KEXPECT(w.kind == mm::WhatKind::kRegion && strcmp(w.name, "kernel data") == 0);
+  w = whatis(&g_bss_var);
+  KEXPECT(w.kind == mm::WhatKind::kRegion && strcmp(w.name, "kernel bss") == 0);
+  int local = 0;
+  w = whatis(&local);
+  KEXPECT(w.kind == mm::WhatKind::kRegion && w.cpu == cpu_id());
+  KEXPECT(!mm::kmem_whatis(reinterpret_cast<const void*>(uintptr_t{0x10}), w));
+  mm::kmem_whatis_format(w, line, sizeof line);
+  KEXPECT(strstr(line, "is not memory the kernel knows") != nullptr);
 }
 
 namespace {

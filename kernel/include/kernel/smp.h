@@ -30,6 +30,17 @@ void stop_others(void (*fn)(void*), void* arg);
 // waits for fn to finish. False (and nothing posted) if cpu is the calling
 // core, offline or out of range.
 bool call_async(unsigned cpu, void (*fn)(void*), void* arg);
+// Freezes every other online core wherever it is running, runs fn(arg) on
+// this one with interrupts masked, then lets them go: unlike stop_others,
+// a core busy with a long call (a background workload) is stopped in the
+// middle of it. For readers of other cores' state: whatis, the leak
+// scanner. A core freezes in its IPI handler, so never inside a region
+// with interrupts masked (never holding a lock taken that way, never in a
+// per-CPU fast path), with its interrupted registers saved in the trap
+// frame on its own stack; a core with interrupts masked freezes when it
+// unmasks. fn must not wait for other cores (no calls, no TLB shootdowns).
+// Same restrictions as call_on_all for the caller.
+void freeze_others(void (*fn)(void*), void* arg);
 // The idle loop of a secondary core: waits for calls.
 [[noreturn]] void idle_loop();
 }  // namespace smp

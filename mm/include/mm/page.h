@@ -37,22 +37,29 @@ enum PageFlags : uint16_t {
   kPageHead = 1 << 3,      // first page of an allocated block (order valid)
   kPageTail = 1 << 4,      // a later page of an allocated block
   kPagePcp = 1 << 5,       // sitting in a per-CPU page cache
-  kPageVmem = 1 << 6,      // backs a vmem/heap span (owner = arena or span)
+  kPageVmem = 1 << 6,      // a heap page: mapped by segkmem into the kernel heap
+  kPageLarge = 1 << 7,     // part of a large kmem_alloc (large_start, and count on the first page)
 };
 
 // One per physical frame; 24 bytes on 64-bit, 16 on 32-bit.
-// An allocated block's head belongs to its owner (flags kPageSlab/kPageVmem,
-// count, next, owner) except `order`; a tail's `owner` is its head's Page
-// (kPageTail), set by the allocator: do not overwrite it.
+// An allocated block's head belongs to its owner (flags kPageSlab/kPageVmem/
+// kPageLarge, count, next, owner) except `order`; a tail's `owner` is its
+// head's Page (kPageTail), set by the allocator: do not overwrite it.
+// Heap pages (kPageVmem, always single pages) are segkmem's: kPageSlab with
+// owner = the kmem Slab; kPageLarge with large_start = the allocation's first
+// byte and, on its first page, count = its pages; owner is null otherwise.
 struct Page {
   uint16_t flags;
   uint8_t order;     // block order, valid for heads and free heads
   uint8_t alloc_bits;  // the page allocator's own: bank index, on-free-list bit
-  uint32_t count;    // owner's use (kmem: objects in use on a slab)
-  Page* next;        // free-list links (or the owner's)
+  uint32_t count;    // owner's use
+  union {
+    Page* next;            // free-list links (or the owner's)
+    uintptr_t large_start;  // kPageLarge
+  };
   union {
     Page* prev;
-    void* owner;     // kmem slab, vmem arena, ...; a tail's head
+    void* owner;     // kmem slab; a tail's head
   };
 };
 

@@ -17,10 +17,14 @@
 //                                         kMaxCpus (host thread with no CPU yet)
 //   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
+//   void cpu_relax();                     a hint inside a spin-wait loop
 //   using IrqState; IrqState irq_save(); void irq_restore(IrqState);
 //                                         masks what could preempt per-CPU
-//                                         work (kernel: IRQs; host: nothing)
-//   class Lock { lock(); unlock(); try_lock(); is_locked(); }
+//                                         work (kernel: IRQs; host: nothing,
+//                                         counted per thread under MM_DEBUG)
+//   bool irqs_masked();                   is this CPU masked (for checks)
+//   class Lock { lock(); unlock(); try_lock(); is_locked(); held(); }
+//                                         held(): by the calling CPU (thread)
 //                                         a spinlock; kernel: IRQs must be
 //                                         masked by the caller where the lock
 //                                         is also taken in interrupt context
@@ -60,6 +64,19 @@ void on_each_cpu(void (*fn)(void*), void* arg);
 // Host: fn runs on a thread that is about to give up its CPU slot (it
 // exits), so its per-CPU caches can be flushed. Kernel: CPUs never leave.
 void set_cpu_exit_hook(void (*fn)());
+
+// Runs fn(arg) on this CPU, with interrupts masked, while every other CPU
+// is stopped where it was (kernel: in an IPI handler, so never inside a
+// masked region or holding a lock taken with interrupts masked, with its
+// interrupted registers saved on its own stack). Host: other threads are
+// not stopped (fn must only read what it may read racily, or the caller
+// makes sure the other threads are quiet). Not from an interrupt handler.
+void stop_others(void (*fn)(void*), void* arg);
+
+// Kernel regions that are not mm's: if addr is in one (an image section, a
+// CPU's stack, the boot page tables), its name, start and size, and the CPU
+// for a stack (else ~0u). Host: none.
+bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t& size, unsigned& cpu);
 
 // Diagnostics: a line for the console (kernel) or stderr (host).
 void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -16,13 +16,23 @@ namespace mm {
 void segkmem_init();
 vmem_t* segkmem_heap_arena();
 vmem_t* segkmem_default_arena();
+// Bytes of virtual space the heap arena manages (at most the platform's
+// heap window; see segkmem.cpp).
+uint64_t segkmem_heap_bytes();
 // Page-granular allocations for kmem_alloc sizes beyond the size caches.
-void* segkmem_alloc_large(size_t size, int kmflag);
+// A size the heap can never hold is refused with a report (caller named),
+// whatever kmflag says. The free checks that buf starts a live large
+// allocation of that size, and refuses (with a report) if not.
+void* segkmem_alloc_large(size_t size, int kmflag, uintptr_t caller);
 void segkmem_free_large(void* buf, size_t size, uintptr_t caller);
+// If addr is inside a live large allocation: its start and size.
+bool segkmem_large_span(uintptr_t addr, uintptr_t& start, size_t& size);
 // Frees the spans waiting in the release batch (see segkmem.cpp). Returns
 // true if there were any. kmem_reap calls it.
 bool segkmem_flush();
 // Pages currently mapped into the heap by segkmem (including queued ones).
 uint64_t segkmem_mapped_pages();
+// Pages of the heap page index (directory and leaves).
+uint64_t segkmem_index_pages();
 
 }  // namespace mm

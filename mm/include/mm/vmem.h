@@ -71,6 +71,13 @@ struct VmemStats {
   const char* source;         // source arena name or nullptr
 };
 void vmem_stats(const vmem_t* vmp, VmemStats& out);
+// An upper bound of the largest allocation the arena could ever satisfy:
+// its own spans' bytes plus, if it imports, its source's capacity (all ones
+// for an import function with no source arena). A request above it can
+// never be met.
+uint64_t vmem_capacity(const vmem_t* vmp);
+// vmp is ancestor, or imports from it (directly or through other arenas).
+bool vmem_imports_from(const vmem_t* vmp, const vmem_t* ancestor);
 // Visits every arena in creation order, with the arena list locked: fn
 // must not create or destroy arenas.
 void vmem_walk(void (*fn)(const vmem_t* vmp, void* arg), void* arg);

@@ -1,0 +1,38 @@
+// The heap page index: any kernel heap address to its page descriptor in
+// O(1), without walking page tables (segkmem.cpp owns it; see section 5
+// there). Internal to mm/.
+#pragma once
+#include <mm/page.h>
+
+namespace mm {
+
+// Two levels: dir[(va - base) >> kIndexLeafShift] is a leaf of
+// kIndexLeafEntries Page pointers, one per heap page, or null where no
+// page of that stretch was ever mapped. Written once by segkmem_init
+// (base, size, dir) before any heap address exists.
+constexpr unsigned kIndexLeafEntries = 512;
+constexpr unsigned kIndexLeafShift = kPageShift + 9;
+struct HeapIndex {
+  uintptr_t base;
+  uintptr_t size;  // bytes of heap the index covers (the heap arena's size)
+  Page*** dir;
+};
+extern HeapIndex g_heap_index;
+
+// The descriptor of the heap page holding va, or nullptr (not a heap
+// address, or not mapped). Ordering: a leaf is zeroed and then published in
+// dir with a release store, read here with an acquire load; a leaf entry is
+// written (relaxed) before the page is handed to vmem and cleared before it
+// goes back to the page allocator. A caller holding memory it was given by
+// the allocator sees that memory's entries through the allocator's own
+// synchronisation; a caller asking about an arbitrary address (whatis,
+// a stray free) sees null or a descriptor, never a torn value.
+inline Page* segkmem_page_of(uintptr_t va) {
+  uintptr_t off = va - g_heap_index.base;
+  if (off >= g_heap_index.size) return nullptr;
+  Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_ACQUIRE);
+  if (!leaf) return nullptr;
+  return __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
+}
+
+}  // namespace mm

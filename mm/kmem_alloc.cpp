@@ -1,0 +1,167 @@
+// kmem_alloc, kmem_zalloc, kmem_free: general-purpose allocation over a
+// ladder of size caches.
+//
+// 1. Sizes 1 to 16 KiB go to the smallest of 36 "kmem_alloc_N" caches that
+//    fits (8 B steps at the bottom, growing by about 1/8 at the top). Two
+//    tables map a size to its cache in one indexed load: 8-byte steps up to
+//    1 KiB, 1 KiB steps up to 16 KiB. The caches are ordinary caches
+//    (KMC_KMEM_ALLOC only changes how a wrong size is reported), so
+//    kmem_alloc's fast path is the table load plus kmem_cache_alloc's.
+// 2. Larger sizes are whole pages from the heap (segkmem_alloc_large), each
+//    page marked kPageLarge in the page index with the allocation's start, so
+//    that kmem_free checks the pointer and the size on the free itself and
+//    kmem_whatis knows the span.
+// 3. kmem_free takes the size: a size of another class is caught by the
+//    owner check of the cache it names (the buffer belongs to another
+//    cache), a large size by segkmem's check of the span.
+// 4. Before kmem_init (on the host, the first call) the tables are empty:
+//    kmem_alloc takes its large path, which brings kmem up and retries.
+#include <mm/segkmem.h>
+#include "kmem_fastpath.h"
+
+namespace mm {
+namespace {
+
+// kmem_alloc's size ladder.
+constexpr uint32_t kAllocSizes[] = {8,    16,   32,   48,   64,   80,   96,    112,  128,  160,  192,
+                                    224,  256,  320,  384,  448,  512,   640,  768,  896,  1024, 1280,
+                                    1536, 1792, 2048, 2560, 3072, 3584,  4096, 5120, 6144, 7168, 8192,
+                                    10240, 12288, 16384};
+constexpr unsigned kAllocCaches = sizeof(kAllocSizes) / sizeof(kAllocSizes[0]);
+constexpr size_t kSmallMax = 1024;   // table step 8 up to here
+constexpr size_t kAllocMax = 16384;  // table step 1024 up to here
+kmem_cache_t* g_alloc_caches[kAllocCaches];
+
+// Size -> cache. Null until kmem_init: kmem_alloc then takes its large
+// path, which brings kmem up on first use (host) and retries.
+kmem_cache_t* g_small_table[kSmallMax / 8];     // (size - 1) >> 3
+kmem_cache_t* g_large_table[kAllocMax / 1024];  // (size - 1) >> 10
+
+inline kmem_cache_t* size_cache(size_t size) {
+  if (size - 1 < kSmallMax) return g_small_table[(size - 1) >> 3];
+  if (size - 1 < kAllocMax) return g_large_table[(size - 1) >> 10];
+  return nullptr;
+}
+
+// Sizes no size cache serves (before kmem_init on the host: every size).
+// *chunk (if chunk is not null) gets the bytes allocated.
+__attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk, uintptr_t caller) {
+  size_t unused;
+  if (!chunk) chunk = &unused;
+  *chunk = 0;
+  if (size == 0) return nullptr;
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {  // first use (host): bring kmem up
+    kmem_init();
+    if (kmem_cache_t* cp = size_cache(size)) {
+      *chunk = cp->chunk;
+      return cache_alloc(cp, kmflag);
+    }
+  }
+  void* p = segkmem_alloc_large(size, kmflag, caller);
+  if (p) *chunk = (size + kPageBytes - 1) & ~(kPageBytes - 1);
+  return p;
+}
+
+// kmem_alloc's body, untraced.
+__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_alloc(cp, kmflag);
+  return alloc_uncached(size, kmflag, nullptr, caller_of_api());  // inlined: kmem_alloc's caller
+}
+
+__attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1))
+    return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeKmalloc, size, caller);
+  size_t chunk;
+  void* p = alloc_uncached(size, kmflag, &chunk, caller);
+  mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
+  return p;
+}
+
+// kmem_free's body, untraced; caller for the reports.
+__attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {
+    report("kmem_free before any allocation", "kmem_alloc", buf, caller, size);
+    return;
+  }
+  if (size == 0) {
+    report("kmem_free with size 0", "kmem_alloc", buf, caller, size);
+    return;
+  }
+  segkmem_free_large(buf, size, caller);
+}
+
+__attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, mm::tracing::kTypeKmalloc, caller);
+  if (g_ready && size != 0) mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);  // else refused below
+  kmem_free_body(buf, size, caller);
+}
+
+}  // namespace
+
+void kmem_alloc_init() {
+  for (unsigned i = 0; i < kAllocCaches; i++) {
+    char name[kNameLen];
+    const char* prefix = "kmem_alloc_";
+    unsigned n = 0;
+    for (; prefix[n]; n++) name[n] = prefix[n];
+    uint32_t v = kAllocSizes[i];
+    char digits[8];
+    unsigned d = 0;
+    do {
+      digits[d++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v);
+    while (d) name[n++] = digits[--d];
+    name[n] = 0;
+    size_t align = kAllocSizes[i] >= 64 ? 64 : kAllocSizes[i] >= 16 ? 16 : 8;
+    if (kAllocSizes[i] % align) align = 8;
+    g_alloc_caches[i] = cache_create(name, kAllocSizes[i], align, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                     KMC_KMEM_ALLOC);
+  }
+  // Size tables: the smallest cache that fits.
+  unsigned c = 0;
+  for (size_t i = 0; i < kSmallMax / 8; i++) {
+    size_t size = (i + 1) * 8;
+    while (kAllocSizes[c] < size) c++;
+    g_small_table[i] = g_alloc_caches[c];
+  }
+  c = 0;
+  for (size_t i = 0; i < kAllocMax / 1024; i++) {
+    size_t size = (i + 1) * 1024;
+    while (kAllocSizes[c] < size) c++;
+    g_large_table[i] = g_alloc_caches[c];
+  }
+}
+
+kmem_cache_t* size_cache_of(size_t size) { return size_cache(size); }
+
+}  // namespace mm
+
+using namespace mm;
+
+void* kmem_alloc(size_t size, int kmflag) {
+  if (mm::tracing::on()) return kmem_alloc_traced(size, kmflag, caller_of_api());
+  return kmem_alloc_body(size, kmflag);
+}
+
+void* kmem_zalloc(size_t size, int kmflag) {
+  void* p;
+  if (mm::tracing::on()) {
+    p = kmem_alloc_traced(size, kmflag, caller_of_api());
+  } else {
+    p = kmem_alloc_body(size, kmflag);
+  }
+  if (p) __builtin_memset(p, 0, size);
+  return p;
+}
+
+void kmem_free(void* buf, size_t size) {
+  if (!buf) return;
+  if (mm::tracing::on()) return kmem_free_traced(buf, size, caller_of_api());
+  kmem_free_body(buf, size, caller_of_api());
+}

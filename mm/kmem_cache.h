@@ -1,0 +1,243 @@
+// kmem's internals: the cache structure and what kmem's layers call in one
+// another. Not a public header (that is mm/include/mm/kmem.h).
+//
+// Where each part of kmem lives:
+//   kmem.cpp              caches: creation, the cache list, destruction,
+//                         init, statistics, errors; the public cache entry
+//                         points
+//   kmem_fastpath.h       the magazine fast paths (inlined into the entry
+//                         points of kmem.cpp and kmem_alloc.cpp)
+//   kmem_magazine.cpp     magazines, the depot, the per-CPU slow paths,
+//                         working-set reaping and magazine resizing
+//   kmem_slab.cpp         the slab layer: layout, slabs, the off-slab hash,
+//                         the page index entries of slab pages
+//   kmem_consolidate.cpp  the consolidator (move callbacks)
+//   kmem_alloc.cpp        kmem_alloc's size classes and large allocations
+//   kmem_whatis.cpp       any address to its owner (kmem_whatis)
+#pragma once
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/platform.h>
+#include "assert.h"
+#include "lock.h"
+
+namespace mm {
+
+constexpr uint32_t kNone = ~0u;
+constexpr size_t kMinAlign = 8;
+constexpr unsigned kNameLen = 32;
+constexpr uint32_t kMaxChunks = 512;  // buffers per slab, at most
+
+// Relaxed single-copy-atomic access to words that one CPU writes and others
+// read without a lock (statistics, per-CPU counters): no ordering, no
+// tearing, the same instructions as a plain access.
+template <typename T>
+inline T ld_relaxed(const T& v) {
+  return __atomic_load_n(&v, __ATOMIC_RELAXED);
+}
+template <typename T>
+struct NonDeduced {
+  using type = T;
+};
+template <typename T>
+inline void st_relaxed(T& v, typename NonDeduced<T>::type x) {
+  __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+}
+
+struct Magazine {
+  Magazine* next;
+  uintptr_t cap;  // rounds it holds when full: the depot may hold old sizes after a resize
+  // slot[0] is always null; the rounds are slot[1..n]. With the sentinel,
+  // "is obj on top of the magazine?" needs no emptiness test: the free fast
+  // path uses it to catch an immediate double free.
+  void* slot[1];
+};
+
+// The per-CPU layer: touched only by its CPU, with interrupts masked.
+// Invariant: magsize is the capacity of `loaded`, or 0 when there is no
+// loaded magazine, so the fast paths never touch a missing magazine.
+// rounds, prounds, allocs and frees are read by kmem_cache_stats from
+// other CPUs: written with st_relaxed, read with ld_relaxed.
+struct alignas(64) CpuCache {
+  Magazine* loaded;
+  int32_t rounds;   // rounds in loaded
+  int32_t magsize;  // capacity of loaded; 0 when loaded is null
+  Magazine* prev;
+  int32_t prounds;  // rounds in prev
+  int32_t held;     // size of the magazines this CPU holds (0: none)
+  uintptr_t allocs;  // word-sized: a plain store on every arch (wraps on 32-bit)
+  uintptr_t frees;
+};
+
+struct MagList {
+  Magazine* head = nullptr;
+  uint64_t count = 0;
+  uint64_t min = 0;  // fewest held since the last working-set update
+};
+
+struct Slab;
+
+// One per buffer of an off-slab slab: found through the cache's hash.
+struct HashEnt {
+  HashEnt* next;
+  uintptr_t addr;
+  Slab* slab;
+  uint32_t link;  // next free index in this slab
+};
+
+enum SlabFlags : uint32_t { kSlabVictim = 1 };
+
+struct Slab {
+  kmem_cache_t* cache;  // first: the owner check on the free fast path reads it
+  Slab* next;
+  Slab* prev;
+  uintptr_t mem;        // start of the slab's memory (vmem address)
+  uintptr_t base;       // first buffer (mem + colour)
+  uint32_t chunks;
+  uint32_t refcnt;      // buffers out of the slab layer
+  uint32_t free_head;   // index of the first free buffer or kNone
+  uint32_t flags;
+  HashEnt* ents;        // off-slab only: one per buffer
+  uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
+};
+// On-slab slabs are one page with the header at its end: buffer -> slab is
+// a mask, the same for every on-slab cache.
+constexpr uintptr_t kOnSlabHeader = kPageBytes - sizeof(Slab);
+
+inline Slab* onslab_header(uintptr_t buf) {
+  return reinterpret_cast<Slab*>((buf & ~(uintptr_t{kPageBytes} - 1)) + kOnSlabHeader);
+}
+inline bool slab_buffer_free(const Slab* sp, uint32_t i) { return sp->freemap[i / 64] & (uint64_t{1} << (i % 64)); }
+
+// Slab lists: partial (some buffers free), full (none free), empty (all
+// free; kept until reaped or until the next slab-layer allocation).
+struct SlabList {
+  Slab* head = nullptr;
+  uint64_t count = 0;
+};
+
+// How the free fast path checks that a buffer belongs to the cache.
+enum OwnerCheck : uint32_t {
+  kOwnerOnSlab = 0,    // the slab header at the end of the buffer's page
+  kOwnerIndex = 1,     // the heap page index (segkmem_page_of) -> Slab
+  kOwnerNone = 2,      // memory that is no heap memory (integer arenas)
+};
+
+}  // namespace mm
+
+struct kmem_cache {
+  // --- hot: read on every free ------------------------------------------
+  uint32_t owner_check;    // mm::OwnerCheck
+  uint32_t flags;
+  // --- cold -------------------------------------------------------------
+  uint64_t chunk;
+  char name[mm::kNameLen];
+  char arena_name[mm::kNameLen];
+  uint64_t bufsize, align;
+  int (*ctor)(void*, void*, int);
+  void (*dtor)(void*, void*);
+  void (*reclaim)(void*);
+  kmem_cbrc_t (*move)(void*, void*, size_t, void*);  // written and read with __atomic (set at any time)
+  void* priv;
+  vmem_t* arena;
+  bool offslab;
+
+  // The cache list (g_caches_lock in kmem.cpp).
+  kmem_cache* list_next;
+  kmem_cache* list_prev;
+  uint32_t refs;  // walkers holding this cache (cache_next)
+  bool dead;      // destroyed: freed when the last walker lets go
+
+  // Slab layer (slab_lock).
+  mm::plat::Lock slab_lock;
+  uint64_t slab_size;
+  uint32_t objs_per_slab;
+  uint32_t color, color_max;
+  uint64_t header_bytes;   // off-slab header size
+  mm::SlabList partial, full, empty;
+  mm::HashEnt** hash;
+  uint64_t hash_buckets, hash_count, hash_rescales;
+  uint64_t buf_total, buf_slab_inuse;
+  uint64_t slab_creates, slab_destroys, alloc_fail, ctor_fail;
+  uint64_t slab_allocs, slab_frees;
+  uint64_t moves[5];
+  uint64_t reaps;
+  uint64_t move_notify;
+
+  // Depot (depot_lock).
+  mm::plat::Lock depot_lock;
+  unsigned magtype;        // index into the magazine types; read unlocked with ld_relaxed
+  mm::MagList full_mags, empty_mags;
+  uint64_t depot_contention, depot_contention_last;
+  // Batches of magazines taken off this cache (depot or a CPU) by a reaper
+  // and not yet destroyed: incremented under depot_lock, decremented with
+  // release once the batch's buffers are back in the slab layer.
+  // kmem_cache_destroy waits (acquire) for zero before it counts live
+  // objects.
+  uint32_t inflight;
+
+  mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
+};
+
+namespace mm {
+
+// --- kmem.cpp -------------------------------------------------------------
+kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (*ctor)(void*, void*, int),
+                           void (*dtor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
+                           int cflags);
+void report(const char* kind, const char* where, const void* addr, uintptr_t caller, uint64_t detail = 0);
+inline uintptr_t caller_of_api() {
+  return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
+}
+extern bool g_ready;
+// The cache list, walked with a reference on the current cache: the cache
+// after prev (the first when prev is null) with a reference held, prev's
+// reference dropped; nullptr at the end. Destroyed caches are skipped. A
+// walker may do anything with the cache it holds, destroy it included.
+kmem_cache_t* cache_next(kmem_cache_t* prev);
+void cache_put(kmem_cache_t* cp);
+template <typename F>
+void for_each_cache(F&& f) {
+  for (kmem_cache_t* cp = cache_next(nullptr); cp; cp = cache_next(cp)) f(cp);
+}
+// Pages of kmem's own bookkeeping (cache structures, hash tables).
+void* meta_alloc(unsigned order, int kmflag);
+void meta_free(void* p, unsigned order);
+
+// --- kmem_slab.cpp --------------------------------------------------------
+void cache_layout(kmem_cache_t* cp, size_t quantum);
+void* slab_alloc(kmem_cache_t* cp, int kmflag);
+void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller);
+Slab* slab_lookup(kmem_cache_t* cp, uintptr_t buf, uint32_t& index);
+unsigned slab_reap(kmem_cache_t* cp);
+void slab_reap_all();
+// The slab that owns addr, through the heap page index: any address inside
+// a slab's memory, for caches whose slabs are heap pages; nullptr if none.
+Slab* slab_of_heap_address(uintptr_t addr);
+
+// --- kmem_magazine.cpp ----------------------------------------------------
+void magazine_init();
+unsigned initial_magtype(size_t chunk);
+uint32_t magtype_rounds(unsigned magtype);
+void* alloc_slow(kmem_cache_t* cp, int kmflag);
+void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void depot_reap(kmem_cache_t* cp, bool all);
+bool depot_evict(kmem_cache_t* cp, void* obj);
+void magazine_resize_check(kmem_cache_t* cp);
+// Empties cp's magazines of CPU slot `cpu` (the calling CPU's, or any when
+// the cache is no longer used: destroy): they are detached with interrupts
+// masked and destroyed (destructors run) with interrupts as the caller had
+// them.
+void cpu_flush(kmem_cache_t* cp, unsigned cpu);
+void flush_this_cpu(void*);
+void reap_local();
+void run_reclaim_callbacks();
+
+// --- kmem_consolidate.cpp -------------------------------------------------
+void move_cache(kmem_cache_t* cp);
+
+// --- kmem_alloc.cpp -------------------------------------------------------
+void kmem_alloc_init();
+kmem_cache_t* size_cache_of(size_t size);
+
+}  // namespace mm

@@ -1,0 +1,120 @@
+// kmem's magazine fast paths, inlined into the public entry points of
+// kmem.cpp (kmem_cache_alloc/free) and kmem_alloc.cpp (kmem_alloc/free).
+//
+// 1. Allocation pops the CPU's loaded magazine; free pushes onto it. Both run
+//    with interrupts masked (the per-CPU state is touched only by its CPU)
+//    and take no lock; anything else (an empty or full magazine, a missing
+//    one) is a noinline slow path in kmem_magazine.cpp.
+// 2. The free checks, before it touches the magazine, that the buffer
+//    belongs to the cache (OwnerCheck): for on-slab caches the slab header
+//    at the end of the buffer's page names its cache (a mask and a load);
+//    for off-slab caches the heap page index names the slab, which names
+//    the cache. A wrong cache, a wrong kmem_free size and a pointer into no
+//    slab of this cache are refused there, with a report. A free of the
+//    buffer on top of the loaded magazine (an immediate double free) is
+//    refused too (the magazine's slot[0] sentinel makes it one compare).
+// 3. Nothing else is checked here: a double free of a buffer deeper in a
+//    magazine, and an interior pointer into a buffer of the right cache,
+//    are caught when the buffer reaches the slab layer (kmem_theory in
+//    kmem.cpp says why, with the measurements).
+// 4. kmemtrace: the traced copies (kTraced) record inside the masked region
+//    on the magazine path (trace/record.h: no second masking, no call).
+#pragma once
+#include <trace/record.h>
+#include "heap_index.h"
+#include "kmem_cache.h"
+#include "trace_hooks.h"
+
+namespace mm {
+
+// Cold paths, out of line. The untraced entry points tail-call them, so
+// their own return address is the entry point's caller: caller 0 means
+// "take your own".
+void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
+
+// Off-slab caches: does the heap page index say obj is in a slab of cp?
+// (A mismatch is reported by free_bad_owner.) A heap page's owner is its
+// Slab when kPageSlab is set and null otherwise, so the flag need not be
+// read. The loads are relaxed: a legitimate free got its buffer through
+// the allocator, which ordered the index entries (written before the page
+// reached vmem) and the slab's owner fields (written before the slab's
+// first buffer left the slab layer) before it; a stray pointer racing a
+// leaf's publication reads through a pointer it just loaded, an address
+// dependency that orders the loads on every arch we run on.
+__attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp, const void* obj) {
+  uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
+  if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
+  Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_RELAXED);
+  if (__builtin_expect(!leaf, 0)) return false;
+  Page* p = __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
+  if (__builtin_expect(!p, 0)) return false;
+  auto* sp = static_cast<const Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));
+  return sp && sp->cache == cp;
+}
+
+// The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
+// untraced, and traced (kTraced) from their out-of-line traced copies:
+// then it records the event (type, requested, caller) as well, inside the
+// masked region on the magazine path, after the fact on the slow path.
+template <bool kTraced = false>
+__attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag, uint8_t type = 0,
+                                                        size_t requested = 0, uintptr_t caller = 0) {
+  auto s = plat::irq_save();
+  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+  int32_t r = cc->rounds;
+  if (__builtin_expect(r > 0, 1)) {
+    void* obj = cc->loaded->slot[r];
+    st_relaxed(cc->rounds, r - 1);
+    st_relaxed(cc->allocs, cc->allocs + 1);
+    if constexpr (kTraced)
+      kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
+                                      requested, cp->chunk, static_cast<uint32_t>(kmflag));
+    plat::irq_restore(s);
+    return obj;
+  }
+  plat::irq_restore(s);
+  if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller);
+  return alloc_slow(cp, kmflag);
+}
+
+// The magazine layer's free. Always inlined into the public entry points:
+// the cold paths' tail calls then still return to their caller. kTraced:
+// record the free (type, caller) inside the masked region, before the
+// object can be handed out again. A free refused on the magazine path
+// (wrong owner, freed twice in a row) records nothing; one refused by the
+// slab layer has been recorded.
+template <bool kTraced = false>
+__attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
+                                                      uintptr_t caller = 0) {
+  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
+    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
+  } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
+    return free_bad_owner(cp, obj, caller);
+  }
+  auto s = plat::irq_save();
+  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+  int32_t r = cc->rounds;
+  if (__builtin_expect(r < cc->magsize, 1)) {
+    Magazine* m = cc->loaded;
+    if (__builtin_expect(m->slot[r] == obj, 0)) {  // freed twice in a row
+      plat::irq_restore(s);
+      return free_twice(cp, obj, caller);
+    }
+    if constexpr (kTraced)
+      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+    m->slot[r + 1] = obj;
+    st_relaxed(cc->rounds, r + 1);
+    st_relaxed(cc->frees, cc->frees + 1);
+    plat::irq_restore(s);
+    return;
+  }
+  if constexpr (kTraced)
+    kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+  plat::irq_restore(s);
+  return free_slow_entry(cp, obj, caller);
+}
+
+}  // namespace mm

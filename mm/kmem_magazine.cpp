@@ -1,0 +1,462 @@
+// kmem's magazine layer: per-CPU magazines, the depot, reaping.
+//
+// 1. A magazine is a stack of constructed buffers (Bonwick & Adams 2001).
+//    Each CPU holds a loaded and a previous magazine per cache (CpuCache);
+//    the fast paths (kmem_fastpath.h) pop and push the loaded one. The
+//    previous one is always either full or empty, so one swap turns a miss
+//    into a hit with no lock. When both are exhausted (alloc) or full (free)
+//    the CPU trades the previous one with the depot: a full one for an empty
+//    one or the reverse, under the depot lock. No full magazine in the depot:
+//    the allocation goes to the slab layer. No empty one: a new magazine is
+//    allocated (KM_NOSLEEP) or the free goes to the slab layer.
+// 2. Magazine types. Sizes come from a ladder (1, 3, 7, ... 143 rounds), each
+//    type a KMC_NOMAGAZINE cache of its own. A cache starts at a size that
+//    suits its chunk. When the depot lock was found taken at least 4 times
+//    since the last reap (Guard's contention count), the reap moves the cache
+//    to the next type and empties the depot of old-size magazines; each CPU
+//    flushes its own old-size magazines at its next slow path (held != want).
+// 3. Working set (Bonwick & Adams 3.6). Each depot list remembers the fewest
+//    magazines it held since the last reap (min): that many were never
+//    needed. kmem_reap(false), every 15 s in the kernel, frees exactly that
+//    many of each list and starts a new interval; kmem_reap(true) and the
+//    memory-pressure reaper (reap_local) free the whole depot, and
+//    kmem_reap(true) first has every CPU flush its own magazines
+//    (plat::on_each_cpu).
+// 4. Interrupts and locks. The per-CPU state is touched only by its CPU
+//    with interrupts masked, or by kmem_cache_destroy for a cache nobody
+//    uses any more. Destroying a magazine runs destructors, slab frees, vmem
+//    frees and heap unmaps (on riscv64 a TLB shootdown that may wait): so
+//    magazines are first detached with interrupts masked (cpu_detach, under
+//    the depot lock when flushing, so that a CPU's own flush and destroy's
+//    flush of that CPU never overlap) and destroyed after interrupts are
+//    restored. The depot lock is never held while calling anything outside
+//    this file; no lock at all is held while reclaim callbacks run, so a
+//    callback may do anything, destroy a cache included.
+// 5. Reapers do not exclude one another: every step takes the per-cache
+//    locks it needs, and the cache list is walked with references
+//    (for_each_cache). Only the memory-pressure reaper is one at a time
+//    (g_reaping): others short of memory wait for its result instead.
+#include <mm/segkmem.h>
+#include <mm/vmem.h>
+#include "kmem_cache.h"
+
+namespace mm {
+namespace {
+
+struct MagType {
+  uint32_t rounds;
+  uint32_t max_chunk;  // start caches with chunks up to this size here
+  kmem_cache_t* cache;
+};
+MagType g_magtypes[] = {{1, 0, nullptr},  {3, 0, nullptr},  {7, 16384, nullptr}, {15, 4096, nullptr},
+                        {31, 512, nullptr}, {47, 0, nullptr}, {63, 0, nullptr},   {95, 0, nullptr},
+                        {143, 0, nullptr}};
+constexpr unsigned kMagTypes = sizeof(g_magtypes) / sizeof(g_magtypes[0]);
+constexpr uint64_t kResizeContention = 4;  // contended depot locks per interval that grow the magazines
+
+uintptr_t g_reaping;  // word-sized (no sub-word atomics on riscv64); reap_local is running (exchanged with acquire, cleared with release)
+
+int mag_rounds(const kmem_cache_t* cp) { return static_cast<int>(g_magtypes[ld_relaxed(cp->magtype)].rounds); }
+
+unsigned magtype_of(uintptr_t cap) {
+  for (unsigned i = 0; i < kMagTypes; i++)
+    if (g_magtypes[i].rounds == cap) return i;
+  plat::fatal("kmem: magazine of unknown capacity %lu", static_cast<unsigned long>(cap));
+}
+
+// Destroys a magazine holding n constructed rounds: destructs them, returns
+// them to the slab layer, frees the magazine to its own magazine cache (its
+// capacity says which).
+void magazine_destroy(kmem_cache_t* cp, Magazine* m, uintptr_t n) {
+  MM_ASSERT(n <= m->cap);
+  for (uintptr_t i = 1; i <= n; i++) slab_free(cp, m->slot[i], true, 0);
+  kmem_cache_free(g_magtypes[magtype_of(m->cap)].cache, m);
+}
+
+Magazine* maglist_pop(MagList& l) {
+  Magazine* m = l.head;
+  if (!m) return nullptr;
+  l.head = m->next;
+  if (--l.count < l.min) l.min = l.count;
+  return m;
+}
+
+void maglist_push(MagList& l, Magazine* m) {
+  m->next = l.head;
+  l.head = m;
+  l.count++;
+}
+
+// Takes up to n magazines off l, chained through next (depot lock held).
+Magazine* maglist_take(MagList& l, uint64_t n) {
+  Magazine* chain = nullptr;
+  while (n--) {
+    Magazine* m = maglist_pop(l);
+    if (!m) break;
+    m->next = chain;
+    chain = m;
+  }
+  return chain;
+}
+
+// A CPU's magazines, detached from it to be destroyed with interrupts on.
+struct Detached {
+  Magazine* loaded = nullptr;
+  int32_t rounds = 0;
+  Magazine* prev = nullptr;
+  int32_t prounds = 0;
+};
+
+// Interrupts masked; the CPU's own slot, or any slot of an unused cache.
+Detached cpu_detach(CpuCache* cc) {
+  Detached d{cc->loaded, cc->rounds, cc->prev, cc->prounds};
+  cc->loaded = cc->prev = nullptr;
+  st_relaxed(cc->rounds, int32_t{0});
+  st_relaxed(cc->prounds, int32_t{0});
+  cc->magsize = 0;
+  cc->held = 0;
+  return d;
+}
+
+void destroy_detached(kmem_cache_t* cp, const Detached& d) {
+  if (d.loaded) magazine_destroy(cp, d.loaded, static_cast<uintptr_t>(d.rounds));
+  if (d.prev) magazine_destroy(cp, d.prev, static_cast<uintptr_t>(d.prounds));
+}
+
+// What a slow path leaves to do once interrupts are back on.
+struct Leftover {
+  Detached stale;             // this CPU's magazines of an old size
+  Magazine* old = nullptr;    // a depot magazine of an old size
+  uintptr_t old_rounds = 0;
+  void run(kmem_cache_t* cp) {
+    destroy_detached(cp, stale);
+    if (old) magazine_destroy(cp, old, old_rounds);
+  }
+};
+
+// The allocation slow path's magazine part (interrupts masked): refills the
+// loaded magazine from the previous one or the depot and pops. nullptr with
+// *to_slab: go to the slab layer; nullptr without: do `left`, then retry.
+void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_slab) {
+  const int want = mag_rounds(cp);
+  if (cc->held && cc->held != want) {  // the magazine size changed
+    left.stale = cpu_detach(cc);
+    return nullptr;
+  }
+  cc->held = want;
+  for (;;) {
+    MM_DEBUG_ASSERT(cc->prounds == 0 || cc->prounds == want);  // prev is empty or full
+    if (cc->rounds > 0) {
+      void* obj = cc->loaded->slot[cc->rounds];
+      st_relaxed(cc->rounds, cc->rounds - 1);
+      st_relaxed(cc->allocs, cc->allocs + 1);
+      return obj;
+    }
+    if (cc->prounds > 0) {  // swap loaded and previous
+      Magazine* m = cc->loaded;
+      int32_t r = cc->rounds;
+      cc->loaded = cc->prev;
+      st_relaxed(cc->rounds, cc->prounds);
+      cc->prev = m;
+      st_relaxed(cc->prounds, r);
+      cc->magsize = want;
+      continue;
+    }
+    // Both empty: trade the previous (empty) one for a full one.
+    Guard<NoIrqSave> g(cp->depot_lock, &cp->depot_contention);
+    Magazine* full = maglist_pop(cp->full_mags);
+    if (!full) {
+      g.unlock();
+      st_relaxed(cc->allocs, cc->allocs + 1);
+      *to_slab = true;
+      return nullptr;
+    }
+    if (full->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+      left.old = full;
+      left.old_rounds = full->cap;
+      return nullptr;
+    }
+    if (cc->prev) maglist_push(cp->empty_mags, cc->prev);
+    g.unlock();
+    cc->prev = cc->loaded;
+    st_relaxed(cc->prounds, int32_t{0});
+    cc->loaded = full;
+    st_relaxed(cc->rounds, want);
+    cc->magsize = want;
+  }
+}
+
+enum class FreeStep { kDone, kRetry, kNeedMagazine, kToSlab };
+
+// The free slow path's magazine part (interrupts masked): makes room in the
+// loaded magazine (swap, or trade the full previous one for an empty one
+// from the depot) and pushes obj.
+FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj, Leftover& left) {
+  const int want = mag_rounds(cp);
+  if (cc->held && cc->held != want) {  // the magazine size changed
+    left.stale = cpu_detach(cc);
+    return FreeStep::kRetry;
+  }
+  cc->held = want;
+  for (;;) {
+    MM_DEBUG_ASSERT(cc->prounds == 0 || cc->prounds == want);
+    if (cc->loaded && cc->rounds < cc->magsize) {
+      cc->loaded->slot[cc->rounds + 1] = obj;
+      st_relaxed(cc->rounds, cc->rounds + 1);
+      st_relaxed(cc->frees, cc->frees + 1);
+      return FreeStep::kDone;
+    }
+    if (cc->prev && cc->prounds == 0) {  // swap with the empty previous
+      Magazine* m = cc->loaded;
+      int32_t r = cc->rounds;
+      cc->loaded = cc->prev;
+      st_relaxed(cc->rounds, int32_t{0});
+      cc->prev = m;
+      st_relaxed(cc->prounds, r);
+      cc->magsize = want;
+      continue;
+    }
+    // Trade the previous (full) one for an empty one.
+    Guard<NoIrqSave> g(cp->depot_lock, &cp->depot_contention);
+    Magazine* empty = maglist_pop(cp->empty_mags);
+    if (!empty) return FreeStep::kNeedMagazine;
+    if (empty->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+      left.old = empty;
+      return FreeStep::kRetry;
+    }
+    if (cc->prev) maglist_push(cp->full_mags, cc->prev);
+    g.unlock();
+    cc->prev = cc->loaded;
+    st_relaxed(cc->prounds, cc->loaded ? cc->rounds : int32_t{0});
+    cc->loaded = empty;
+    st_relaxed(cc->rounds, int32_t{0});
+    cc->magsize = want;
+  }
+}
+
+}  // namespace
+
+void magazine_init() {
+  for (auto& mt : g_magtypes) {
+    char name[kNameLen];
+    unsigned n = 0;
+    const char* prefix = "kmem_magazine_";
+    for (; prefix[n]; n++) name[n] = prefix[n];
+    uint32_t r = mt.rounds;
+    char digits[8];
+    unsigned d = 0;
+    do {
+      digits[d++] = static_cast<char>('0' + r % 10);
+      r /= 10;
+    } while (r);
+    while (d) name[n++] = digits[--d];
+    name[n] = 0;
+    mt.cache = cache_create(name, sizeof(Magazine) + mt.rounds * sizeof(void*), 64, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, KMC_NOMAGAZINE);
+  }
+}
+
+unsigned initial_magtype(size_t chunk) {
+  unsigned best = 0;
+  for (unsigned i = 0; i < kMagTypes; i++)
+    if (g_magtypes[i].max_chunk && chunk <= g_magtypes[i].max_chunk) best = i;
+  return best;
+}
+
+uint32_t magtype_rounds(unsigned magtype) { return g_magtypes[magtype].rounds; }
+
+// Slow path of kmem_cache_alloc: the loaded magazine is empty.
+__attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
+  for (;;) {
+    Leftover left;
+    bool to_slab = false;
+    void* obj = nullptr;
+    {
+      auto s = plat::irq_save();
+      CpuCache* cc = &cp->cpu[plat::cpu_id()];
+      if (cp->flags & KMC_NOMAGAZINE) {
+        st_relaxed(cc->allocs, cc->allocs + 1);
+        to_slab = true;
+      } else {
+        obj = reload_and_pop(cp, cc, left, &to_slab);
+      }
+      plat::irq_restore(s);
+    }
+    left.run(cp);
+    if (obj) return obj;
+    if (to_slab) return slab_alloc(cp, kmflag);
+  }
+}
+
+// Slow path of kmem_cache_free: the loaded magazine is full (or absent).
+__attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  for (;;) {
+    Leftover left;
+    FreeStep step;
+    unsigned mt = 0;
+    {
+      auto s = plat::irq_save();
+      CpuCache* cc = &cp->cpu[plat::cpu_id()];
+      if (cp->flags & KMC_NOMAGAZINE) {
+        st_relaxed(cc->frees, cc->frees + 1);
+        step = FreeStep::kToSlab;
+      } else {
+        step = reload_and_push(cp, cc, obj, left);
+        mt = ld_relaxed(cp->magtype);
+      }
+      plat::irq_restore(s);
+    }
+    left.run(cp);
+    if (step == FreeStep::kDone) return;
+    if (step == FreeStep::kNeedMagazine) {
+      // No empty magazine in the depot: make one (without blocking).
+      auto* m = static_cast<Magazine*>(kmem_cache_alloc(g_magtypes[mt].cache, KM_NOSLEEP));
+      if (m) {
+        m->slot[0] = nullptr;
+        m->cap = g_magtypes[mt].rounds;
+        {
+          Guard<> g(cp->depot_lock, &cp->depot_contention);
+          if (ld_relaxed(cp->magtype) == mt) {
+            maglist_push(cp->empty_mags, m);
+            m = nullptr;
+          }
+        }
+        if (m) kmem_cache_free(g_magtypes[mt].cache, m);  // resized meanwhile: start over
+        continue;
+      }
+      auto s = plat::irq_save();
+      CpuCache* cc = &cp->cpu[plat::cpu_id()];
+      st_relaxed(cc->frees, cc->frees + 1);
+      plat::irq_restore(s);
+      step = FreeStep::kToSlab;
+    }
+    if (step == FreeStep::kToSlab) return slab_free(cp, obj, true, caller);
+  }
+}
+
+void cpu_flush(kmem_cache_t* cp, unsigned cpu) {
+  if (cp->flags & KMC_NOMAGAZINE) return;
+  Detached d;
+  {
+    Guard<> g(cp->depot_lock);
+    d = cpu_detach(&cp->cpu[cpu]);
+    if (!d.loaded && !d.prev) return;
+    __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // under depot_lock: destroy takes it before it waits
+  }
+  destroy_detached(cp, d);
+  __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
+}
+
+void flush_this_cpu(void*) {
+  unsigned cpu = plat::cpu_slot();
+  if (cpu >= plat::kMaxCpus) return;  // a host thread that never allocated
+  for_each_cache([cpu](kmem_cache_t* cp) { cpu_flush(cp, cpu); });
+}
+
+// Frees the depot magazines the working set did not use since the last
+// reap (all of them with `all`), and starts a new interval. The fewest
+// magazines a list held over the interval (min) were never needed: exactly
+// that many go, taken in one critical section, then destroyed without it.
+void depot_reap(kmem_cache_t* cp, bool all) {
+  Magazine* fulls;
+  Magazine* empties;
+  {
+    Guard<> g(cp->depot_lock);
+    fulls = maglist_take(cp->full_mags, all ? cp->full_mags.count : cp->full_mags.min);
+    empties = maglist_take(cp->empty_mags, all ? cp->empty_mags.count : cp->empty_mags.min);
+    cp->full_mags.min = cp->full_mags.count;
+    cp->empty_mags.min = cp->empty_mags.count;
+    if (fulls || empties) __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);
+  }
+  __atomic_fetch_add(&cp->reaps, uint64_t{1}, __ATOMIC_RELAXED);
+  if (!fulls && !empties) return;
+  while (fulls) {
+    Magazine* m = fulls;
+    fulls = m->next;
+    magazine_destroy(cp, m, m->cap);
+  }
+  while (empties) {
+    Magazine* m = empties;
+    empties = m->next;
+    magazine_destroy(cp, m, 0);
+  }
+  __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
+}
+
+// Grows the magazine size when the depot lock was contended since the last
+// reap: the magazines of the old size leave the depot now, and each CPU's
+// at its next slow path.
+void magazine_resize_check(kmem_cache_t* cp) {
+  if (cp->flags & KMC_NOMAGAZINE) return;
+  bool grew = false;
+  {
+    Guard<> g(cp->depot_lock);
+    uint64_t delta = cp->depot_contention - cp->depot_contention_last;
+    cp->depot_contention_last = cp->depot_contention;
+    if (delta >= kResizeContention && cp->magtype + 1 < kMagTypes) {
+      st_relaxed(cp->magtype, cp->magtype + 1);
+      grew = true;
+    }
+  }
+  if (grew) depot_reap(cp, true);
+}
+
+// Pulls obj out of a full depot magazine, if one holds it, freeing that
+// magazine's rounds to the slab layer. Returns true if found.
+bool depot_evict(kmem_cache_t* cp, void* obj) {
+  Magazine* found = nullptr;
+  {
+    Guard<> g(cp->depot_lock);
+    Magazine** pp = &cp->full_mags.head;
+    for (; *pp; pp = &(*pp)->next) {
+      bool hit = false;
+      for (uintptr_t r = 1; r <= (*pp)->cap && !hit; r++) hit = (*pp)->slot[r] == obj;
+      if (hit) break;
+    }
+    found = *pp;
+    if (!found) return false;
+    *pp = found->next;
+    cp->full_mags.count--;
+    if (cp->full_mags.min > cp->full_mags.count) cp->full_mags.min = cp->full_mags.count;
+    __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // under depot_lock: destroy takes it before it waits
+  }
+  magazine_destroy(cp, found, found->cap);
+  __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
+  return true;
+}
+
+// Each cache with a reclaim callback is asked to give memory back. No lock
+// is held: a callback may allocate, free, create or destroy caches.
+void run_reclaim_callbacks() {
+  for_each_cache([](kmem_cache_t* cp) {
+    if (cp->reclaim) cp->reclaim(cp->priv);
+  });
+}
+
+// Memory is short and this CPU cannot wait for others: flush its own
+// magazines, empty every depot and give empty slabs back. If another CPU
+// is already doing this, leave it to that one.
+void reap_local() {
+  if (__atomic_exchange_n(&g_reaping, uintptr_t{1}, __ATOMIC_ACQUIRE)) return;
+  run_reclaim_callbacks();
+  flush_this_cpu(nullptr);
+  for_each_cache([](kmem_cache_t* cp) { depot_reap(cp, true); });
+  slab_reap_all();
+  __atomic_store_n(&g_reaping, uintptr_t{0}, __ATOMIC_RELEASE);
+  segkmem_flush();
+}
+
+void kmem_reap(bool all) {
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;
+  run_reclaim_callbacks();
+  if (all) plat::on_each_cpu(flush_this_cpu, nullptr);
+  for_each_cache([all](kmem_cache_t* cp) {
+    if (!all) magazine_resize_check(cp);
+    depot_reap(cp, all);
+  });
+  slab_reap_all();
+  vmem_qcache_reap();
+  segkmem_flush();
+}
+
+}  // namespace mm

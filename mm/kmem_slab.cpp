@@ -1,0 +1,458 @@
+// kmem's slab layer: where buffers come from and go back to.
+//
+// 1. A slab is a run of memory from the cache's vmem arena carved into
+//    buffers of the cache's chunk size. Buffers in the slab layer are NOT
+//    constructed: the constructor runs when a buffer leaves it (slab_alloc),
+//    the destructor when it comes back (slab_free of a constructed buffer).
+// 2. Layout (cache_layout). Small buffers (chunk <= page/8, memory we may
+//    write to) live in one-page slabs with the Slab header at the end of the
+//    page: buffer -> slab is a mask, and the free list is threaded through
+//    the free buffers themselves. Other caches (large buffers, KMC_NOTOUCH,
+//    vmem quantum caches over integer arenas) keep the header off-slab, with
+//    one HashEnt per buffer, and a per-cache hash finds buffer -> slab. Off-
+//    slab headers come from the kmem_alloc size caches' slab layer directly
+//    (not through magazines), so a reap that destroys slabs leaves no headers
+//    cached behind it.
+// 3. Every slab has a bitmap of the buffers free in the slab layer, so a
+//    double free reaching the slab layer, or a pointer that is not a buffer
+//    boundary, is caught here.
+// 4. Colouring: successive slabs start their buffers at offsets 0, align,
+//    2*align, ... within the slab's slack, to spread buffers over cache lines.
+// 5. The page index. Every heap page of a slab has kPageSlab set in its page
+//    descriptor and owner = the Slab, for on-slab and off-slab caches alike;
+//    both are set before the slab's first buffer is handed out and cleared
+//    when the slab is destroyed. With segkmem's heap index (heap address ->
+//    page descriptor in O(1)), any address inside a slab finds the slab, its
+//    cache and the buffer index in constant time: the free fast path of off-
+//    slab caches checks ownership this way, kmem_whatis answers with it.
+// 6. Empty slabs: one is kept per cache to absorb churn at the slab boundary
+//    (and any the consolidator is emptying); the rest go back to vmem at once.
+//    slab_reap destroys the kept ones.
+// 7. Locking: slab_lock (interrupts masked) guards the slab lists, the hash,
+//    the colour and the counters. It is never held while calling a
+//    constructor or destructor, vmem, or another cache (including the size
+//    cache an off-slab header comes from); slab_create and slab_destroy run
+//    without it.
+#include <mm/segkmem.h>
+#include <mm/vmem.h>
+#include "heap_index.h"
+#include "kmem_cache.h"
+
+namespace mm {
+namespace {
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t freemap_words(uint32_t chunks) { return (chunks + 63) / 64; }
+
+void list_insert(SlabList& l, Slab* sp) {
+  sp->prev = nullptr;
+  sp->next = l.head;
+  if (l.head) l.head->prev = sp;
+  l.head = sp;
+  l.count++;
+}
+
+void list_remove(SlabList& l, Slab* sp) {
+  if (sp->prev) sp->prev->next = sp->next;
+  else l.head = sp->next;
+  if (sp->next) sp->next->prev = sp->prev;
+  sp->next = sp->prev = nullptr;
+  l.count--;
+}
+
+size_t hash_index(const kmem_cache_t* cp, uintptr_t addr) {
+  uint64_t h = static_cast<uint64_t>(addr) / cp->chunk;
+  h ^= h >> 17;
+  return static_cast<size_t>(h & (cp->hash_buckets - 1));
+}
+
+unsigned order_for(size_t bytes) {
+  unsigned order = 0;
+  while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
+  return order;
+}
+
+// Grows the off-slab hash when it averages more than 2 entries per bucket.
+// Called without slab_lock; takes it.
+void hash_maybe_grow(kmem_cache_t* cp) {
+  uint64_t want;
+  {
+    Guard<> g(cp->slab_lock);
+    want = cp->hash_count > 2 * cp->hash_buckets ? cp->hash_buckets * 4 : 0;
+  }
+  if (!want) return;
+  size_t bytes = want * sizeof(HashEnt*);
+  unsigned order = order_for(bytes);
+  if ((kPageBytes << order) < bytes) return;
+  auto** nb = static_cast<HashEnt**>(meta_alloc(order, KM_NOSLEEP));
+  if (!nb) return;
+  __builtin_memset(nb, 0, kPageBytes << order);
+  want = (kPageBytes << order) / sizeof(HashEnt*);
+  HashEnt** old;
+  uint64_t old_buckets;
+  {
+    Guard<> g(cp->slab_lock);
+    old = cp->hash;
+    old_buckets = cp->hash_buckets;
+    cp->hash = nb;
+    cp->hash_buckets = want;
+    for (uint64_t i = 0; i < old_buckets; i++) {
+      for (HashEnt* e = old[i]; e;) {
+        HashEnt* n = e->next;
+        size_t j = hash_index(cp, e->addr);
+        e->next = nb[j];
+        nb[j] = e;
+        e = n;
+      }
+    }
+    cp->hash_rescales++;
+  }
+  meta_free(old, order_for(old_buckets * sizeof(HashEnt*)));
+}
+
+void* header_alloc(size_t size, int kmflag) {
+  kmem_cache_t* hc = size_cache_of(size);
+  if (hc) return slab_alloc(hc, kmflag | KM_NOSLEEP);
+  return segkmem_alloc_large(size, kmflag | KM_NOSLEEP, 0);
+}
+
+void header_free(void* p, size_t size) {
+  kmem_cache_t* hc = size_cache_of(size);
+  if (hc) slab_free(hc, p, true, 0);
+  else segkmem_free_large(p, size, 0);
+}
+
+// Marks (or, with sp null, unmarks) the heap pages of a slab's memory in
+// the page index. Pages of integer arenas have no descriptor: nothing to do.
+void mark_slab_pages(kmem_cache_t* cp, uintptr_t mem, Slab* sp) {
+  if (cp->owner_check == kOwnerNone) return;
+  for (uintptr_t va = mem; va < mem + cp->slab_size; va += kPageBytes) {
+    Page* p = segkmem_page_of(va);
+    if (!p) continue;
+    // Readers without the slab lock (whatis, the free fast path of another
+    // CPU given a stray pointer) see either state whole: owner before the
+    // flag when marking, the flag before owner when clearing.
+    if (sp) {
+      __atomic_store_n(&p->owner, static_cast<void*>(sp), __ATOMIC_RELAXED);
+      __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags | kPageSlab), __ATOMIC_RELEASE);
+    } else {
+      __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags & ~kPageSlab), __ATOMIC_RELAXED);
+      __atomic_store_n(&p->owner, static_cast<void*>(nullptr), __ATOMIC_RELAXED);
+    }
+  }
+}
+
+// Creates a slab (no lock held: it calls vmem and the header cache).
+// Returns it ready to insert, all buffers free.
+Slab* slab_create(kmem_cache_t* cp, int kmflag) {
+  int vmflag = (kmflag & KM_VMFLAGS) | VM_NOSLEEP;  // KM_SLEEP waits in the caller
+  size_t align = cp->offslab ? cp->align : cp->slab_size;
+  void* mem = vmem_xalloc(cp->arena, cp->slab_size, align, 0, 0, nullptr, nullptr, vmflag);
+  if (!mem) return nullptr;
+  Slab* sp;
+  if (cp->offslab) {
+    sp = static_cast<Slab*>(header_alloc(cp->header_bytes, kmflag));
+    if (!sp) {
+      vmem_xfree(cp->arena, mem, cp->slab_size);
+      return nullptr;
+    }
+  } else {
+    sp = onslab_header(reinterpret_cast<uintptr_t>(mem));
+  }
+  uint32_t color;
+  {
+    Guard<> g(cp->slab_lock);
+    color = cp->color;
+    cp->color = cp->color + cp->align > cp->color_max ? 0 : cp->color + static_cast<uint32_t>(cp->align);
+  }
+  sp->cache = cp;
+  sp->next = sp->prev = nullptr;
+  sp->mem = reinterpret_cast<uintptr_t>(mem);
+  sp->base = sp->mem + color;
+  sp->chunks = cp->objs_per_slab;
+  sp->refcnt = 0;
+  sp->flags = 0;
+  size_t words = freemap_words(sp->chunks);
+  for (size_t w = 0; w < words; w++) sp->freemap[w] = ~uint64_t{0};
+  if (sp->chunks % 64) sp->freemap[words - 1] = (uint64_t{1} << (sp->chunks % 64)) - 1;
+  sp->free_head = 0;
+  if (cp->offslab) {
+    sp->ents = reinterpret_cast<HashEnt*>(sp + 1);
+    for (uint32_t i = 0; i < sp->chunks; i++) {
+      sp->ents[i].addr = sp->base + i * cp->chunk;
+      sp->ents[i].slab = sp;
+      sp->ents[i].link = i + 1 < sp->chunks ? i + 1 : kNone;
+    }
+  } else {
+    sp->ents = nullptr;
+    for (uint32_t i = 0; i < sp->chunks; i++)
+      *reinterpret_cast<uint32_t*>(sp->base + i * cp->chunk) = i + 1 < sp->chunks ? i + 1 : kNone;
+  }
+  mark_slab_pages(cp, sp->mem, sp);
+  return sp;
+}
+
+// Gives a wholly free slab's memory back (no lock held).
+void slab_destroy(kmem_cache_t* cp, Slab* sp) {
+  void* mem = reinterpret_cast<void*>(sp->mem);
+  mark_slab_pages(cp, sp->mem, nullptr);
+  if (cp->offslab) header_free(sp, cp->header_bytes);
+  vmem_xfree(cp->arena, mem, cp->slab_size);
+}
+
+// Links a new slab's hash entries into the cache's hash (slab_lock held).
+void hash_insert_slab(kmem_cache_t* cp, Slab* sp) {
+  for (uint32_t i = 0; i < sp->chunks; i++) {
+    HashEnt* e = &sp->ents[i];
+    size_t j = hash_index(cp, e->addr);
+    e->next = cp->hash[j];
+    cp->hash[j] = e;
+  }
+  cp->hash_count += sp->chunks;
+}
+
+void hash_remove_slab(kmem_cache_t* cp, Slab* sp) {
+  for (uint32_t i = 0; i < sp->chunks; i++) {
+    HashEnt* e = &sp->ents[i];
+    HashEnt** pp = &cp->hash[hash_index(cp, e->addr)];
+    while (*pp != e) pp = &(*pp)->next;
+    *pp = e->next;
+  }
+  cp->hash_count -= sp->chunks;
+}
+
+// Takes one buffer out of sp (slab_lock held).
+void* slab_take(kmem_cache_t* cp, Slab* sp) {
+  assert_held(cp->slab_lock);
+  uint32_t i = sp->free_head;
+  MM_ASSERT(i != kNone && slab_buffer_free(sp, i));
+  uintptr_t buf = sp->base + i * cp->chunk;
+  sp->free_head = cp->offslab ? sp->ents[i].link : *reinterpret_cast<uint32_t*>(buf);
+  sp->freemap[i / 64] &= ~(uint64_t{1} << (i % 64));
+  sp->refcnt++;
+  cp->buf_slab_inuse++;
+  cp->slab_allocs++;
+  if (sp->refcnt == 1) {
+    list_remove(cp->empty, sp);
+    list_insert(sp->refcnt == sp->chunks ? cp->full : cp->partial, sp);
+  } else if (sp->refcnt == sp->chunks) {
+    list_remove(cp->partial, sp);
+    list_insert(cp->full, sp);
+  }
+  return reinterpret_cast<void*>(buf);
+}
+
+// Returns an unconstructed buffer to its slab (g holds slab_lock). Returns a
+// slab that became empty and should be destroyed (the caller does it
+// without the lock), or nullptr. Bad buffers are reported (with the lock
+// dropped) and ignored.
+Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller, Guard<>& g) {
+  auto buf = reinterpret_cast<uintptr_t>(obj);
+  uint32_t i;
+  Slab* sp = slab_lookup(cp, buf, i);
+  if (!sp || slab_buffer_free(sp, i)) {
+    g.unlock();
+    report(sp ? "double free" : "free of a buffer this cache never allocated", cp->name, obj, caller);
+    g.lock();
+    return nullptr;
+  }
+  sp->freemap[i / 64] |= uint64_t{1} << (i % 64);
+  if (cp->offslab) sp->ents[i].link = sp->free_head;
+  else *reinterpret_cast<uint32_t*>(buf) = sp->free_head;
+  sp->free_head = i;
+  cp->buf_slab_inuse--;
+  cp->slab_frees++;
+  if (sp->refcnt-- == sp->chunks) {
+    list_remove(cp->full, sp);
+    if (sp->refcnt) list_insert(cp->partial, sp);
+  } else if (sp->refcnt == 0) {
+    list_remove(cp->partial, sp);
+  }
+  if (sp->refcnt == 0) {
+    // Keep one empty slab to absorb alloc/free churn at the slab boundary,
+    // and any the consolidator is emptying; destroy the rest at once.
+    if (cp->empty.count == 0 || (sp->flags & kSlabVictim)) {
+      list_insert(cp->empty, sp);
+      return nullptr;
+    }
+    if (cp->offslab) hash_remove_slab(cp, sp);
+    cp->buf_total -= sp->chunks;
+    cp->slab_destroys++;
+    return sp;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// Chooses slab size and layout.
+void cache_layout(kmem_cache_t* cp, size_t quantum) {
+  const size_t chunk = cp->chunk;
+  bool may_touch = !(cp->flags & (KMC_NOTOUCH | KMC_QCACHE));
+  if (may_touch && chunk <= kPageBytes / 8 && quantum == kPageBytes) {
+    cp->offslab = false;
+    cp->slab_size = kPageBytes;
+    cp->header_bytes = sizeof(Slab);
+    uint32_t objs = static_cast<uint32_t>(kOnSlabHeader / chunk);
+    cp->objs_per_slab = objs < kMaxChunks ? objs : kMaxChunks;
+  } else {
+    cp->offslab = true;
+    size_t q = quantum ? quantum : kPageBytes;
+    size_t best = 0;
+    // Smallest slab (in quanta) wasting at most 1/8, at least 8 buffers
+    // for quantum caches (vmem asks for n * quantum at a time).
+    for (size_t n = 1; n <= 64; n++) {
+      size_t sz = n * q;
+      if (sz < chunk) continue;
+      size_t objs = sz / chunk;
+      if (objs > kMaxChunks) break;
+      if ((cp->flags & KMC_QCACHE) && objs < 8) continue;
+      best = sz;
+      if ((sz - objs * chunk) * 8 <= sz) break;
+    }
+    if (!best) best = round_up(chunk, q);
+    cp->slab_size = best;
+    uint32_t objs = static_cast<uint32_t>(best / chunk);
+    cp->objs_per_slab = objs < kMaxChunks ? objs : kMaxChunks;
+    cp->header_bytes = sizeof(Slab) + cp->objs_per_slab * sizeof(HashEnt);
+  }
+  MM_ASSERT(cp->objs_per_slab >= 1 && cp->slab_size >= cp->objs_per_slab * chunk);
+  size_t slack = cp->slab_size - (cp->offslab ? 0 : cp->header_bytes) - cp->objs_per_slab * chunk;
+  cp->color_max = static_cast<uint32_t>(slack / cp->align * cp->align);
+  cp->color = 0;
+}
+
+// Finds the slab and index of buf; nullptr if buf is not a buffer of this
+// cache (slab_lock held).
+Slab* slab_lookup(kmem_cache_t* cp, uintptr_t buf, uint32_t& index) {
+  assert_held(cp->slab_lock);
+  Slab* sp;
+  if (cp->offslab) {
+    HashEnt* e = cp->hash ? cp->hash[hash_index(cp, buf)] : nullptr;
+    while (e && e->addr != buf) e = e->next;
+    if (!e) return nullptr;
+    sp = e->slab;
+  } else {
+    sp = onslab_header(buf);
+    if (sp->cache != cp) return nullptr;
+  }
+  if (buf < sp->base || (buf - sp->base) % cp->chunk) return nullptr;
+  index = static_cast<uint32_t>((buf - sp->base) / cp->chunk);
+  if (index >= sp->chunks) return nullptr;
+  return sp;
+}
+
+// Allocates one constructed buffer from the slab layer.
+void* slab_alloc(kmem_cache_t* cp, int kmflag) {
+  for (;;) {
+    void* buf = nullptr;
+    {
+      Guard<> g(cp->slab_lock);
+      Slab* sp = cp->partial.head;
+      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
+      if (!sp) sp = cp->empty.head;
+      if (sp) buf = slab_take(cp, sp);
+    }
+    if (!buf) {
+      Slab* sp = slab_create(cp, kmflag);
+      if (sp) {
+        {
+          Guard<> g(cp->slab_lock);
+          if (cp->offslab) hash_insert_slab(cp, sp);
+          list_insert(cp->empty, sp);
+          cp->buf_total += sp->chunks;
+          cp->slab_creates++;
+          buf = slab_take(cp, sp);
+        }
+        if (cp->offslab) hash_maybe_grow(cp);
+      }
+    }
+    if (!buf) {
+      if (!(kmflag & KM_NOSLEEP)) {
+        // KM_SLEEP: never fail. Reclaim what this CPU can, then wait.
+        reap_local();
+        plat::wait_for_memory();
+        continue;
+      }
+      Guard<> g(cp->slab_lock);
+      cp->alloc_fail++;
+      return nullptr;
+    }
+    if (cp->ctor && cp->ctor(buf, cp->priv, kmflag) != 0) {
+      Slab* dead;
+      {
+        Guard<> g(cp->slab_lock);
+        cp->ctor_fail++;
+        dead = slab_put(cp, buf, 0, g);
+      }
+      if (dead) slab_destroy(cp, dead);
+      if (!(kmflag & KM_NOSLEEP)) {
+        plat::wait_for_memory();
+        continue;
+      }
+      return nullptr;
+    }
+    return buf;
+  }
+}
+
+// Destructs (if constructed) and returns a buffer to the slab layer.
+void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller) {
+  if (constructed && cp->dtor) {
+    // Only destruct a buffer the slab layer will accept: check first.
+    bool ok;
+    {
+      Guard<> g(cp->slab_lock);
+      uint32_t i;
+      Slab* sp = slab_lookup(cp, reinterpret_cast<uintptr_t>(buf), i);
+      ok = sp && !slab_buffer_free(sp, i);
+    }
+    if (ok) cp->dtor(buf, cp->priv);
+  }
+  Slab* dead;
+  {
+    Guard<> g(cp->slab_lock);
+    dead = slab_put(cp, buf, caller, g);
+  }
+  if (dead) slab_destroy(cp, dead);
+}
+
+// Destroys the kept empty slab(s); returns how many.
+unsigned slab_reap(kmem_cache_t* cp) {
+  unsigned n = 0;
+  for (;;) {
+    Slab* sp;
+    {
+      Guard<> g(cp->slab_lock);
+      sp = cp->empty.head;
+      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;  // the consolidator is on it
+      if (sp) {
+        list_remove(cp->empty, sp);
+        if (cp->offslab) hash_remove_slab(cp, sp);
+        cp->buf_total -= sp->chunks;
+        cp->slab_destroys++;
+      }
+    }
+    if (!sp) break;
+    slab_destroy(cp, sp);
+    n++;
+  }
+  return n;
+}
+
+// Destroying a slab frees its off-slab header into a size cache, which may
+// then hold an empty slab of its own: repeat until a pass frees nothing.
+void slab_reap_all() {
+  for (unsigned freed = 1; freed;) {
+    freed = 0;
+    for_each_cache([&](kmem_cache_t* c) { freed += slab_reap(c); });
+  }
+}
+
+Slab* slab_of_heap_address(uintptr_t addr) {
+  Page* p = segkmem_page_of(addr);
+  if (!p || !(__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & kPageSlab)) return nullptr;
+  return static_cast<Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));
+}
+
+}  // namespace mm
