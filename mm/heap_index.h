@@ -7,9 +7,13 @@
 namespace mm {
 
 // Two levels: dir[(va - base) >> kIndexLeafShift] is a leaf of
-// kIndexLeafEntries Page pointers, one per heap page, or null where no
-// page of that stretch was ever mapped. Written once by segkmem_init
-// (base, size, dir) before any heap address exists.
+// kIndexLeafEntries Page pointers, one per heap page. Nothing is ever null,
+// so the lookup needs no test: a stretch where no page was ever mapped has
+// g_empty_leaf, and an unmapped page's entry is &g_no_page. Likewise a heap
+// page's owner is its kmem Slab, or g_no_owner: a word of zeroes where a
+// Slab has its cache pointer, so "is this page a slab of cache c?" is one
+// compare. base, size and dir are
+// written once by segkmem_init before any heap address exists.
 constexpr unsigned kIndexLeafEntries = 512;
 constexpr unsigned kIndexLeafShift = kPageShift + 9;
 struct HeapIndex {
@@ -18,6 +22,12 @@ struct HeapIndex {
   Page*** dir;
 };
 extern HeapIndex g_heap_index;
+extern Page g_no_page;
+extern void* const g_no_owner[1];  // {nullptr}
+struct EmptyLeaf {
+  Page* e[kIndexLeafEntries];
+};
+extern const EmptyLeaf g_empty_leaf;
 
 // The descriptor of the heap page holding va, or nullptr (not a heap
 // address, or not mapped). Ordering: a leaf is zeroed and then published in
@@ -31,8 +41,8 @@ inline Page* segkmem_page_of(uintptr_t va) {
   uintptr_t off = va - g_heap_index.base;
   if (off >= g_heap_index.size) return nullptr;
   Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_ACQUIRE);
-  if (!leaf) return nullptr;
-  return __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
+  Page* p = __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
+  return p == &g_no_page ? nullptr : p;
 }
 
 }  // namespace mm

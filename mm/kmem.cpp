@@ -42,20 +42,22 @@
 //        report, whatever the sleep flag says.
 // 6. Allocated or free? A buffer in a per-CPU magazine or in the depot is
 //    free, though the slab layer counts it out. Two ways to know that state
-//    per buffer were measured (host callgrind, instructions per magazine-hit
-//    alloc+free pair, bench/count_instructions, kmem_cache 64-byte row):
-//      - a bit per buffer kept by the fast paths (set on alloc, tested and
-//        cleared on free; for on-slab caches in the slab header, indexed by
-//        the buffer's offset / 8): +16 instructions per pair (47 -> 63),
-//        and it would also catch every double free on the free itself;
-//      - asking when needed: kmem_whatis (and the leak scanner) walk every
-//        CPU's magazines and the depot, with the other CPUs stopped
-//        (plat::stop_others): nothing on the fast path, a pause of the other
-//        CPUs per query (tens of microseconds: the walk visits
-//        cpus x caches magazine pointers).
+//    per buffer were measured (host, callgrind, instructions per magazine-
+//    hit alloc+free pair of 16 to 256-byte on-slab buffers, the "pairs" rows
+//    of build/host/bench/count_instructions; 2026-11-24):
+//      - a bit per buffer kept by the fast paths (set on alloc; tested and
+//        cleared on free, in the slab header, indexed by the buffer's page
+//        offset / 8): 47 -> 70, +23 per pair. It would also catch, on the
+//        free itself, a double free of a buffer deeper in a magazine and an
+//        interior pointer, which otherwise reach the slab layer first;
+//      - asking when needed: kmem_whatis (and the leak scanner) stop the
+//        other CPUs (plat::stop_others) and search every CPU's magazines
+//        and the depot for that cache: nothing on the fast path, a pause of
+//        the other CPUs per query for a walk of CPUs x magazine rounds.
 //    The fast path is the product's reason to exist: the walk was chosen.
-//    Debug modes (KMF_AUDIT-style buffer tags) are where a per-buffer state
-//    belongs, behind a switch that costs nothing while off.
+//    Per-buffer state belongs to the debug modes (buffer tags, like
+//    illumos's KMF_REDZONE bufctl state), behind a switch that costs
+//    nothing while off.
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include <new>
@@ -279,7 +281,7 @@ void kmem_init() {
 // ---------------------------------------------------------------------------
 // Statistics and walking.
 
-void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& o) {
+MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& o) {
   auto* c = const_cast<kmem_cache_t*>(cp);
   o = KmemCacheStats{};
   copy_name(o.name, cp->name);
@@ -294,9 +296,9 @@ void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& o) {
   uint64_t cpu_rounds = 0, allocs = 0, frees = 0;
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
-    cpu_rounds += static_cast<uint64_t>(ld_relaxed(cc.rounds) + ld_relaxed(cc.prounds));
-    allocs += ld_relaxed(cc.allocs);
-    frees += ld_relaxed(cc.frees);
+    cpu_rounds += static_cast<uint64_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds));
+    allocs += MM_RACY_READ(cc.allocs);
+    frees += MM_RACY_READ(cc.frees);
   }
   uint64_t depot_rounds = 0;
   {

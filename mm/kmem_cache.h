@@ -35,6 +35,9 @@ template <typename T>
 inline T ld_relaxed(const T& v) {
   return __atomic_load_n(&v, __ATOMIC_RELAXED);
 }
+#define MM_RACY_STATS_READER __attribute__((no_sanitize("thread")))
+#define MM_RACY_READ(x) (*static_cast<const volatile decltype(x)*>(&(x)))
+
 template <typename T>
 struct NonDeduced {
   using type = T;
@@ -56,8 +59,12 @@ struct Magazine {
 // The per-CPU layer: touched only by its CPU, with interrupts masked.
 // Invariant: magsize is the capacity of `loaded`, or 0 when there is no
 // loaded magazine, so the fast paths never touch a missing magazine.
-// rounds, prounds, allocs and frees are read by kmem_cache_stats from
-// other CPUs: written with st_relaxed, read with ld_relaxed.
+// kmem_cache_stats reads rounds, prounds, allocs and frees from other CPUs
+// without a lock, for a snapshot: word-sized and aligned, so never torn,
+// written plainly by their CPU (an atomic store costs the fast path
+// instructions on every arch: GCC will not fold it into its addressing),
+// read with ld_relaxed in functions marked MM_RACY_STATS_READER (ThreadSanitizer
+// does not instrument them: the race is by design).
 struct alignas(64) CpuCache {
   Magazine* loaded;
   int32_t rounds;   // rounds in loaded
@@ -100,6 +107,7 @@ struct Slab {
   HashEnt* ents;        // off-slab only: one per buffer
   uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
 };
+static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner stands for a Slab with no cache");
 // On-slab slabs are one page with the header at its end: buffer -> slab is
 // a mask, the same for every on-slab cache.
 constexpr uintptr_t kOnSlabHeader = kPageBytes - sizeof(Slab);

@@ -37,8 +37,8 @@ void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t reque
 
 // Off-slab caches: does the heap page index say obj is in a slab of cp?
 // (A mismatch is reported by free_bad_owner.) A heap page's owner is its
-// Slab when kPageSlab is set and null otherwise, so the flag need not be
-// read. The loads are relaxed: a legitimate free got its buffer through
+// Slab when kPageSlab is set and g_no_owner otherwise (heap_index.h), so
+// neither the flag nor a null pointer needs a test. The loads are relaxed: a legitimate free got its buffer through
 // the allocator, which ordered the index entries (written before the page
 // reached vmem) and the slab's owner fields (written before the slab's
 // first buffer left the slab layer) before it; a stray pointer racing a
@@ -48,11 +48,9 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
   uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
   Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_RELAXED);
-  if (__builtin_expect(!leaf, 0)) return false;
   Page* p = __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
-  if (__builtin_expect(!p, 0)) return false;
-  auto* sp = static_cast<const Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));
-  return sp && sp->cache == cp;
+  auto* sp = static_cast<const Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));  // a Slab or g_no_owner
+  return sp->cache == cp;
 }
 
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
@@ -64,11 +62,9 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                                         size_t requested = 0, uintptr_t caller = 0) {
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-  int32_t r = cc->rounds;
-  if (__builtin_expect(r > 0, 1)) {
-    void* obj = cc->loaded->slot[r];
-    st_relaxed(cc->rounds, r - 1);
-    st_relaxed(cc->allocs, cc->allocs + 1);
+  if (__builtin_expect(cc->rounds > 0, 1)) {
+    void* obj = cc->loaded->slot[cc->rounds--];
+    cc->allocs++;
     if constexpr (kTraced)
       kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                       requested, cp->chunk, static_cast<uint32_t>(kmflag));
@@ -96,18 +92,16 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   }
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-  int32_t r = cc->rounds;
-  if (__builtin_expect(r < cc->magsize, 1)) {
+  if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
     Magazine* m = cc->loaded;
-    if (__builtin_expect(m->slot[r] == obj, 0)) {  // freed twice in a row
+    if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
       plat::irq_restore(s);
       return free_twice(cp, obj, caller);
     }
     if constexpr (kTraced)
       kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
-    m->slot[r + 1] = obj;
-    st_relaxed(cc->rounds, r + 1);
-    st_relaxed(cc->frees, cc->frees + 1);
+    m->slot[++cc->rounds] = obj;
+    cc->frees++;
     plat::irq_restore(s);
     return;
   }

@@ -111,8 +111,8 @@ struct Detached {
 Detached cpu_detach(CpuCache* cc) {
   Detached d{cc->loaded, cc->rounds, cc->prev, cc->prounds};
   cc->loaded = cc->prev = nullptr;
-  st_relaxed(cc->rounds, int32_t{0});
-  st_relaxed(cc->prounds, int32_t{0});
+  cc->rounds = 0;
+  cc->prounds = 0;
   cc->magsize = 0;
   cc->held = 0;
   return d;
@@ -148,17 +148,17 @@ void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_sl
     MM_DEBUG_ASSERT(cc->prounds == 0 || cc->prounds == want);  // prev is empty or full
     if (cc->rounds > 0) {
       void* obj = cc->loaded->slot[cc->rounds];
-      st_relaxed(cc->rounds, cc->rounds - 1);
-      st_relaxed(cc->allocs, cc->allocs + 1);
+      cc->rounds = cc->rounds - 1;
+      cc->allocs++;
       return obj;
     }
     if (cc->prounds > 0) {  // swap loaded and previous
       Magazine* m = cc->loaded;
       int32_t r = cc->rounds;
       cc->loaded = cc->prev;
-      st_relaxed(cc->rounds, cc->prounds);
+      cc->rounds = cc->prounds;
       cc->prev = m;
-      st_relaxed(cc->prounds, r);
+      cc->prounds = r;
       cc->magsize = want;
       continue;
     }
@@ -167,7 +167,7 @@ void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_sl
     Magazine* full = maglist_pop(cp->full_mags);
     if (!full) {
       g.unlock();
-      st_relaxed(cc->allocs, cc->allocs + 1);
+      cc->allocs++;
       *to_slab = true;
       return nullptr;
     }
@@ -179,9 +179,9 @@ void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_sl
     if (cc->prev) maglist_push(cp->empty_mags, cc->prev);
     g.unlock();
     cc->prev = cc->loaded;
-    st_relaxed(cc->prounds, int32_t{0});
+    cc->prounds = 0;
     cc->loaded = full;
-    st_relaxed(cc->rounds, want);
+    cc->rounds = want;
     cc->magsize = want;
   }
 }
@@ -202,17 +202,17 @@ FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj, Leftover& le
     MM_DEBUG_ASSERT(cc->prounds == 0 || cc->prounds == want);
     if (cc->loaded && cc->rounds < cc->magsize) {
       cc->loaded->slot[cc->rounds + 1] = obj;
-      st_relaxed(cc->rounds, cc->rounds + 1);
-      st_relaxed(cc->frees, cc->frees + 1);
+      cc->rounds = cc->rounds + 1;
+      cc->frees++;
       return FreeStep::kDone;
     }
     if (cc->prev && cc->prounds == 0) {  // swap with the empty previous
       Magazine* m = cc->loaded;
       int32_t r = cc->rounds;
       cc->loaded = cc->prev;
-      st_relaxed(cc->rounds, int32_t{0});
+      cc->rounds = 0;
       cc->prev = m;
-      st_relaxed(cc->prounds, r);
+      cc->prounds = r;
       cc->magsize = want;
       continue;
     }
@@ -227,9 +227,9 @@ FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj, Leftover& le
     if (cc->prev) maglist_push(cp->full_mags, cc->prev);
     g.unlock();
     cc->prev = cc->loaded;
-    st_relaxed(cc->prounds, cc->loaded ? cc->rounds : int32_t{0});
+    cc->prounds = cc->loaded ? cc->rounds : int32_t{0};
     cc->loaded = empty;
-    st_relaxed(cc->rounds, int32_t{0});
+    cc->rounds = 0;
     cc->magsize = want;
   }
 }
@@ -275,7 +275,7 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
       if (cp->flags & KMC_NOMAGAZINE) {
-        st_relaxed(cc->allocs, cc->allocs + 1);
+        cc->allocs++;
         to_slab = true;
       } else {
         obj = reload_and_pop(cp, cc, left, &to_slab);
@@ -298,7 +298,7 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
       if (cp->flags & KMC_NOMAGAZINE) {
-        st_relaxed(cc->frees, cc->frees + 1);
+        cc->frees++;
         step = FreeStep::kToSlab;
       } else {
         step = reload_and_push(cp, cc, obj, left);
@@ -326,7 +326,7 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       }
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
-      st_relaxed(cc->frees, cc->frees + 1);
+      cc->frees++;
       plat::irq_restore(s);
       step = FreeStep::kToSlab;
     }

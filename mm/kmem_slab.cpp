@@ -137,7 +137,7 @@ void mark_slab_pages(kmem_cache_t* cp, uintptr_t mem, Slab* sp) {
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags | kPageSlab), __ATOMIC_RELEASE);
     } else {
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags & ~kPageSlab), __ATOMIC_RELAXED);
-      __atomic_store_n(&p->owner, static_cast<void*>(nullptr), __ATOMIC_RELAXED);
+      __atomic_store_n(&p->owner, static_cast<void*>(const_cast<void**>(g_no_owner)), __ATOMIC_RELAXED);
     }
   }
 }

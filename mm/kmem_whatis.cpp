@@ -33,7 +33,7 @@ struct MagazineSearch {
   unsigned cpu;
 };
 
-bool magazine_holds(const Magazine* m, int32_t rounds, const void* buf) {
+MM_RACY_STATS_READER bool magazine_holds(const Magazine* m, int32_t rounds, const void* buf) {
   if (!m) return false;
   for (int32_t r = 1; r <= rounds; r++)
     if (m->slot[r] == buf) return true;
@@ -42,13 +42,13 @@ bool magazine_holds(const Magazine* m, int32_t rounds, const void* buf) {
 
 // Runs with every other CPU stopped (none is inside its masked fast path,
 // none holds a depot lock: both are taken with interrupts masked).
-void search_magazines(void* arg) {
+MM_RACY_STATS_READER void search_magazines(void* arg) {
   auto* s = static_cast<MagazineSearch*>(arg);
   kmem_cache_t* cp = s->cp;
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
-    if (magazine_holds(cc.loaded, ld_relaxed(cc.rounds), s->buf) ||
-        magazine_holds(cc.prev, ld_relaxed(cc.prounds), s->buf)) {
+    if (magazine_holds(MM_RACY_READ(cc.loaded), MM_RACY_READ(cc.rounds), s->buf) ||
+        magazine_holds(MM_RACY_READ(cc.prev), MM_RACY_READ(cc.prounds), s->buf)) {
       s->state = BufferState::kFreeInMagazine;
       s->cpu = i;
       return;

@@ -47,6 +47,23 @@
 namespace mm {
 
 HeapIndex g_heap_index;
+constinit void* const g_no_owner[1] = {nullptr};
+namespace {
+constexpr Page make_no_page() {
+  Page p{};
+  p.owner = const_cast<void**>(g_no_owner);
+  return p;
+}
+}  // namespace
+constinit Page g_no_page = make_no_page();
+namespace {
+constexpr EmptyLeaf make_empty_leaf() {
+  EmptyLeaf l{};
+  for (auto& e : l.e) e = &g_no_page;
+  return l;
+}
+}  // namespace
+constinit const EmptyLeaf g_empty_leaf = make_empty_leaf();
 
 namespace {
 vmem_t* g_heap;
@@ -70,23 +87,23 @@ unsigned g_batched;
 
 void* index_page_alloc(unsigned order) {
   void* p = page_alloc_va(order, KM_NOSLEEP | KM_PUSHPAGE);
-  if (p) {
-    __builtin_memset(p, 0, kPageBytes << order);
-    __atomic_fetch_add(&g_index_pages, uint64_t{1} << order, __ATOMIC_RELAXED);
-  }
+  if (p) __atomic_fetch_add(&g_index_pages, uint64_t{1} << order, __ATOMIC_RELAXED);
   return p;
 }
+
+Page** empty_leaf() { return const_cast<Page**>(g_empty_leaf.e); }  // only ever read
 
 // Makes sure the leaf covering va exists. False if no page was left for it.
 bool index_prepare(uintptr_t va) {
   Page*** slot = &g_heap_index.dir[(va - g_heap_index.base) >> kIndexLeafShift];
-  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE)) return true;
+  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) != empty_leaf()) return true;
   static_assert(kIndexLeafEntries * sizeof(Page*) <= kPageBytes);
   Guard<> g(g_index_lock);
-  if (*slot) return true;
+  if (*slot != empty_leaf()) return true;
   auto** leaf = static_cast<Page**>(index_page_alloc(0));
   if (!leaf) return false;
-  // Release: the zeroed leaf before the pointer to it (segkmem_page_of).
+  for (unsigned i = 0; i < kIndexLeafEntries; i++) leaf[i] = &g_no_page;
+  // Release: the filled leaf before the pointer to it (segkmem_page_of).
   __atomic_store_n(slot, leaf, __ATOMIC_RELEASE);
   return true;
 }
@@ -95,8 +112,8 @@ bool index_prepare(uintptr_t va) {
 void index_set(uintptr_t va, Page* p) {
   uintptr_t off = va - g_heap_index.base;
   Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_ACQUIRE);
-  MM_ASSERT(leaf);
-  __atomic_store_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], p, __ATOMIC_RELAXED);
+  MM_ASSERT(leaf != empty_leaf());
+  __atomic_store_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], p ? p : &g_no_page, __ATOMIC_RELAXED);
 }
 
 // Takes the queued spans out of the batch (g_batch_lock held) into out;
@@ -170,7 +187,7 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
     Page* p = page_of_phys(pa);
     MM_ASSERT(p);
     p->flags |= kPageVmem;
-    p->owner = nullptr;
+    p->owner = const_cast<void**>(g_no_owner);
     index_set(base + off, p);
     __atomic_fetch_add(&g_mapped_pages, 1, __ATOMIC_RELAXED);
   }
@@ -227,6 +244,7 @@ void segkmem_init() {
   while ((kPageBytes << order) < dir_bytes) order++;
   auto* dir = static_cast<Page***>(index_page_alloc(order));
   if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
+  for (size_t i = 0; i < dir_bytes / sizeof(Page**); i++) dir[i] = empty_leaf();
   g_heap_index = HeapIndex{base, static_cast<uintptr_t>(size), dir};
   g_heap = vmem_create("heap", reinterpret_cast<void*>(base), static_cast<size_t>(size), kPageBytes, nullptr,
                        nullptr, nullptr, 0, VM_SLEEP);

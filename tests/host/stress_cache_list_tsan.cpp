@@ -55,6 +55,36 @@ void creator(int id) {
   }
 }
 
+// Caches whose reclaim callback destroys them (a reaper runs it, holding a
+// reference: the cache goes when the reaper lets go).
+struct SelfDestruct {
+  kmem_cache_t* cp;
+  std::atomic<bool> unused{false};  // its creator is done with it: it may go
+  std::atomic<bool> destroyed{false};
+};
+std::atomic<uint64_t> g_self_destroyed{0};
+void destroy_self(void* priv) {
+  auto* s = static_cast<SelfDestruct*>(priv);
+  if (s->unused.load(std::memory_order_acquire) && !s->destroyed.load(std::memory_order_acquire)) {
+    if (!kmem_cache_destroy(s->cp)) g_bad.fetch_add(1);
+    s->destroyed.store(true, std::memory_order_release);
+    g_self_destroyed.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+void self_destroyer() {
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    auto* s = new SelfDestruct;
+    s->cp = kmem_cache_create("selfdestruct", 96, 0, nullptr, nullptr, destroy_self, s, nullptr, 0);
+    void* p = kmem_cache_alloc(s->cp, KM_SLEEP);
+    kmem_cache_free(s->cp, p);
+    s->unused.store(true, std::memory_order_release);
+    while (!s->destroyed.load(std::memory_order_acquire) && !g_stop.load(std::memory_order_relaxed))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!s->destroyed.load(std::memory_order_acquire)) return;  // leaks s at the end: the reaper may still call it
+    delete s;
+  }
+}
+
 void walker() {
   while (!g_stop.load(std::memory_order_relaxed)) {
     mm::kmem_cache_walk(
@@ -123,18 +153,20 @@ int main(int argc, char** argv) {
   ts.emplace_back(reaper);
   ts.emplace_back(allocator, 0);
   ts.emplace_back(allocator, 1);
+  ts.emplace_back(self_destroyer);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   g_stop = true;
   for (auto& t : ts) t.join();
   bool destroyed = kmem_cache_destroy(g_stable);
   std::printf("%.0f s: %llu caches created and destroyed, %llu caches walked, %llu reaps, %llu reclaim callbacks, "
-              "%llu allocations; %llu bad, %llu kmem errors, destroy %s\n",
+              "%llu allocations, %llu caches destroyed by their own reclaim callback; %llu bad, %llu kmem errors, "
+              "destroy %s\n",
               seconds, static_cast<unsigned long long>(g_creates.load()),
               static_cast<unsigned long long>(g_walked.load()), static_cast<unsigned long long>(g_reaps.load()),
               static_cast<unsigned long long>(g_reclaims.load()), static_cast<unsigned long long>(g_allocs.load()),
-              static_cast<unsigned long long>(g_bad.load()), static_cast<unsigned long long>(g_errors.load()),
+              static_cast<unsigned long long>(g_self_destroyed.load()), static_cast<unsigned long long>(g_bad.load()), static_cast<unsigned long long>(g_errors.load()),
               destroyed ? "ok" : "refused");
   bool ok = g_bad.load() == 0 && g_errors.load() == 0 && destroyed && g_creates.load() > 0 && g_walked.load() > 0 &&
-            g_reaps.load() > 0;
+            g_reaps.load() > 0 && g_self_destroyed.load() > 0;
   return ok ? 0 : 1;
 }
