@@ -355,10 +355,10 @@ uint64_t kmem_metadata_pages() {
 // The fast paths' cold paths (kmem_fastpath.h). Untraced, they are tail
 // calls, so their own return address is the caller of the entry point.
 
-void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_owner(cp, obj, caller ? caller : caller_of_api());
 }
-void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+__attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_double_free(cp, obj, caller ? caller : caller_of_api());
 }
 __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller) {

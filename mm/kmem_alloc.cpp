@@ -57,7 +57,8 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
       return cache_alloc(cp, kmflag);
     }
   }
-  void* p = segkmem_alloc_large(size, kmflag, caller);
+  // Untraced, a tail call from kmem_alloc: our own return address is its caller.
+  void* p = segkmem_alloc_large(size, kmflag, caller ? caller : caller_of_api());
   if (p) *chunk = (size + kPageBytes - 1) & ~(kPageBytes - 1);
   return p;
 }
@@ -66,7 +67,7 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
 __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_alloc(cp, kmflag);
-  return alloc_uncached(size, kmflag, nullptr, caller_of_api());  // inlined: kmem_alloc's caller
+  return alloc_uncached(size, kmflag, nullptr, 0);
 }
 
 __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {

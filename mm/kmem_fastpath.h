@@ -30,27 +30,31 @@ namespace mm {
 // Cold paths, out of line. The untraced entry points tail-call them, so
 // their own return address is the entry point's caller: caller 0 means
 // "take your own".
-void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
-void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
-void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
+// noinline: inlined, their caller_of_api() would give the entry point a
+// stack frame (it reads the link register) on its fast path too.
+[[gnu::noinline, gnu::cold]] void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
+[[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
+[[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
 
 // Off-slab caches: does the heap page index say obj is in a slab of cp?
 // (A mismatch is reported by free_bad_owner.) A heap page's owner is its
 // Slab when kPageSlab is set and g_no_owner otherwise (heap_index.h), so
-// neither the flag nor a null pointer needs a test. The loads are relaxed: a legitimate free got its buffer through
-// the allocator, which ordered the index entries (written before the page
-// reached vmem) and the slab's owner fields (written before the slab's
-// first buffer left the slab layer) before it; a stray pointer racing a
-// leaf's publication reads through a pointer it just loaded, an address
-// dependency that orders the loads on every arch we run on.
+// neither the flag nor a null pointer needs a test. Plain loads, each one
+// aligned word (single-copy atomic on every arch; an __atomic load would
+// keep GCC from folding the index into the addressing mode): a legitimate
+// free got its buffer through the allocator, which ordered the index
+// entries (written before the page reached vmem) and the slab's owner
+// fields (written before the slab's first buffer left the slab layer)
+// before it; a stray pointer racing a leaf's publication reads through a
+// pointer it just loaded, an address dependency that orders the two loads
+// on every arch we run on, and finds a filled leaf either way.
 __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp, const void* obj) {
   uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
-  Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_RELAXED);
-  Page* p = __atomic_load_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], __ATOMIC_RELAXED);
-  auto* sp = static_cast<const Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));  // a Slab or g_no_owner
-  return sp->cache == cp;
+  Page** leaf = g_heap_index.dir[off >> kIndexLeafShift];
+  const Page* p = leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)];
+  return static_cast<const Slab*>(p->owner)->cache == cp;  // a Slab or g_no_owner
 }
 
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it

@@ -123,12 +123,14 @@ void destroy_detached(kmem_cache_t* cp, const Detached& d) {
   if (d.prev) magazine_destroy(cp, d.prev, static_cast<uintptr_t>(d.prounds));
 }
 
-// What a slow path leaves to do once interrupts are back on.
+// What a slow path leaves to do once interrupts are back on (rarely: after
+// a magazine resize). Only `any` is set on the common paths.
 struct Leftover {
+  bool any = false;
   Detached stale;             // this CPU's magazines of an old size
   Magazine* old = nullptr;    // a depot magazine of an old size
   uintptr_t old_rounds = 0;
-  void run(kmem_cache_t* cp) {
+  __attribute__((noinline)) void run(kmem_cache_t* cp) {
     destroy_detached(cp, stale);
     if (old) magazine_destroy(cp, old, old_rounds);
   }
@@ -137,9 +139,11 @@ struct Leftover {
 // The allocation slow path's magazine part (interrupts masked): refills the
 // loaded magazine from the previous one or the depot and pops. nullptr with
 // *to_slab: go to the slab layer; nullptr without: do `left`, then retry.
-void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_slab) {
+__attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left,
+                                                             bool* to_slab) {
   const int want = mag_rounds(cp);
   if (cc->held && cc->held != want) {  // the magazine size changed
+    left.any = true;
     left.stale = cpu_detach(cc);
     return nullptr;
   }
@@ -172,6 +176,7 @@ void* reload_and_pop(kmem_cache_t* cp, CpuCache* cc, Leftover& left, bool* to_sl
       return nullptr;
     }
     if (full->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+      left.any = true;
       left.old = full;
       left.old_rounds = full->cap;
       return nullptr;
@@ -191,9 +196,11 @@ enum class FreeStep { kDone, kRetry, kNeedMagazine, kToSlab };
 // The free slow path's magazine part (interrupts masked): makes room in the
 // loaded magazine (swap, or trade the full previous one for an empty one
 // from the depot) and pushes obj.
-FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj, Leftover& left) {
+__attribute__((always_inline)) inline FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj,
+                                                                Leftover& left) {
   const int want = mag_rounds(cp);
   if (cc->held && cc->held != want) {  // the magazine size changed
+    left.any = true;
     left.stale = cpu_detach(cc);
     return FreeStep::kRetry;
   }
@@ -221,6 +228,7 @@ FreeStep reload_and_push(kmem_cache_t* cp, CpuCache* cc, void* obj, Leftover& le
     Magazine* empty = maglist_pop(cp->empty_mags);
     if (!empty) return FreeStep::kNeedMagazine;
     if (empty->cap != static_cast<uintptr_t>(want)) {  // from before a resize
+      left.any = true;
       left.old = empty;
       return FreeStep::kRetry;
     }
@@ -282,7 +290,7 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
       }
       plat::irq_restore(s);
     }
-    left.run(cp);
+    if (__builtin_expect(left.any, 0)) left.run(cp);
     if (obj) return obj;
     if (to_slab) return slab_alloc(cp, kmflag);
   }
@@ -306,7 +314,7 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       }
       plat::irq_restore(s);
     }
-    left.run(cp);
+    if (__builtin_expect(left.any, 0)) left.run(cp);
     if (step == FreeStep::kDone) return;
     if (step == FreeStep::kNeedMagazine) {
       // No empty magazine in the depot: make one (without blocking).

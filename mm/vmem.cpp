@@ -185,6 +185,7 @@ constexpr const char* kErrDestroyBusy = "destroy of arena with allocations";
 constexpr const char* kErrDestroyImported = "destroy of arena other arenas import from";
 constexpr const char* kErrBadArgs = "invalid arguments";
 constexpr const char* kErrOverlap = "span overlaps arena";
+constexpr const char* kErrNeverFits = "request the arena can never satisfy (refused, not waited for)";
 
 inline vmem_seg* seg_of(Link* l) { return reinterpret_cast<vmem_seg*>(l); }
 inline const vmem_seg* seg_of(const Link* l) { return reinterpret_cast<const vmem_seg*>(l); }
@@ -844,9 +845,10 @@ bool import_span(vmem* vmp, const Request& r, int vmflag, ArenaLock& h) {
 }
 
 // Everything but the instant-fit fast path: searching, importing, waiting.
-void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early) {
+void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early, uintptr_t caller) {
   ArenaLock h(vmp);
   unsigned imports = 0;
+  bool may_fit = (vmflag & VM_NOSLEEP) != 0;  // VM_SLEEP: checked once, before importing or waiting
   for (;;) {
     if (ensure_tags(vmp, kSegMinFree, vmflag, h)) {
       uintptr_t addr;
@@ -864,6 +866,19 @@ void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early) {
         h.release();
         if (grow) hash_grow(vmp);
         return reinterpret_cast<void*>(addr);
+      }
+      if (!may_fit) {
+        // No arena in the chain could ever hold it: waiting would be a hang.
+        h.release();
+        uint64_t capacity = vmem_capacity(vmp);
+        h.acquire();
+        if (r.size > capacity) {
+          h.release();
+          report(kErrNeverFits, vmp, 0, caller, r.size);
+          h.acquire();
+          break;
+        }
+        may_fit = true;
       }
       if (vmp->afunc && !r.nocross && !r.minaddr && !r.maxaddr &&
           (!(vmflag & VM_NOSLEEP) || imports < kMaxImportsPerCall)) {
@@ -897,7 +912,7 @@ __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, u
     return nullptr;
   }
   Request r{asize, vmp->quantum, 0, 0, 0, 0};
-  return xalloc(vmp, r, policy_of(vmflag, vmp), vmflag, early);
+  return xalloc(vmp, r, policy_of(vmflag, vmp), vmflag, early, caller);
 }
 
 // The fast path (section 3): the first segment of the lowest free list
@@ -1074,8 +1089,16 @@ bool make_request(vmem* vmp, size_t size, size_t align, size_t phase, size_t noc
             phase < r.align && (!nocross || is_pow2(nocross)) && (!r.maxaddr || r.minaddr < r.maxaddr);
   // With nocross, the segment and its phase must fit between two boundaries.
   if (ok && nocross && (r.align > nocross || phase + r.size > nocross)) ok = false;
-  if (!ok) report(kErrBadArgs, vmp, r.minaddr, caller, size);
-  return ok;
+  if (!ok) {
+    report(kErrBadArgs, vmp, r.minaddr, caller, size);
+    return false;
+  }
+  // Constraints that no address satisfies: refused, not waited for.
+  if (r.maxaddr && (r.size > r.maxaddr - r.minaddr || r.minaddr > r.maxaddr - r.size)) {
+    report(kErrNeverFits, vmp, r.minaddr, caller, size);
+    return false;
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -1553,7 +1576,7 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
   Request r;
   if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
   int policy = policy_of(vmflag, vmp);
-  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false); };
+  auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false, caller); };
   void* p;
   // kmem's slabs take the same constant-time path as vmem_alloc (never the caches).
   if (policy == VM_INSTANTFIT && r.unconstrained() && r.align == vmp->quantum && r.size - 1 < kFastMax)

@@ -577,6 +577,30 @@ TEST_F(vmem, SleepWaitsForAFree) {
   vmem_free(a, got, 16);
 }
 
+// VM_SLEEP waits for memory, not for the impossible: a request no arena in
+// the chain could ever hold is reported and refused instead of looping.
+TEST_F(vmem, SleepRefusesWhatCanNeverFit) {
+  Arena a(vmem_create("t_never", P(0x100000), 0x10000, 16, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  EXPECT_EQ(mm::vmem_capacity(a), 0x10000u);
+  EXPECT_EQ(vmem_alloc(a, 0x10010, VM_SLEEP), nullptr);  // larger than the arena
+  ASSERT_EQ(g_errors.size(), 1u);
+  EXPECT_EQ(g_errors[0].kind, "request the arena can never satisfy (refused, not waited for)");
+  EXPECT_EQ(g_errors[0].where, "t_never");
+  EXPECT_EQ(vmem_xalloc(a, 0x100, 0, 0, 0, P(0x100000), P(0x100080), VM_SLEEP), nullptr);  // window too small
+  EXPECT_EQ(vmem_xalloc(a, 0x20000, 0x1000, 0, 0, nullptr, nullptr, VM_SLEEP), nullptr);    // too big, constrained
+  EXPECT_EQ(g_errors.size(), 3u);
+  // An importing arena reaches as far as its source.
+  Arena child(vmem_create("t_never_child", nullptr, 0, 16, vmem_alloc, vmem_free, a, 0, VM_SLEEP));
+  EXPECT_EQ(mm::vmem_capacity(child), 0x10000u);
+  EXPECT_EQ(vmem_alloc(child, 0x20000, VM_SLEEP), nullptr);
+  EXPECT_EQ(g_errors.size(), 4u);
+  void* p = vmem_alloc(child, 0x8000, VM_SLEEP);  // what fits still works
+  EXPECT_NE(p, nullptr);
+  vmem_free(child, p, 0x8000);
+  EXPECT_EQ(g_errors.size(), 4u);
+  g_errors.clear();
+}
+
 // --- The tag pool -----------------------------------------------------------
 
 TEST_F(vmem, TagsComeFromPagesAndFreesNeedNone) {
