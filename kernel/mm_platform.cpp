@@ -67,7 +67,7 @@ bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t
       {"kernel rodata", __rodata_start, __rodata_end},
       {"kernel data", __data_start, __data_end},
       {"kernel bss", __bss_start, __bss_end},
-      {"the boot page tables and boot stack", __bss_end, __kernel_end},
+      {"the kernel's .noinit area (boot page tables, overflow stacks, stack guards)", __bss_end, __kernel_end},
   };
   for (const Section& s : sections) {
     auto b = reinterpret_cast<uintptr_t>(s.start), e = reinterpret_cast<uintptr_t>(s.end);
