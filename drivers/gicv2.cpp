@@ -20,6 +20,9 @@ constexpr unsigned kIpiSgi = 0;
 
 uintptr_t g_dist, g_cpu;
 unsigned g_lines;
+// Each core writes its own entry in gic_init_cpu, before it stores its
+// PerCpu::online with release; a core sends it an IPI (or routes an SPI to
+// it) only after an acquire load of online, so it reads the entry written.
 uint8_t g_cpu_mask[kMaxCpus];   // GIC CPU interface bit of each core
 uint32_t g_last_iar[kMaxCpus];  // raw IAR (SGIs need the source bits at EOI)
 

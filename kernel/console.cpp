@@ -5,7 +5,16 @@
 // interleave mid-line. In panic context the lock is skipped (the panicking
 // core may hold it, or another core may be stuck while holding it).
 // The input ring has one producer (the UART interrupt, on the boot core) and
-// one consumer (the shell, also on the boot core).
+// one consumer (the shell, also on the boot core). Each side publishes with
+// a release store of its index and reads the other's with acquire: the
+// producer's store of g_rx_head releases the byte it wrote (the consumer's
+// acquire of g_rx_head sees it), the consumer's store of g_rx_tail releases
+// the slot it read (the producer's acquire of g_rx_tail sees it free before
+// writing it again). Correct on one core as on two.
+//
+// g_uart and g_uart_base are written by attach() on the boot core before the
+// other cores start (published by smp::start_secondaries' fence) and never
+// again. The idle hooks belong to the shell's core.
 #include <kernel/console.h>
 #include <kernel/format.h>
 #include <kernel/panic.h>

@@ -125,6 +125,11 @@ void exercise_cpu(void* arg) {
 // One exercise at a time: the shell runs one command, and a background
 // exercise holds x until `kmem exercise status` has seen it finish.
 constinit Exercise g_exercise;
+// Each background core adds its counts to g_exercise (relaxed), then
+// releases them with its decrement of g_exercise_running; `status` loads it
+// with acquire and reads the counts only once it is 0. The store of the
+// starting count is ordered before the call_async posts by their mailbox
+// release, so no core can finish before it is set.
 constinit std::atomic<unsigned> g_exercise_running{0};  // cores still at it (background)
 constinit bool g_exercise_background = false;           // started, not yet reported
 constinit unsigned g_exercise_cpus = 0;                 // cores it was started on

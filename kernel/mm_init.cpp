@@ -14,6 +14,9 @@
 namespace mm_boot {
 
 namespace {
+// Written once at boot, before the other cores start (published by
+// smp::start_secondaries' fence), except g_table_pages: a relaxed counter,
+// a statistic that publishes nothing.
 uint64_t g_boot_free_pages;
 uint64_t g_table_pages;  // page-table pages the arch took from the page allocator
 uint64_t g_kept_at_boot;

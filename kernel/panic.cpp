@@ -10,6 +10,9 @@
 #include <cstdarg>
 
 namespace {
+// The first core to increment it reports; the read-modify-write decides who
+// that is. in_panic() reads it relaxed: it only makes the console skip its
+// lock, and a core that sees it late takes the lock as it always does.
 std::atomic<int> g_panicking{0};
 
 [[noreturn]] void finish(uintptr_t fp, const TrapFrame* frame) {

@@ -11,6 +11,25 @@
 // power; under QEMU's round-robin TCG (every -icount run) it is what lets
 // the callee run at all: a RISC-V core spinning on `pause` keeps its
 // time slice (ARM's `yield` gives it up, `wfi` does on both).
+//
+// Ordering (what each lock-free store publishes, and which load takes it):
+// - Starting a core: everything the boot core wrote before (the PerCpu
+//   fields, g_boot, g_cpu_count, the page tables) is complete before the
+//   firmware is asked to start it: a full fence here, and the arch's
+//   start_cpu adds what its call needs (a DSB before PSCI's HVC/SMC, which
+//   is not a memory access). The new core reads them after its MMU is on.
+// - PerCpu::online: stored with release by the core itself once it is set
+//   up (its GIC interface bit, its timer, its mailbox ready); every reader
+//   loads it with acquire before it posts a call or sends an IPI there.
+// - The mailbox: post() writes call_arg, call_from and call_done = 0, then
+//   releases them with the store of call_fn; run_mailbox's acquire load of
+//   call_fn sees them. The callee releases fn's effects with call_done = 1
+//   (acquired by wait_done) and frees the mailbox with call_fn = null
+//   (acquired by wait_idle before the next post writes it). An IPI is not a
+//   memory access: arch::send_ipi puts a barrier before raising it (GICv2:
+//   a DMB before the SGI register write; SBI: a fence before the ecall), so
+//   the stores it announces are visible to the woken core.
+// - stop_others: the park's count and release flag, commented below.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -137,6 +156,9 @@ void start_secondaries() {
     c.index = i;
     c.hwid = g_boot.cpu_hwid[i];
     kstack::assign(c);
+    // Everything this core wrote so far is visible to c before it runs
+    // (point "Starting a core" above).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!arch::start_cpu(c)) continue;
     uint64_t deadline = timer::now_ns() + 1000000000ull;
     while (!c.online.load(std::memory_order_acquire)) {

@@ -12,6 +12,15 @@
 // other core is parked while the sites change (smp::stop_others), and runs
 // sync_instructions before it leaves the park.
 //
+// Ordering: the instruction is stored through the alias and made visible
+// to instruction fetch by text_written (cleaned to the point of
+// unification and the site's instruction cache line invalidated, each
+// completed by a DSB, on ARM; fence + fence.i locally on riscv64). The
+// cross-call that then runs sync_instructions on each core is the release
+// and acquire (its mailbox's call_fn), so each core's isb or fence.i
+// comes after the new instruction is visible to it. g_alias is set at
+// boot, before the other cores start.
+//
 // A branch must reach its target: the arch's encoding has a limited range
 // (arm64 +-128 MiB, arm +-32 MiB, riscv64 +-1 MiB). The link fails if the
 // text is larger than that (linker/kernel.ld.in), and each branch is

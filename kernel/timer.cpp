@@ -9,6 +9,7 @@ uint64_t period_ticks() { return arch::counter_frequency() / kTimerHz; }
 }  // namespace
 
 void timer_interrupt() {
+  // A statistic (cpus, tests): it publishes nothing, so relaxed.
   this_cpu().ticks.fetch_add(1, std::memory_order_relaxed);
   arch::timer_arm(period_ticks());
 }

@@ -266,6 +266,9 @@ void init_from_dtb(const fdt::Tree& t) {
 bool cpu_usable(const fdt::Tree&, int) { return true; }
 
 bool start_cpu(PerCpu& cpu) {
+  // The HVC/SMC is not a memory access: complete every store the new core
+  // will read (its PerCpu, the tables) before the firmware starts it.
+  asm volatile("dsb ish" ::: "memory");
   int32_t r = psci_call(kPsciCpuOn32, static_cast<uint32_t>(cpu.hwid), reinterpret_cast<uintptr_t>(secondary_entry),
                         reinterpret_cast<uintptr_t>(&cpu));
   if (r != 0) kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %ld\n", cpu.index,

@@ -260,6 +260,11 @@ bool cpu_usable(const fdt::Tree& t, int node) {
 
 bool start_cpu(PerCpu& cpu) {
   cpu.arch_scratch[0] = 0;
+  // Releases cpu (and all this hart wrote before) to a hart waiting in
+  // stray_start, whose `fence r, rw` after the load is the acquire. A hart
+  // started at secondary_entry reads cpu after the ecall, which the fence
+  // in smp::start_secondaries orders (OpenSBI fences before raising the
+  // start IPI too).
   __atomic_store_n(&riscv_starting_cpu, &cpu, __ATOMIC_RELEASE);
   sbi::Result r = sbi::hart_start(cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
                                   reinterpret_cast<uintptr_t>(&cpu));

@@ -231,6 +231,14 @@ void map_flags(uint64_t start, uint64_t end, unsigned flags) {
 //
 // One fencing hart at a time (g_fence_lock): harts waiting for it answer
 // requests meanwhile.
+//
+// Ordering: the fencing hart stores g_fencer (relaxed), then each target's
+// request with release: that releases g_fencer and every table store made
+// before it. The target loads request with acquire, so its sfence.vma
+// comes after those stores are visible to it and its later walks see
+// them; it then stores done with release, which the fencing hart loads
+// with acquire before it lets the caller reuse the addresses or free the
+// pages.
 SpinLock g_fence_lock;
 constexpr uint64_t kFenceWaitNs = 10'000'000;
 struct alignas(64) FenceSlot {

@@ -105,7 +105,7 @@ stray_start:
     csrci   sstatus, SSTATUS_SIE
     la      t2, riscv_starting_cpu
 1:  ld      t0, 0(t2)
-    fence   r, r
+    fence   r, rw                   // acquire: pairs with start_cpu's release store
     beqz    t0, 2f
     ld      t1, PERCPU_HWID(t0)
     bne     t1, a0, 2f

@@ -1,6 +1,10 @@
 // Per-CPU data: one PerCpu per core, reached in O(1) through a register the
 // arch reserves for it (TPIDR_EL1 on arm64, TPIDRPRW on arm, tp on riscv64).
-// Fields that other cores read are atomics; the rest belong to their core.
+// Fields that other cores read while this one runs are atomics; the rest
+// belong to their core, or are written before the core starts
+// (smp::start_secondaries publishes them with a fence) and never change,
+// or are read by another core only after a cross-call returned (the
+// mailbox's release/acquire publishes them).
 #pragma once
 #include <atomic>
 #include <cstdint>
