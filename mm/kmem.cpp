@@ -261,6 +261,22 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
 // ---------------------------------------------------------------------------
 // Set-up.
 
+namespace {
+// What vmem asks of kmem (vmem.h: VmemCacheLayer), registered at init.
+kmem_cache_t* qcache_create(const char* name, size_t size, size_t align, vmem_t* arena) {
+  return cache_create(name, size, align, nullptr, nullptr, nullptr, nullptr, arena, KMC_QCACHE | KMC_NOTOUCH);
+}
+void qcache_usage(const kmem_cache_t* cp, uint64_t& out, uint64_t& slabs, uint64_t& slab_bytes) {
+  KmemCacheStats ks;
+  kmem_cache_stats(cp, ks);
+  out = ks.buf_inuse;
+  slabs = ks.slabs;
+  slab_bytes = ks.slabs * ks.slab_size;
+}
+constexpr VmemCacheLayer kVmemLayer = {qcache_create, kmem_cache_destroy, kmem_cache_alloc, kmem_cache_free,
+                                       qcache_usage, [] { kmem_reap(false); }};
+}  // namespace
+
 bool kmem_ready() { return __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE); }
 
 void kmem_init() {
@@ -275,7 +291,7 @@ void kmem_init() {
   page_set_reclaim_hook(reap_local);
   __atomic_store_n(&g_ready, true, __ATOMIC_RELEASE);
   g.unlock();
-  vmem_kmem_ready();
+  vmem_set_cache_layer(&kVmemLayer);
 }
 
 // ---------------------------------------------------------------------------

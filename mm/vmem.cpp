@@ -50,7 +50,7 @@
 //    through vmem_xalloc/vmem_xfree, which NEVER go through the quantum
 //    caches: that is the contract that keeps kmem -> vmem from recursing
 //    (the same as illumos). Arenas created before kmem is up record the
-//    request; vmem_kmem_ready (kmem calls it) creates the caches. Segments
+//    request; registering the cache layer (section 10) creates them. Segments
 //    allocated directly for cacheable sizes before that are marked "early"
 //    and counted, so their later vmem_free goes back to the arena rather than
 //    to a cache that never handed them out.
@@ -84,13 +84,13 @@
 //    through mm::report_error with the arena's name and the caller, and
 //    refused.
 //
-// 10. kmem is optional. vmem calls kmem (quantum caches, reaping, error
-//    reports) through weak references, so vmem links and runs without it:
-//    early in boot, in a kernel or host program built without kmem, in
-//    tests. Nothing reaches a kmem cache function before kmem has called
-//    vmem_kmem_ready (that is what creates the caches); kmem_ready and
-//    report_error are checked for presence (without kmem, reports are
-//    logged).
+// 10. The cache layer is optional. vmem reaches kmem (quantum caches, a reap
+//    before VM_SLEEP waits) only through the VmemCacheLayer that kmem
+//    registers at kmem_init (vmem_set_cache_layer), so vmem links and runs
+//    without it: early in boot, in a program built without kmem, in tests
+//    with a stand-in layer. Arenas that ask for quantum caches before there
+//    is a layer record the request; registering creates the caches. Errors
+//    go through mm::report_error (report.cpp), which needs no kmem.
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
@@ -98,19 +98,15 @@
 #include <new>
 #include "trace_hooks.h"
 
-// Section 10: weak references to kmem.
+// Section 10: the cache layer, published once with a release store; read
+// with acquire where it gates creating caches, and relaxed on the quantum-
+// cache path, which only runs once qcache_max (stored with release after
+// the layer) has been read non-zero with acquire.
 namespace mm {
-bool kmem_ready() __attribute__((weak));
-void kmem_reap(bool all) __attribute__((weak));
-void report_error(const MemError& e) __attribute__((weak));
-void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out) __attribute__((weak));
+namespace {
+const VmemCacheLayer* g_layer;
+}  // namespace
 }  // namespace mm
-kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align, int (*constructor)(void*, void*, int),
-                                void (*destructor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
-                                int cflags) __attribute__((weak));
-bool kmem_cache_destroy(kmem_cache_t* cp) __attribute__((weak));
-void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) __attribute__((weak));
-void kmem_cache_free(kmem_cache_t* cp, void* obj) __attribute__((weak));
 
 #define VMEM_ASSERT(c)                                                                            \
   do {                                                                                            \
@@ -257,36 +253,9 @@ uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas
 __attribute__((always_inline)) inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
-// Bit scans (x > 0). Where the ISA has bit-scan instructions GCC turns the
-// builtins into one each. RV64GC has none, and GCC would call libgcc's
-// __clzdi2, which the RISC-V kernel does not link: there, a de Bruijn
-// multiply finds the index of a lone bit instead.
-#if defined(__riscv) && !defined(__riscv_zbb)
-constexpr uint64_t kDeBruijn = 0x022fdd63cc95386dull;  // every 6-bit window distinct
-struct BitIndex {
-  uint8_t of[64];
-  constexpr BitIndex() : of() {
-    for (unsigned i = 0; i < 64; i++) of[(kDeBruijn << i) >> 58] = static_cast<uint8_t>(i);
-  }
-};
-constexpr BitIndex kBitIndex;
-static_assert(sizeof(uintptr_t) == 8, "the de Bruijn bit scan is for 64-bit RISC-V");
-inline unsigned bit_index(uint64_t lone_bit) { return kBitIndex.of[(lone_bit * kDeBruijn) >> 58]; }
-inline unsigned lowbit(uintptr_t x) { return bit_index(x & -x); }
-inline unsigned highbit(uintptr_t x) {
-  x |= x >> 1;
-  x |= x >> 2;
-  x |= x >> 4;
-  x |= x >> 8;
-  x |= x >> 16;
-  x |= x >> 32;
-  return bit_index(x ^ (x >> 1));
-}
-#else
-// (kBits - 1) - clz, written with ^ so that it folds into bsr where there is one.
-inline unsigned highbit(uintptr_t x) { return (kBits - 1) ^ static_cast<unsigned>(__builtin_clzl(x)); }
-inline unsigned lowbit(uintptr_t x) { return static_cast<unsigned>(__builtin_ctzl(x)); }
-#endif
+// Bit scans (x > 0), from the platform: inline on every arch.
+inline unsigned highbit(uintptr_t x) { return plat::highest_bit(x); }
+inline unsigned lowbit(uintptr_t x) { return plat::lowest_bit(x); }
 inline bool is_pow2(uintptr_t x) { return x && !(x & (x - 1)); }
 // x and y (both > 0) are on the same free list.
 inline bool same_highbit(uintptr_t x, uintptr_t y) { return (x ^ y) < (x & y); }
@@ -301,15 +270,11 @@ void copy_name(char* dst, const char* src) {
 }
 
 void report(const char* kind, const vmem* vmp, uintptr_t addr, uintptr_t caller, uint64_t detail) {
-  MemError e{kind, vmp ? vmp->name : "?", addr, caller, detail};
-  if (&report_error) return report_error(e);
-  plat::log("vmem: %s in '%s': address 0x%llx, caller 0x%llx, detail %llu", e.kind, e.where,
-            static_cast<unsigned long long>(e.address), static_cast<unsigned long long>(e.caller),
-            static_cast<unsigned long long>(e.detail));
+  report_error(MemError{kind, vmp ? vmp->name : "?", addr, caller, detail});
 }
 
-// kmem is linked and up (section 10).
-bool kmem_up() { return &kmem_ready && kmem_ready(); }
+// The cache layer, if one was registered (section 10).
+const VmemCacheLayer* layer() { return __atomic_load_n(&g_layer, __ATOMIC_ACQUIRE); }
 
 // Holds an arena's lock with IRQs masked; may be dropped and retaken. (The
 // fast paths lock by hand.)
@@ -889,7 +854,7 @@ void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early, ui
     if (vmflag & VM_NOSLEEP) break;
     // VM_SLEEP: let kmem give back what its caches hold, wait, retry.
     h.release();
-    if (kmem_up()) kmem_reap(false);
+    if (const VmemCacheLayer* l = layer()) l->reap();
     plat::wait_for_memory();
     h.acquire();
   }
@@ -903,7 +868,8 @@ __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, u
   bool early = false;
   if (size - 1 < vmp->qcache_want) {
     if (__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))
-      return kmem_cache_alloc(vmp->qcache[(size - 1) >> vmp->qshift], vmflag & VM_KMFLAGS);
+      return __atomic_load_n(&g_layer, __ATOMIC_RELAXED)->alloc(vmp->qcache[(size - 1) >> vmp->qshift],
+                                                                vmflag & VM_KMFLAGS);
     early = true;  // before the caches exist: from the arena, marked
   }
   uintptr_t asize = round_up(size, vmp->qmask);
@@ -1072,7 +1038,7 @@ __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, u
     }
     if (early) return xfree(vmp, addr, size, caller);
   }
-  kmem_cache_free(vmp->qcache[(size - 1) >> vmp->qshift], vaddr);
+  __atomic_load_n(&g_layer, __ATOMIC_RELAXED)->free(vmp->qcache[(size - 1) >> vmp->qshift], vaddr);
 }
 
 // Checks xalloc's constraints and fills r; false (reported) if invalid.
@@ -1124,11 +1090,10 @@ void qcache_create(vmem* vmp) {
   for (unsigned i = 0; i < n; i++) {
     char name[VMEM_NAMELEN];
     format_qcache_name(name, vmp->name, i + 1);
-    caches[i] = kmem_cache_create(name, (i + 1) * vmp->quantum, vmp->quantum, nullptr, nullptr, nullptr, nullptr,
-                                  vmp, KMC_QCACHE | KMC_NOTOUCH);
+    caches[i] = layer()->create(name, (i + 1) * vmp->quantum, vmp->quantum, vmp);
     if (!caches[i]) {
       plat::log("vmem: '%s': cannot create quantum cache '%s'; the arena runs uncached", vmp->name, name);
-      while (i--) (void)kmem_cache_destroy(caches[i]);
+      while (i--) (void)layer()->destroy(caches[i]);
       ArenaLock h(vmp);
       vmp->qcache_state = kQcacheNone;
       return;
@@ -1325,7 +1290,8 @@ bool vmem_verify(const vmem_t* cvmp) {
   return verify_locked(vmp);
 }
 
-void vmem_kmem_ready() {
+void vmem_set_cache_layer(const VmemCacheLayer* l) {
+  __atomic_store_n(&g_layer, l, __ATOMIC_RELEASE);
   for (;;) {
     vmem* claimed = nullptr;
     {
@@ -1411,7 +1377,7 @@ vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, v
     (void)vmem_destroy(vmp);
     return nullptr;
   }
-  if (vmp->qcache_want && kmem_up() && qcache_claim(vmp)) qcache_create(vmp);
+  if (vmp->qcache_want && layer() && qcache_claim(vmp)) qcache_create(vmp);
   return vmp;
 }
 
@@ -1440,11 +1406,11 @@ bool vmem_destroy(vmem_t* vmp) {
   unsigned nq = 0;
   uint64_t cached_bytes = 0, slab_bytes = 0, slabs = 0;
   for (; nq < kMaxQcaches && vmp->qcache[nq]; nq++) {
-    KmemCacheStats ks;
-    kmem_cache_stats(vmp->qcache[nq], ks);
-    cached_bytes += ks.buf_inuse * ks.bufsize;
-    slab_bytes += ks.slabs * ks.slab_size;
-    slabs += ks.slabs;
+    uint64_t out, n, bytes;
+    layer()->usage(vmp->qcache[nq], out, n, bytes);
+    cached_bytes += out * (nq + 1) * vmp->quantum;
+    slab_bytes += bytes;
+    slabs += n;
   }
   {
     ArenaLock h(vmp);
@@ -1465,7 +1431,7 @@ bool vmem_destroy(vmem_t* vmp) {
   // 3. The quantum caches give their slabs back.
   __atomic_store_n(&vmp->qcache_max, size_t{0}, __ATOMIC_RELEASE);
   for (unsigned i = 0; i < nq; i++) {
-    if (!kmem_cache_destroy(vmp->qcache[i])) {
+    if (!layer()->destroy(vmp->qcache[i])) {
       plat::log("vmem_destroy('%s'): quantum cache %u still busy", vmp->name, i + 1);
       return false;
     }

@@ -14,6 +14,8 @@ inline unsigned cpu_slot() { return cpu_id(); }
 inline unsigned cpu_count() { return g_cpu_count; }
 
 inline void cpu_relax() { arch::cpu_relax(); }
+inline unsigned highest_bit(uintptr_t x) { return arch::highest_bit(x); }
+inline unsigned lowest_bit(uintptr_t x) { return arch::lowest_bit(x); }
 
 using IrqState = arch::IrqState;
 inline IrqState irq_save() { return arch::irq_save(); }

@@ -74,6 +74,13 @@ inline unsigned cpu_slot() { return t_cpu; }
 unsigned cpu_count();
 
 
+// Bit scans of a non-zero word (bsr/bsf, clz, ...: the host compilers have
+// the instructions or libgcc).
+inline unsigned highest_bit(uintptr_t x) {
+  return static_cast<unsigned>(8 * sizeof x - 1) ^ static_cast<unsigned>(__builtin_clzl(x));
+}
+inline unsigned lowest_bit(uintptr_t x) { return static_cast<unsigned>(__builtin_ctzl(x)); }
+
 // Threads have no interrupts: masking is free. In debug builds (MM_DEBUG:
 // the host tests) it is counted per thread, so that tests can check what
 // runs with "interrupts masked" (irqs_masked), as the kernel would.

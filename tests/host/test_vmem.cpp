@@ -6,10 +6,11 @@
 // per process over the host's "physical memory". Integer arenas here use
 // made-up address ranges: vmem never touches the integers it manages.
 //
-// kmem.cpp may not be in the build yet (CMake defines MAGPIE_HAVE_KMEM when
-// it is). Until then this file stands in for the part of kmem vmem calls:
-// error reports are captured directly, and a "quantum cache" is a counter in
-// front of vmem_xalloc, which is enough to check vmem's side of caching.
+// Built twice: with kmem (vmem_tests: MAGPIE_HAVE_KMEM, kmem registers the
+// cache layer at kmem_init) and without it (vmem_standalone_tests: only
+// page.cpp, vmem.cpp and report.cpp), where this file registers a stand-in
+// cache layer: a "quantum cache" is a counter in front of vmem_xalloc,
+// which is enough to check vmem's side of caching.
 #include <gtest/gtest.h>
 #include <mm/host.h>
 #include <mm/kmem.h>
@@ -40,7 +41,7 @@ void capture(const mm::MemError& e) { g_errors.push_back({e.kind, e.where, e.add
 }  // namespace
 
 #if !defined(MAGPIE_HAVE_KMEM)
-// --- Stand-in for kmem (only while kmem.cpp is not in the build) -----------
+// --- A stand-in cache layer (vmem_set_cache_layer) ---------------------------
 struct kmem_cache {
   std::string name;
   size_t size;
@@ -48,46 +49,39 @@ struct kmem_cache {
   uint64_t live = 0, allocs = 0, frees = 0;
 };
 namespace {
-bool g_fake_kmem_ready = false;
 std::vector<kmem_cache*> g_fake_caches;
-}  // namespace
+unsigned g_fake_reaps;
 
-namespace mm {
-void report_error(const MemError& e) { capture(e); }
-bool kmem_ready() { return g_fake_kmem_ready; }
-void kmem_reap(bool) {}
-void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out) {
-  out = KmemCacheStats{};
-  out.bufsize = cp->size;
-  out.buf_inuse = cp->live;
-  out.slabs = cp->live;  // one "slab" (an arena segment) per object
-  out.slab_size = cp->size;
-}
-}  // namespace mm
-
-kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t, int (*)(void*, void*, int),
-                                void (*)(void*, void*), void (*)(void*), void*, vmem_t* vmp, int cflags) {
-  EXPECT_EQ(cflags, KMC_QCACHE | KMC_NOTOUCH);
-  auto* cp = new kmem_cache{name, bufsize, vmp};
+kmem_cache_t* fake_create(const char* name, size_t size, size_t align, vmem_t* arena) {
+  EXPECT_EQ(align, size / (size / align));  // the arena's quantum
+  auto* cp = new kmem_cache{name, size, arena};
   g_fake_caches.push_back(cp);
   return cp;
 }
-bool kmem_cache_destroy(kmem_cache_t* cp) {
+bool fake_destroy(kmem_cache_t* cp) {
   if (cp->live) return false;
   std::erase(g_fake_caches, cp);
   delete cp;
   return true;
 }
-void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
+void* fake_alloc(kmem_cache_t* cp, int kmflag) {
   // A quantum cache's slab layer: vmem_xalloc, which never recurses into the caches.
   void* p = vmem_xalloc(cp->arena, cp->size, 0, 0, 0, nullptr, nullptr, kmflag);
   if (p) cp->live++, cp->allocs++;
   return p;
 }
-void kmem_cache_free(kmem_cache_t* cp, void* buf) {
+void fake_free(kmem_cache_t* cp, void* buf) {
   vmem_xfree(cp->arena, buf, cp->size);
   cp->live--, cp->frees++;
 }
+void fake_usage(const kmem_cache_t* cp, uint64_t& out, uint64_t& slabs, uint64_t& slab_bytes) {
+  out = cp->live;
+  slabs = cp->live;  // one "slab" (an arena segment) per object
+  slab_bytes = cp->live * cp->size;
+}
+void fake_reap() { g_fake_reaps++; }
+constexpr mm::VmemCacheLayer kFakeLayer = {fake_create, fake_destroy, fake_alloc, fake_free, fake_usage, fake_reap};
+}  // namespace
 #endif
 
 namespace {
@@ -103,6 +97,7 @@ class VmemEnvironment : public ::testing::Environment {
     const mm::host::HostMemory& m = mm::host::memory();
     mm::PhysRange bank{m.phys_base, m.phys_size};
     ASSERT_TRUE(mm::page_init(&bank, 1, nullptr, 0));
+    mm::set_error_hook(capture);
 #endif
   }
 };
@@ -670,15 +665,15 @@ TEST_F(vmem, ArenaSlotsRunOutCleanly) {
 // --- Quantum caches ---------------------------------------------------------
 
 #if !defined(MAGPIE_HAVE_KMEM)
-TEST_F(vmem, QuantumCachesAreCreatedWhenKmemIsReady) {
-  g_fake_kmem_ready = false;
+// Registers the stand-in layer: the tests after this one in this binary
+// run with it.
+TEST_F(vmem, QuantumCachesAreCreatedWhenTheCacheLayerIsRegistered) {
   Arena a(vmem_create("t_qc", P(0x100000), 0x100000, 16, nullptr, nullptr, nullptr, 64, VM_SLEEP));
-  EXPECT_EQ(stats(a).qcache_max, 0u);  // kmem is not up: recorded, not created
+  EXPECT_EQ(stats(a).qcache_max, 0u);  // no cache layer yet: recorded, not created
   void* early = vmem_alloc(a, 32, VM_NOSLEEP);  // straight from the arena
   EXPECT_EQ(stats(a).segs_alloc, 1u);
 
-  g_fake_kmem_ready = true;
-  mm::vmem_kmem_ready();
+  mm::vmem_set_cache_layer(&kFakeLayer);
   EXPECT_EQ(stats(a).qcache_max, 64u);
   std::vector<kmem_cache*> mine;
   for (kmem_cache* cp : g_fake_caches)
@@ -704,11 +699,25 @@ TEST_F(vmem, QuantumCachesAreCreatedWhenKmemIsReady) {
   vmem_free(a, large, 128);
   g_errors.clear();
 
-  // An arena created once kmem is up gets its caches at once.
+  // An arena created once the layer is there gets its caches at once.
   Arena b(vmem_create("t_qc2", P(0x100000), 0x100000, 16, nullptr, nullptr, nullptr, 32, VM_SLEEP));
   EXPECT_EQ(stats(b).qcache_max, 32u);
   vmem_free(b, vmem_alloc(b, 16, VM_NOSLEEP), 16);
-  g_fake_kmem_ready = false;
+
+  // VM_SLEEP asks the layer to reap before it waits.
+  Arena c(vmem_create("t_qc3", P(0x300000), 64, 16, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  void* all = vmem_alloc(c, 64, VM_SLEEP);
+  std::atomic<bool> got{false};
+  unsigned reaps = g_fake_reaps;
+  std::thread t([&] {
+    void* q = vmem_alloc(c, 16, VM_SLEEP);
+    vmem_free(c, q, 16);
+    got = true;
+  });
+  while (g_fake_reaps == reaps) std::this_thread::yield();
+  vmem_free(c, all, 64);
+  t.join();
+  EXPECT_TRUE(got);
 }
 #else
 struct FindCaches {

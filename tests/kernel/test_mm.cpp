@@ -8,6 +8,7 @@
 #include <kernel/string.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/platform.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include <mm/whatis.h>
@@ -634,4 +635,23 @@ KTEST(fan_out_paths_work_inside_cross_calls) {
   KEXPECT_EQ(c.ran.load(), cpus_online());
   KEXPECT_EQ(c.marked.load(), cpus_online());
   KEXPECT(!smp::in_cross_call());
+}
+
+// The bit scans vmem's free lists use (the platform's inline ones) and the
+// compiler's builtins (libgcc's __clzdi2/__ctzdi2 on RV64 without Zbb, which
+// the kernel provides) agree with a plain loop.
+KTEST(bit_scans_agree_with_a_loop) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (unsigned i = 0; i < 200; i++) {
+    auto v = static_cast<uintptr_t>(i < 64 ? (uint64_t{1} << i) : (x = x * 6364136223846793005ull + 1442695040888963407ull));
+    if (!v) continue;
+    unsigned hi = 0, lo = 0;
+    for (unsigned b = 0; b < 8 * sizeof v; b++)
+      if (v >> b & 1) hi = b;
+    while (!(v >> lo & 1)) lo++;
+    KEXPECT_EQ(mm::plat::highest_bit(v), hi);
+    KEXPECT_EQ(mm::plat::lowest_bit(v), lo);
+    KEXPECT_EQ(static_cast<unsigned>(__builtin_clzl(v)), static_cast<unsigned>(8 * sizeof v - 1 - hi));
+    KEXPECT_EQ(static_cast<unsigned>(__builtin_ctzl(v)), lo);
+  }
 }

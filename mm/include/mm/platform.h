@@ -18,6 +18,8 @@
 //   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
 //   void cpu_relax();                     a hint inside a spin-wait loop
+//   unsigned highest_bit(uintptr_t x);    index of the highest / lowest set
+//   unsigned lowest_bit(uintptr_t x);     bit of x != 0 (inline on every arch)
 //   using IrqState; IrqState irq_save(); void irq_restore(IrqState);
 //                                         masks what could preempt per-CPU
 //                                         work (kernel: IRQs; host: nothing,

@@ -30,6 +30,8 @@
 
 struct vmem;
 typedef struct vmem vmem_t;
+struct kmem_cache;
+typedef struct kmem_cache kmem_cache_t;
 typedef void* vmem_alloc_t(vmem_t*, size_t, int);
 typedef void vmem_free_t(vmem_t*, void*, size_t);
 
@@ -86,9 +88,26 @@ void vmem_seg_pool_stats(uint64_t& tags_total, uint64_t& tags_free, uint64_t& pa
 // Pages vmem took from the page allocator for itself: boundary-tag pages
 // plus grown hash tables.
 uint64_t vmem_metadata_pages();
-// Called by kmem once it is ready: creates quantum caches for arenas that
-// asked for them before kmem existed.
-void vmem_kmem_ready();
+// What vmem asks of the object-cache layer above it: quantum caches (one
+// object cache per multiple of the quantum up to qcache_max) and, when a
+// VM_SLEEP allocation must wait, a reap. kmem registers its own at
+// kmem_init; until then, and in a program without kmem, arenas run without
+// quantum caches (requests go to the arena) and VM_SLEEP simply waits.
+struct VmemCacheLayer {
+  // A cache of size-byte buffers aligned to align, whose slabs come from
+  // arena through vmem_xalloc/vmem_xfree (never through the quantum caches).
+  kmem_cache_t* (*create)(const char* name, size_t size, size_t align, vmem_t* arena);
+  bool (*destroy)(kmem_cache_t* cp);  // false (and reported) if busy
+  void* (*alloc)(kmem_cache_t* cp, int kmflag);
+  void (*free)(kmem_cache_t* cp, void* buf);
+  // Buffers the cache has handed out and not had back, and the slabs it
+  // holds (count and bytes of arena taken).
+  void (*usage)(const kmem_cache_t* cp, uint64_t& buffers_out, uint64_t& slabs, uint64_t& slab_bytes);
+  void (*reap)();  // give cached memory back (VM_SLEEP is about to wait)
+};
+// Registers the layer (once; it must outlive vmem) and creates the quantum
+// caches of arenas that asked for them before it existed.
+void vmem_set_cache_layer(const VmemCacheLayer* layer);
 // Releases the quantum caches' unused magazines and slabs (kmem reaping).
 // kmem_reap reaps the quantum caches with every other cache and then calls
 // this, which gives back what vmem holds itself: arenas' spare boundary

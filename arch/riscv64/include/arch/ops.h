@@ -41,6 +41,32 @@ inline bool irqs_enabled() {
 // Spin-wait hint: Zihintpause `pause` (encoded by hand: the kernel's -march
 // does not name the extension). It is a HINT, a no-op fence where absent.
 inline void cpu_relax() { asm volatile(".insn i 0x0f, 0, x0, x0, 0x010" ::: "memory"); }
+
+// Bit scans of a non-zero word, inline (without Zbb GCC would call libgcc's
+// __clzdi2/__ctzdi2: arch/riscv64/libgcc_bitops.cpp has them, but a call
+// each costs vmem's fast path about 100 instructions per alloc+free). A de
+// Bruijn multiply finds the index of a lone bit.
+namespace bitscan_detail {
+constexpr unsigned long kDeBruijn = 0x022fdd63cc95386dul;  // every 6-bit window distinct
+struct Index {
+  unsigned char of[64];
+  constexpr Index() : of() {
+    for (unsigned i = 0; i < 64; i++) of[(kDeBruijn << i) >> 58] = static_cast<unsigned char>(i);
+  }
+};
+inline constexpr Index kIndex;
+inline unsigned lone_bit_index(unsigned long bit) { return kIndex.of[(bit * kDeBruijn) >> 58]; }
+}  // namespace bitscan_detail
+inline unsigned lowest_bit(unsigned long x) { return bitscan_detail::lone_bit_index(x & -x); }
+inline unsigned highest_bit(unsigned long x) {
+  x |= x >> 1;
+  x |= x >> 2;
+  x |= x >> 4;
+  x |= x >> 8;
+  x |= x >> 16;
+  x |= x >> 32;
+  return bitscan_detail::lone_bit_index(x ^ (x >> 1));
+}
 inline void wait_for_interrupt() { asm volatile("wfi" ::: "memory"); }
 
 inline PerCpu* this_cpu() {
