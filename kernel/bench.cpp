@@ -388,7 +388,7 @@ bool rings_empty() {
 
 void bench_trace(Table& t, const Counts& c) {
   constexpr unsigned kPairs = 1000;
-  if (ktrace::ring_capacity() < 128 * 1024) {  // 1000 pairs are 72 KB of events
+  if (kmemtrace::ring_capacity() < 128 * 1024) {  // 1000 pairs are 72 KB of events
     kprintf("%-16s %-10s %5s %8s %10s  (rings under 128 KiB: boot with kmemtrace.ring=128K or more)\n",
             "kmemtrace_on", "kmem_cache", "-", "-", "skipped");
     return;
@@ -408,14 +408,14 @@ void bench_trace(Table& t, const Counts& c) {
   run_pairs(a, c.pairs_warm);
   uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
   uint64_t on = best_of(c.reps, [&] {
-    ktrace::clear();
-    ktrace::enable();
+    kmemtrace::clear();
+    kmemtrace::start();
     uint64_t ticks = timed([&] { run_pairs(a, kPairs); });
-    ktrace::disable();
+    kmemtrace::stop();
     return ticks;
   });
   bool dropped = kmemtrace::total_overruns() != 0;
-  ktrace::clear();
+  kmemtrace::clear();
   kmem_cache_destroy(cp);
   bool ok = g_failures == before && !dropped;
   row(t, "kmemtrace_on", "kmem_cache", 64, kPairs, on, off, ok);  // what tracing adds to a pair

@@ -21,7 +21,7 @@
 //    pairs in trace/include/trace/ring.h, 5); g_streaming is set by the
 //    shell and read by its idle hook, both on the shell's core, in thread
 //    context: no ordering to give.
-// 4. Turning recording on and off, and clearing (namespace ktrace below):
+// 4. Turning recording on and off, and clearing (kmemtrace::start, stop and clear below):
 //    each says which cross-call orders what.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
@@ -134,19 +134,19 @@ int cmd_kmemtrace(int argc, char** argv) {
   if (argc == 1 || (argc == 2 && strcmp(argv[1], "stats") == 0)) return cmd_stats();
   const char* sub = argv[1];
   if (argc == 2 && strcmp(sub, "on") == 0) {
-    ktrace::enable();
+    kmemtrace::start();
     print_state();
     return 0;
   }
   if (argc == 2 && strcmp(sub, "off") == 0) {
-    ktrace::disable();
+    kmemtrace::stop();
     print_state();
     return 0;
   }
   if (argc == 2 && strcmp(sub, "clear") == 0) {
     bool was_on = kmemtrace::enabled();
-    ktrace::clear();
-    if (was_on) ktrace::enable();
+    kmemtrace::clear();
+    if (was_on) kmemtrace::start();
     kprintf("kmemtrace: rings cleared (counters and overruns zeroed)\n");
     return 0;
   }
@@ -176,7 +176,7 @@ int cmd_kmemtrace(int argc, char** argv) {
 
 }  // namespace
 
-namespace ktrace {
+namespace kmemtrace {
 
 // The switch first, then the branches that lead to the recording code, and
 // the reverse: recording code never runs with the switch off.
@@ -190,14 +190,14 @@ namespace ktrace {
 // this: ARM does not stop another core from executing a freshly patched
 // site before its resynchronising call arrives, and its loads of the ring
 // would then not be ordered after our stores.
-void enable() {
+void start() {
   smp::call_on_all([](void*) {}, nullptr);
-  kmemtrace::enable();
+  enable();
   static_branch::set_kmemtrace(true);
 }
-void disable() {
+void stop() {
   static_branch::set_kmemtrace(false);
-  kmemtrace::disable();
+  disable();
 }
 
 // Before the reset every CPU has left any recording call that saw tracing
@@ -208,14 +208,14 @@ void disable() {
 // wait for it) before reset() rewrites the rings; enable() orders the reset
 // before the next event each core records.
 void clear() {
-  disable();
+  stop();
   smp::call_on_all([](void*) {}, nullptr);
-  kmemtrace::reset();
+  reset();
 }
 
 size_t ring_capacity() { return g_ring_capacity; }
 
-void setup() {
+void setup_rings() {
   size_t cap = kDefaultRing;
   char buf[32];
   if (boot::arg_value("kmemtrace.ring", buf, sizeof buf) && !parse_ring_size(buf, cap)) {
@@ -243,11 +243,11 @@ void setup() {
     else if (strcmp(buf, "off") != 0) kprintf("kmemtrace: kmemtrace=%s: expected on or off; off\n", buf);
   }
   if (!static_branch::init()) kprintf("kmemtrace: no address space to patch the allocators' branches with\n");
-  if (on && g_ring_cpus) ktrace::enable();
+  if (on && g_ring_cpus) start();
   print_state();
 }
 
-}  // namespace ktrace
+}  // namespace kmemtrace
 
 SHELL_COMMAND(kmemtrace, "allocation event trace: kmemtrace on|off|clear|stats|dump [drain]|stream on|off",
               cmd_kmemtrace);

@@ -75,7 +75,7 @@ void init() {
     return reinterpret_cast<uintptr_t>(p);
   });
   mm::kmem_init();
-  ktrace::setup();  // its rings are heap memory from now on: before the boot count
+  kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

@@ -383,7 +383,7 @@ __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uint
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller) {
   void* obj = alloc_slow(cp, kmflag);
-  mm::tracing::alloc(type, caller, obj, requested, cp->chunk, kmflag);
+  kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
   return obj;
 }
 
@@ -444,25 +444,25 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 }
 
 // Traced, every entry point leaves its untraced body at once for an out of
-// line copy that records: off, tracing costs the body mm::tracing::on()
+// line copy that records: off, tracing costs the body kmemtrace::on()
 // (one patched nop in the kernel), and the fast paths stay leaf functions
 // without a frame. The entry points pass their own return address, read
 // only on that branch.
 namespace {
 __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
-  return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeCache, cp->bufsize, caller);
+  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller);
 }
 __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  cache_free<true>(cp, obj, mm::tracing::kTypeCache, caller);
+  cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
 }  // namespace
 
 void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (mm::tracing::on()) return cache_alloc_traced(cp, kmflag, caller_of_api());
+  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api());
   return cache_alloc(cp, kmflag);
 }
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (mm::tracing::on()) return cache_free_traced(cp, obj, caller_of_api());
+  if (kmemtrace::on()) return cache_free_traced(cp, obj, caller_of_api());
   cache_free(cp, obj);
 }

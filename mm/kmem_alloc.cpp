@@ -73,10 +73,10 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
 __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1))
-    return cache_alloc<true>(cp, kmflag, mm::tracing::kTypeKmalloc, size, caller);
+    return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller);
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
-  mm::tracing::alloc(mm::tracing::kTypeKmalloc, caller, p, size, chunk, kmflag);
+  kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
   return p;
 }
 
@@ -97,8 +97,8 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
 
 __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, mm::tracing::kTypeKmalloc, caller);
-  if (g_ready && size != 0) mm::tracing::free(mm::tracing::kTypeKmalloc, caller, buf);  // else refused below
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, kmemtrace::kTypeKmalloc, caller);
+  if (g_ready && size != 0) kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);  // else refused below
   kmem_free_body(buf, size, caller);
 }
 
@@ -146,13 +146,13 @@ kmem_cache_t* size_cache_of(size_t size) { return size_cache(size); }
 using namespace mm;
 
 void* kmem_alloc(size_t size, int kmflag) {
-  if (mm::tracing::on()) return kmem_alloc_traced(size, kmflag, caller_of_api());
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api());
   return kmem_alloc_body(size, kmflag);
 }
 
 void* kmem_zalloc(size_t size, int kmflag) {
   void* p;
-  if (mm::tracing::on()) {
+  if (kmemtrace::on()) {
     p = kmem_alloc_traced(size, kmflag, caller_of_api());
   } else {
     p = kmem_alloc_body(size, kmflag);
@@ -163,6 +163,6 @@ void* kmem_zalloc(size_t size, int kmflag) {
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (mm::tracing::on()) return kmem_free_traced(buf, size, caller_of_api());
+  if (kmemtrace::on()) return kmem_free_traced(buf, size, caller_of_api());
   kmem_free_body(buf, size, caller_of_api());
 }

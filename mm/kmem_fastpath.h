@@ -23,7 +23,7 @@
 #include <trace/record.h>
 #include "heap_index.h"
 #include "kmem_cache.h"
-#include "trace_hooks.h"
+#include "kmemtrace_hooks.h"
 
 namespace mm {
 

@@ -69,18 +69,12 @@
 //    page_verify() walks every descriptor and list.
 #include <mm/page.h>
 #include <mm/platform.h>
-#include "trace_hooks.h"
+#include "kmemtrace_hooks.h"
+#include "lock.h"
 
 namespace mm {
 namespace {
 
-[[noreturn, gnu::cold, gnu::noinline]] void assert_failed(int line, const char* what) {
-  plat::fatal("page: %s:%d: %s", __FILE__, line, what);
-}
-#define PAGE_ASSERT(c)                                           \
-  do {                                                           \
-    if (__builtin_expect(!(c), 0)) assert_failed(__LINE__, #c); \
-  } while (0)
 
 constexpr unsigned kMaxBanks = 16;
 constexpr uint8_t kBankMask = 0x0f;      // alloc_bits: bank index
@@ -155,20 +149,6 @@ T load_relaxed(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
 template <typename T>
 void store_relaxed(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
 
-// Holds g_lock with IRQs masked.
-class [[nodiscard]] LockedIrqs {
- public:
-  LockedIrqs() : s_(plat::irq_save()) { g_lock.lock(); }
-  ~LockedIrqs() {
-    g_lock.unlock();
-    plat::irq_restore(s_);
-  }
-  LockedIrqs(const LockedIrqs&) = delete;
-  LockedIrqs& operator=(const LockedIrqs&) = delete;
-
- private:
-  plat::IrqState s_;
-};
 
 // Before releasing g_lock after buddy_pages changed.
 inline void note_reserve_level() {
@@ -224,7 +204,8 @@ inline void* caller_address() { return __builtin_extract_return_addr(__builtin_r
 // --- Free lists (g_lock held) ----------------------------------------------
 
 void list_add(Page* p, unsigned order) {
-  PAGE_ASSERT(g_lock.is_locked() && !(p->alloc_bits & kOnFreeList) && order <= kMaxOrder);
+  assert_held(g_lock);
+  MM_ASSERT(!(p->alloc_bits & kOnFreeList) && order <= kMaxOrder);
   p->flags = kPageFree;
   p->order = static_cast<uint8_t>(order);
   p->alloc_bits = static_cast<uint8_t>(p->alloc_bits | kOnFreeList);
@@ -238,8 +219,9 @@ void list_add(Page* p, unsigned order) {
 }
 
 void list_del(Page* p, unsigned order) {
-  PAGE_ASSERT(g_lock.is_locked() && (p->alloc_bits & kOnFreeList) && p->order == order && p->flags == kPageFree);
-  PAGE_ASSERT(g.free_blocks[order] > 0 && g.buddy_pages >= pages_in(order));
+  assert_held(g_lock);
+  MM_ASSERT((p->alloc_bits & kOnFreeList) && p->order == order && p->flags == kPageFree);
+  MM_ASSERT(g.free_blocks[order] > 0 && g.buddy_pages >= pages_in(order));
   if (p->prev) p->prev->next = p->next;
   else g.free_head[order] = p->next;
   if (p->next) p->next->prev = p->prev;
@@ -271,7 +253,7 @@ Page* take_block(unsigned order) {
 void give_block(Page* p, unsigned order) {
   const Bank& b = bank_of(p);
   uint64_t pfn = pfn_of(p);
-  PAGE_ASSERT((pfn & (pages_in(order) - 1)) == 0 && pfn + pages_in(order) <= b.end);
+  MM_ASSERT((pfn & (pages_in(order) - 1)) == 0 && pfn + pages_in(order) <= b.end);
   while (order < kMaxOrder) {
     uint64_t buddy = pfn ^ pages_in(order);
     if (buddy < b.first || buddy >= b.end) break;
@@ -350,13 +332,13 @@ PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
 
 // Refills an empty cache with up to kPageCacheBatch pages above the reserve.
 void cache_fill(PageCache& c) {
-  PAGE_ASSERT(c.count == 0);
-  g_lock.lock();
+  MM_ASSERT(c.count == 0);
+  Guard<NoIrqSave> guard(g_lock);  // IRQs masked by the caller
   uint64_t avail = g.buddy_pages > g.reserve_pages ? g.buddy_pages - g.reserve_pages : 0;
   uintptr_t n = avail < kPageCacheBatch ? static_cast<uintptr_t>(avail) : kPageCacheBatch;
   for (uintptr_t i = 0; i < n; i++) {
     Page* p = take_block(0);
-    PAGE_ASSERT(p);  // buddy_pages > 0, and any free block splits down to a page
+    MM_ASSERT(p);  // buddy_pages > 0, and any free block splits down to a page
     p->flags = kPagePcp;  // order, count, next, owner clear: the cache's invariant
     p->order = 0;
     p->count = 0;
@@ -367,16 +349,15 @@ void cache_fill(PageCache& c) {
   store_relaxed(c.count, n);
   store_relaxed(c.fills, c.fills + n);
   note_reserve_level();
-  g_lock.unlock();
 }
 
 // Returns the n coldest (bottom) pages of the cache to the buddy lists.
 void cache_drain(PageCache& c, uintptr_t n) {
-  PAGE_ASSERT(n <= c.count);
-  g_lock.lock();
+  MM_ASSERT(n <= c.count);
+  Guard<NoIrqSave> guard(g_lock);  // IRQs masked by the caller
   for (uintptr_t i = 0; i < n; i++) {
     Page* p = c.stack[i].page;
-    PAGE_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == c.stack[i].pa);
+    MM_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == c.stack[i].pa);
     p->flags = 0;
     give_block(p, 0);
   }
@@ -384,7 +365,6 @@ void cache_drain(PageCache& c, uintptr_t n) {
   store_relaxed(c.count, c.count - n);
   store_relaxed(c.drains, c.drains + n);
   note_reserve_level();
-  g_lock.unlock();
 }
 
 // --- Allocation -------------------------------------------------------------
@@ -403,11 +383,11 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
       pa = c.stack[c.count - 1].pa;
       cached = true;
       store_relaxed(c.count, c.count - 1);
-      PAGE_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
+      MM_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
     }
   }
   if (!p && (order > 0 || pushpage)) {
-    g_lock.lock();
+    Guard<NoIrqSave> guard(g_lock);
     uint64_t need = pages_in(order);
     bool dip = g.buddy_pages < g.reserve_pages + need;
     if (!dip || (pushpage && g.buddy_pages >= need)) {
@@ -415,7 +395,6 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
       if (p && dip) g.pushpage_allocs++;
     }
     note_reserve_level();
-    g_lock.unlock();
   }
   if (p && !cached) store_relaxed(c.direct_allocs, c.direct_allocs + 1);
   plat::irq_restore(s);
@@ -455,10 +434,11 @@ void run_reclaim_hook() {
   clear_block(p, order);
   plat::IrqState s = plat::irq_save();
   PageCache& c = this_cache();
-  g_lock.lock();
-  give_block(p, order);
-  note_reserve_level();
-  g_lock.unlock();
+  {
+    Guard<NoIrqSave> guard(g_lock);
+    give_block(p, order);
+    note_reserve_level();
+  }
   store_relaxed(c.direct_frees, c.direct_frees + 1);
   plat::irq_restore(s);
 }
@@ -671,7 +651,7 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   unsigned n = normalize_banks(banks, banks ? nbanks : 0, ranges);
   if (!reserved) nreserved = 0;
   {
-    LockedIrqs guard;
+    Guard<> guard(g_lock);
     for (unsigned i = 0; i < n; i++) add_bank(ranges[i], reserved, nreserved);
   }
   if (!g.buddy_pages) {
@@ -702,17 +682,17 @@ namespace {
 // Page events carry the physical address (the allocator's own name for a
 // frame), requested = allocated = the block's bytes.
 __attribute__((always_inline)) inline void trace_alloc(uint64_t pa, unsigned order, int kmflag, void* caller) {
-  mm::tracing::alloc(mm::tracing::kTypePages, reinterpret_cast<uintptr_t>(caller),
+  kmemtrace::note_alloc(kmemtrace::kTypePages, reinterpret_cast<uintptr_t>(caller),
                      reinterpret_cast<const void*>(static_cast<uintptr_t>(pa)), kPageBytes << order,
                      kPageBytes << order, kmflag);
 }
 __attribute__((always_inline)) inline void trace_free(uint64_t pa, void* caller) {
-  mm::tracing::free(mm::tracing::kTypePages, reinterpret_cast<uintptr_t>(caller),
+  kmemtrace::note_free(kmemtrace::kTypePages, reinterpret_cast<uintptr_t>(caller),
                     reinterpret_cast<const void*>(static_cast<uintptr_t>(pa)));
 }
 
 // Traced, each entry point leaves its untraced body at once for an out of
-// line copy that records (off: mm::tracing::on(); the fast paths stay
+// line copy that records (off: kmemtrace::on(); the fast paths stay
 // frameless leaves). The entry points pass their own return address, read
 // only on that branch.
 __attribute__((always_inline)) inline uint64_t alloc_body(unsigned order, int kmflag, void* caller) {
@@ -737,20 +717,20 @@ __attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, co
 }  // namespace
 
 uint64_t page_alloc(unsigned order, int kmflag) {
-  if (mm::tracing::on()) return alloc_traced(order, kmflag, caller_address());
+  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller_address());
 }
 
 void page_free(uint64_t pa, unsigned order) {
-  if (mm::tracing::on()) return free_traced(pa, order, nullptr, caller_address());
+  if (kmemtrace::on()) return free_traced(pa, order, nullptr, caller_address());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   free_pa(pa, order, nullptr, caller_address());
 }
 
 void* page_alloc_va(unsigned order, int kmflag) {
-  if (mm::tracing::on()) return alloc_va_traced(order, kmflag, caller_address());
+  if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address());
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;
@@ -763,7 +743,7 @@ void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
-  if (mm::tracing::on()) return free_traced(pa, order, va, caller_address());
+  if (kmemtrace::on()) return free_traced(pa, order, va, caller_address());
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }
@@ -805,7 +785,7 @@ void page_set_reclaim_hook(void (*fn)()) { __atomic_store_n(&g_reclaim, fn, __AT
 
 void page_stats(PageStats& out) {
   out = PageStats{};
-  LockedIrqs guard;
+  Guard<> guard(g_lock);
   out.total_pages = g.total_pages;
   out.reserve_pages = g.reserve_pages;
   out.descriptor_pages = g.descriptor_pages;
@@ -826,7 +806,7 @@ void page_stats(PageStats& out) {
 uint64_t page_ram_bytes() { return g.ram_bytes; }
 
 bool page_verify() {
-  LockedIrqs guard;
+  Guard<> guard(g_lock);
   // Free lists: links, heads, counts.
   uint64_t list_pages = 0;
   for (unsigned o = 0; o <= kMaxOrder; o++) {
@@ -897,7 +877,7 @@ bool page_verify() {
 }
 
 void page_reset_for_tests() {
-  LockedIrqs guard;
+  Guard<> guard(g_lock);
   g = Allocator{};
   for (PageCache& c : g_pcp) c = PageCache{};
   store_relaxed(g_failures, uintptr_t{0});

@@ -76,9 +76,9 @@
 //    arena list) is taken before an arena lock, never inside one. No vmem
 //    lock is held across afunc/ffunc, the page allocator or kmem.
 //
-// 9. Debugging. VMEM_ASSERT checks invariants always, off the fast paths;
-//    VMEM_DEBUG_ASSERT checks them on the fast paths too when MM_DEBUG is
-//    defined (the fast paths have a budget: about 150 instructions for an
+// 9. Debugging. MM_ASSERT (mm/assert.h) checks invariants always, off the
+//    fast paths; MM_DEBUG_ASSERT checks them on the fast paths too when
+//    MM_DEBUG is defined (the host tests) (the fast paths have a budget: about 150 instructions for an
 //    instant-fit alloc and free together). vmem_verify walks an arena and
 //    checks every invariant above (tests call it). Bad input is reported
 //    through mm::report_error with the arena's name and the caller, and
@@ -96,7 +96,8 @@
 #include <mm/platform.h>
 #include <mm/vmem.h>
 #include <new>
-#include "trace_hooks.h"
+#include "kmemtrace_hooks.h"
+#include "lock.h"
 
 // Section 10: the cache layer, published once with a release store; read
 // with acquire where it gates creating caches, and relaxed on the quantum-
@@ -108,17 +109,6 @@ const VmemCacheLayer* g_layer;
 }  // namespace
 }  // namespace mm
 
-#define VMEM_ASSERT(c)                                                                            \
-  do {                                                                                            \
-    if (__builtin_expect(!(c), 0)) mm::plat::fatal("vmem: %s:%d: %s", __FILE__, __LINE__, #c); \
-  } while (0)
-#if defined(MM_DEBUG)
-#define VMEM_DEBUG_ASSERT(c) VMEM_ASSERT(c)
-#else
-#define VMEM_DEBUG_ASSERT(c) \
-  do {                       \
-  } while (0 && (c))
-#endif
 
 namespace mm::vmem_detail {
 
@@ -276,48 +266,19 @@ void report(const char* kind, const vmem* vmp, uintptr_t addr, uintptr_t caller,
 // The cache layer, if one was registered (section 10).
 const VmemCacheLayer* layer() { return __atomic_load_n(&g_layer, __ATOMIC_ACQUIRE); }
 
-// Holds an arena's lock with IRQs masked; may be dropped and retaken. (The
-// fast paths lock by hand.)
-class ArenaLock {
+// Locks (section 8) are held through mm::Guard (lock.h): an arena's with
+// ArenaLock, which may be dropped and retaken (release / acquire), a global
+// one (arena list, tag pool) with Guard<> directly. The fast paths lock by
+// hand: they hand the held lock, with the saved interrupt state, to a
+// callee that drops it (span_release, bad_free).
+class ArenaLock : public Guard<> {
  public:
-  explicit ArenaLock(vmem* vmp) : vmp_(vmp) { acquire(); }
-  ~ArenaLock() {
-    if (held_) release();
-  }
-  ArenaLock(const ArenaLock&) = delete;
-  ArenaLock& operator=(const ArenaLock&) = delete;
-  void acquire() {
-    irq_ = plat::irq_save();
-    vmp_->lock.lock();
-    held_ = true;
-  }
-  void release() {
-    held_ = false;
-    vmp_->lock.unlock();
-    plat::irq_restore(irq_);
-  }
-
- private:
-  vmem* vmp_;
-  plat::IrqState irq_{};
-  bool held_ = false;
+  explicit ArenaLock(vmem* vmp) : Guard<>(vmp->lock) {}
+  void acquire() { lock(); }
+  void release() { unlock(); }
 };
+using GlobalLock = Guard<>;
 
-// A global lock (arena list, tag pool) taken with IRQs masked.
-class GlobalLock {
- public:
-  explicit GlobalLock(plat::Lock& l) : l_(l), irq_(plat::irq_save()) { l_.lock(); }
-  ~GlobalLock() {
-    l_.unlock();
-    plat::irq_restore(irq_);
-  }
-  GlobalLock(const GlobalLock&) = delete;
-  GlobalLock& operator=(const GlobalLock&) = delete;
-
- private:
-  plat::Lock& l_;
-  plat::IrqState irq_;
-};
 
 // ---------------------------------------------------------------------------
 // The tag pool (section 7). Arena lock held unless noted.
@@ -352,7 +313,7 @@ uintptr_t pool_take(vmem* vmp, uintptr_t want, int vmflag) {
   uintptr_t n = want < avail ? want : avail;
   for (uintptr_t i = 0; i < n; i++) {
     Link* l = g_pool;
-    VMEM_ASSERT(l && seg_of(l)->type == kSegSpare);
+    MM_ASSERT(l && seg_of(l)->type == kSegSpare);
     g_pool = l->next;
     l->next = vmp->stock;
     vmp->stock = l;
@@ -416,7 +377,7 @@ bool ensure_tags(vmem* vmp, uintptr_t n, int vmflag, ArenaLock& h) {
 // Spare tags keep type kSegSpare and early == 0.
 inline vmem_seg* getseg(vmem* vmp) {
   Link* l = vmp->stock;
-  VMEM_DEBUG_ASSERT(l && seg_of(l)->type == kSegSpare && !seg_of(l)->early);
+  MM_DEBUG_ASSERT(l && seg_of(l)->type == kSegSpare && !seg_of(l)->early);
   vmp->stock = l->next;
   return seg_of(l);
 }
@@ -461,7 +422,7 @@ inline void link_remove(Link* l) {
 
 // Puts v on free list i (highbit of its size).
 inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
-  VMEM_DEBUG_ASSERT(highbit(seg_size(v)) == i);
+  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i);
   link_insert(&vmp->freelist[i], &v->link);
   vmp->freemap |= uintptr_t{1} << i;
 }
@@ -472,7 +433,7 @@ inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v,
 inline void freelist_remove(vmem* vmp, vmem_seg* v, unsigned i) {
   Link* n = v->link.next;
   Link* p = v->link.prev;
-  VMEM_DEBUG_ASSERT(v->type == kSegFree);
+  MM_DEBUG_ASSERT(v->type == kSegFree);
   p->next = n;
   n->prev = p;
   if (n == p) vmp->freemap &= ~(uintptr_t{1} << i);  // only the sentinel left
@@ -526,7 +487,7 @@ void span_create(vmem* vmp, uintptr_t base, uintptr_t size, bool imported) {
 
 // Removes a span whose only segment v is free and off the free lists.
 void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
-  VMEM_ASSERT(span->type == kSegSpan && v->kprev == span && v->start == span->start && v->end == span->end);
+  MM_ASSERT(span->type == kSegSpan && v->kprev == span && v->start == span->start && v->end == span->end);
   seg_unlink(vmp, v, span->kprev);
   seg_unlink(vmp, span, span->kprev);
   link_remove(&span->link);
@@ -546,7 +507,7 @@ void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
 __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, unsigned i, uintptr_t addr,
                                                                 uintptr_t size) {
   uintptr_t end = v->end, aend = addr + size;
-  VMEM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && highbit(end - addr) == i);
+  MM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && highbit(end - addr) == i);
   vmem_seg* a;
   if (__builtin_expect(aend != end, 1)) {
     a = getseg(vmp);
@@ -576,7 +537,7 @@ __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_
 // answer); returns the allocated tag. Takes at most two spare tags.
 vmem_seg* seg_alloc(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t start = v->start, end = v->end, aend = addr + size;
-  VMEM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size);
+  MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size);
   if (addr == start) return seg_alloc_front(vmp, v, highbit(end - start), addr, size);
   // Inside v: v keeps the front, a new tag takes the allocation and another
   // the rest (if any).
@@ -797,7 +758,7 @@ bool import_span(vmem* vmp, const Request& r, int vmflag, ArenaLock& h) {
   h.acquire();
   if (!va) return false;
   auto base = reinterpret_cast<uintptr_t>(va);
-  VMEM_ASSERT(!(base & vmp->qmask) && base + asize > base);
+  MM_ASSERT(!(base & vmp->qmask) && base + asize > base);
   if (!ensure_tags(vmp, 2, vmflag, h)) {
     h.release();
     if (vmp->ffunc) vmp->ffunc(vmp->source, va, asize);
@@ -943,7 +904,7 @@ __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_
 // v, just freed, has free segments on both sides: prev takes all three
 // (lock held). Returns prev.
 __attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
-  VMEM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
+  MM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
   freelist_remove(vmp, next, highbit(seg_size(next)));
   unsigned i = highbit(seg_size(prev));
   prev->end = next->end;
@@ -970,7 +931,7 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
   while ((l = *link) && seg_of(l)->start != addr) link = &l->next;
   vmem_seg* v = seg_of(l);
   if (__builtin_expect(!l || v->end - addr != asize, 0)) return bad_free(vmp, irq, addr, size, caller, l ? v : nullptr);
-  VMEM_DEBUG_ASSERT(v->type == kSegAlloc);
+  MM_DEBUG_ASSERT(v->type == kSegAlloc);
   *link = l->next;
   vmp->hash_room++;
   vmp->alloc_bytes -= asize;
@@ -988,12 +949,12 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
       n = merge_both(vmp, prev, v, next);
       goto merged;
     }
-    VMEM_DEBUG_ASSERT(next->start == v->end);
+    MM_DEBUG_ASSERT(next->start == v->end);
     n = next;
     old = next->end - v->end;
     next->start = addr;
   } else if (prev->type == kSegFree) {
-    VMEM_DEBUG_ASSERT(prev->end == addr);
+    MM_DEBUG_ASSERT(prev->end == addr);
     n = prev;
     old = addr - prev->start;
     prev->end = v->end;
@@ -1446,11 +1407,11 @@ bool vmem_destroy(vmem_t* vmp) {
   // 4. Imported spans (all free now) go back to the source; every tag goes
   //    back to the pool.
   ArenaLock h(vmp);
-  VMEM_ASSERT(vmp->alloc_bytes == 0 && nalloc_of(vmp) == 0);
+  MM_ASSERT(vmp->alloc_bytes == 0 && nalloc_of(vmp) == 0);
   while (vmp->spans.next != &vmp->spans) {
     vmem_seg* span = seg_of(vmp->spans.next);
     vmem_seg* v = span->knext;
-    VMEM_ASSERT(v->type == kSegFree && v->end == span->end);
+    MM_ASSERT(v->type == kSegFree && v->end == span->end);
     freelist_remove(vmp, v, highbit(seg_size(v)));
     void* base = reinterpret_cast<void*>(span->start);
     uintptr_t bytes = seg_size(span);
@@ -1462,7 +1423,7 @@ bool vmem_destroy(vmem_t* vmp) {
       h.acquire();
     }
   }
-  VMEM_ASSERT(vmp->freemap == 0);
+  MM_ASSERT(vmp->freemap == 0);
   pool_put(vmp, stock_count(vmp));
   Link** table = vmp->hash;
   uintptr_t buckets = uintptr_t{1} << (kBits - vmp->hash_rshift);
@@ -1513,7 +1474,7 @@ __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size,
 }
 __attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
   void* p = alloc_body(vmp, size, vmflag, caller);
-  mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
+  kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   return p;
 }
 __attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
@@ -1521,18 +1482,18 @@ __attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, s
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
 }
 __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
-  mm::tracing::free(mm::tracing::kTypeVmem, caller, vaddr);
+  kmemtrace::note_free(kmemtrace::kTypeVmem, caller, vaddr);
   free_body(vmp, vaddr, size, caller);
 }
 }  // namespace
 
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
-  if (mm::tracing::on()) return alloc_traced(vmp, size, vmflag, caller_of_api());
+  if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api());
   return alloc_body(vmp, size, vmflag, caller_of_api());
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
-  if (mm::tracing::on()) return free_traced(vmp, vaddr, size, caller_of_api());
+  if (kmemtrace::on()) return free_traced(vmp, vaddr, size, caller_of_api());
   free_body(vmp, vaddr, size, caller_of_api());
 }
 
@@ -1549,12 +1510,12 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
     p = fast_alloc(vmp, r.size, slow);
   else
     p = slow();
-  if (mm::tracing::on()) mm::tracing::alloc(mm::tracing::kTypeVmem, caller, p, size, r.size, vmflag);
+  if (kmemtrace::on()) kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, r.size, vmflag);
   return p;
 }
 
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
-  mm::tracing::free(mm::tracing::kTypeVmem, caller_of_api(), vaddr);
+  kmemtrace::note_free(kmemtrace::kTypeVmem, caller_of_api(), vaddr);
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
 }
 

@@ -1,9 +1,9 @@
 // kmemtrace: the per-CPU rings, the switch, the recording slow paths and
 // the readers. Design: trace/include/trace/kmemtrace.h.
 //
-// Platform (mm/'s inline seam, <mm_platform.h>): cpu_id() and irq_save()
+// Platform (mm/'s inline seam, <mm/platform_inline.h>): cpu_id() and irq_save()
 // on the recording path, kMaxCpus for the ring table, Lock for readers.
-#include <mm_platform.h>
+#include <mm/platform_inline.h>
 #include <trace/kmemtrace.h>
 #include <trace/record.h>
 

@@ -583,9 +583,9 @@ void cache_events(uint64_t& allocs, uint64_t& frees) {
 }  // namespace
 
 KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
-  if (ktrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
+  if (kmemtrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
   if (kmemtrace::enabled()) KSKIP("tracing is on (kmemtrace bootarg): the test needs it off");
-  ktrace::clear();
+  kmemtrace::clear();
   KEXPECT(&__static_branches_end[0] - &__static_branches_start[0] >= 10);  // every entry point has one
   KEXPECT(sites_hold(false));
   kmem_cache_t* cp = kmem_cache_create("test_trace", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -595,13 +595,13 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   cache_events(a, f);
   KEXPECT_EQ(a + f, 0u);
 
-  ktrace::enable();
+  kmemtrace::start();
   KEXPECT(sites_hold(true));
   arch::IrqState s = arch::irq_save();  // both on this CPU, nothing else in between
   void* p = kmem_cache_alloc(cp, KM_NOSLEEP);
   kmem_cache_free(cp, p);
   arch::irq_restore(s);
-  ktrace::disable();
+  kmemtrace::stop();
   KEXPECT(sites_hold(false));
   cache_events(a, f);
   KEXPECT_EQ(a, 1u);
@@ -611,7 +611,7 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   cache_events(a, f);
   KEXPECT_EQ(a + f, 2u);
   KEXPECT(kmem_cache_destroy(cp));
-  ktrace::clear();
+  kmemtrace::clear();
 }
 
 // Allocator paths that fan out to every core (draining the per-CPU page

@@ -9,17 +9,17 @@
 #pragma once
 #include <cstddef>
 
-namespace ktrace {
+namespace kmemtrace {
 // Once kmem is up, before the page allocator's boot count is taken: the
 // rings are heap memory for the life of the system.
-void setup();
+void setup_rings();
 // Switch recording on or off: kmemtrace's switch and the allocators' static
 // branches together. Not from interrupt context.
-void enable();
-void disable();
+void start();
+void stop();
 // Switches recording off and empties every ring, counters zeroed. Not from
 // interrupt context or a cross-call.
 void clear();
 // Ring capacity per CPU in bytes (0 before setup or without memory).
 size_t ring_capacity();
-}  // namespace ktrace
+}  // namespace kmemtrace

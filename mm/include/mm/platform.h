@@ -3,11 +3,11 @@
 // (unit tests, benchmarks, and a user-space allocator library).
 //
 // Two halves:
-//   - inline operations, from <mm_platform.h>, which each platform provides
-//     on its include path (kernel/mm_platform/ or mm/host/): they sit on the
-//     allocation fast path;
+//   - inline operations, from <mm/platform_inline.h>, which each platform
+//     provides on its include path (kernel/mm/include/ in the kernel,
+//     mm/host/include/ on the host): they sit on the allocation fast path;
 //   - out-of-line operations, declared below, implemented by the platform
-//     (kernel/mm_glue.cpp, mm/host/platform.cpp).
+//     (kernel/mm/platform.cpp, mm/host/platform.cpp).
 //
 // Inline contract (namespace mm::plat):
 //   constexpr unsigned kMaxCpus;          upper bound of cpu_id()
@@ -30,13 +30,17 @@
 //                                         a spinlock; kernel: IRQs must be
 //                                         masked by the caller where the lock
 //                                         is also taken in interrupt context
+//   bool kmemtrace_on();                  is tracing switched on? Tested first by
+//                                         every allocator entry point (kernel:
+//                                         a static branch, one patched nop;
+//                                         host: a load and a branch)
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <mm_platform.h>
+#include <mm/platform_inline.h>
 
 namespace mm::plat {
 

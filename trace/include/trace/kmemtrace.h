@@ -28,7 +28,7 @@
 //    Ordering: a CPU must see a ring's set-up (init_cpu, or reset()) before
 //    it records into it, and the switch does not give it that (it is read
 //    with a plain load, below). The kernel runs a cross-call on every core
-//    before it turns recording on (ktrace::enable: each core's acquire of the
+//    before it turns recording on (kmemtrace::start in the kernel: each core's acquire of the
 //    call sees the rings as the enabling core left them). On the host the
 //    caller orders it: set up before starting the threads that record, and
 //    call reset() only while those threads are quiescent, with a lock, a

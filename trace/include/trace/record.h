@@ -4,7 +4,7 @@
 // while tracing is enabled (the caller tested kmemtrace::enabled()).
 #pragma once
 #include <atomic>
-#include <mm_platform.h>
+#include <mm/platform_inline.h>
 #include <trace/kmemtrace.h>
 
 namespace kmemtrace::detail {

@@ -1,9 +1,14 @@
-// mm/'s inline platform operations in the kernel (see mm/platform.h).
+// mm/'s inline platform operations in the kernel (the contract is in
+// mm/include/mm/platform.h).
 #pragma once
 #include <kernel/config.h>
 #include <kernel/percpu.h>
 #include <kernel/spinlock.h>
 #include <arch/ops.h>
+
+namespace kmemtrace {
+extern bool g_enabled;  // trace/include/trace/kmemtrace.h
+}
 
 namespace mm::plat {
 
@@ -25,6 +30,16 @@ inline bool irqs_masked() { return !arch::irqs_enabled(); }
 using Lock = SpinLock;
 
 inline uint64_t cycles() { return arch::cycles(); }
+
+// The kmemtrace switch: a static branch (one nop, patched into a branch by
+// kernel/static_branch.cpp while tracing is on) where the arch has them.
+__attribute__((always_inline)) inline bool kmemtrace_on() {
+#if defined(ARCH_HAS_STATIC_BRANCH)
+  return arch::static_branch_kmemtrace();
+#else
+  return __builtin_expect(kmemtrace::g_enabled, 0);
+#endif
+}
 
 // RAM is identity-mapped in the kernel.
 inline void* phys_to_virt(uint64_t pa) { return reinterpret_cast<void*>(static_cast<uintptr_t>(pa)); }
