@@ -21,8 +21,6 @@ bool probe_console(uint64_t& base, fdt::Node& node, const UartOps*& ops);
 }  // namespace platform
 
 namespace {
-constexpr size_t kMaxDtbSize = 2 << 20;
-
 void rx_irq(unsigned, void*) { console::rx_interrupt(); }
 
 void setup_console() {
@@ -60,7 +58,7 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   g_boot.boot_hwid = boot_hwid;
   if (!dtb) panic("no device tree: the bootloader passed a null DTB pointer");
   uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
-  fdt::Error e = g_boot.dtb.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize);
+  fdt::Error e = g_boot.dtb.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : static_cast<uint32_t>(kMaxDtbSize));
   if (e != fdt::Error::kOk) panic("device tree at 0x%lx is unusable: %s", static_cast<unsigned long>(dtb), fdt::error_name(e));
 
   platform::read_boot_info();

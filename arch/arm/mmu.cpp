@@ -9,8 +9,8 @@
 //    never executable. The DTB is read-only.
 // 2. arm_early_mmu() builds the tables with the MMU off, before .bss is
 //    cleared, so everything it touches lives in the .noinit area (invalidated
-//    by start.S before use) or on the boot stack. It reads the DTB's memory
-//    nodes to learn where RAM is.
+//    by start.S before use) or on the boot stack. What it maps is the
+//    portable part (kernel/boot_map.h), which calls boot_map_range here.
 // 3. Memory types come from TEX/C/B directly (SCTLR.TRE = 0): RAM is normal
 //    write-back write-allocate and shareable; devices are shareable Device
 //    memory. AP[2:0] gives PL1 read-write or read-only and PL0 nothing;
@@ -45,13 +45,13 @@
 //    identity map stops there whatever the DTB says, so nothing else is ever
 //    mapped in the window. Exceptions use VBAR (SCTLR.V = 0), so the high
 //    vectors page 0xffff0000 is unused; the top 256 MiB stay unmapped too.
+#include <kernel/align.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
+#include <kernel/boot_map.h>
 #include <kernel/config.h>
-#include <kernel/fdt.h>
 #include <kernel/panic.h>
 #include <kernel/spinlock.h>
-#include <kernel/stack.h>
 #include "sysregs.h"
 
 namespace {
@@ -61,7 +61,6 @@ constexpr unsigned kL2Entries = 256;
 constexpr uint64_t kSectionSize = 1u << 20;
 constexpr uint64_t kAddressSpace = 1ull << 32;
 constexpr unsigned kPoolTables = 16;
-constexpr uint64_t kMaxDtbSize = 2 << 20;
 
 // Level-1 descriptors.
 constexpr uint32_t kL1TypeMask = 3;
@@ -334,15 +333,6 @@ bool unmap_range(uint64_t va, uint64_t end) {
   return true;
 }
 
-uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
-
-// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
-void map_flags(uint64_t start, uint64_t end, unsigned flags) {
-  start = align_down(start, kPageSize);
-  end = align_up(end, kPageSize);
-  if (end > start) map_range(start, start, end - start, flags);
-}
 
 }  // namespace
 
@@ -351,43 +341,7 @@ extern "C" void arm_early_mmu(uintptr_t dtb) {
   g_pool_used = 0;
   g_mmu_live = false;
   for (auto& e : arm_l1_table.e) e = 0;
-
-  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
-  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
-  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
-
-  fdt::Tree tree;
-  bool dtb_ok = false;
-  if (dtb && (dtb & 7) == 0) {
-    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
-    dtb_ok = tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) ==
-             fdt::Error::kOk;
-  }
-  if (dtb_ok) {
-    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
-         n = tree.find_device_type("memory", n)) {
-      uint64_t base, size;
-      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
-        // RAM at and above kDirectMapLimit would overlap the heap window:
-        // it stays unmapped (and mm/ leaves it unused).
-        if (!size || base >= arch::kDirectMapLimit) continue;
-        uint64_t end = base + size > arch::kDirectMapLimit ? arch::kDirectMapLimit : base + size;
-        map_flags(base, end, kRamFlags);
-      }
-    }
-  }
-  // Whatever the DTB said, the image and the DTB itself must be reachable:
-  // kernel_main reports a bad DTB from there.
-  if (dtb) map_flags(dtb, dtb + (dtb_ok ? tree.total_size() : kMaxDtbSize), arch::kMapRead);
-  map_flags(kstart, kend, kRamFlags);
-  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
-            arch::kMapRead | arch::kMapExec);
-  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
-            arch::kMapRead);
-  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
-  // The guard pages below every stack stay unmapped (kernel/stack.h).
-  for (unsigned i = 0; i < kstack::kGuardPages; i++)
-    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
+  boot_map::map_kernel(dtb);  // what to map: kernel/boot_map.h
   // Tables written with the MMU off went straight to memory.
   asm volatile("dsb" ::: "memory");
 }
@@ -397,6 +351,8 @@ uint32_t leaf_descriptor(uintptr_t va, bool& is_section);
 }
 
 namespace arch {
+
+void boot_map_range(uint64_t start, uint64_t end, unsigned flags) { map_range(start, start, end - start, flags); }
 
 void mmu_live() { g_mmu_live = true; }
 

@@ -6,8 +6,8 @@
 //    rodata R, data/bss/stacks/tables RW and never executable.
 // 2. arm64_early_mmu() builds the tables with the MMU off, before .bss is
 //    cleared, so everything it touches lives in the .noinit area (invalidated
-//    by start.S before use) or on the boot stack. It reads the DTB's memory
-//    nodes to learn where RAM is.
+//    by start.S before use) or on the boot stack. What it maps is the
+//    portable part (kernel/boot_map.h), which calls boot_map_range here.
 // 3. After boot, arch::map() adds mappings (devices, later the kernel heap).
 //    Turning a valid entry into another one follows break-before-make.
 //    Callers serialise: map() and unmap() take g_map_lock.
@@ -22,13 +22,13 @@
 //    that links it by `dsb ishst` (publish_table). A DMB would order them
 //    for other cores' walks but not for this core's own walker, which the
 //    architecture lets read ahead at any time; the DSB covers both.
+#include <kernel/align.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
+#include <kernel/boot_map.h>
 #include <kernel/config.h>
-#include <kernel/fdt.h>
 #include <kernel/panic.h>
 #include <kernel/spinlock.h>
-#include <kernel/stack.h>
 #include "sysregs.h"
 
 namespace {
@@ -47,7 +47,6 @@ constexpr uint64_t kOutputMask = 0x0000fffffffff000ull;
 constexpr uint64_t kAttrMask = ~kOutputMask & ~3ull;
 constexpr unsigned kEntries = 512;
 constexpr unsigned kPoolPages = 48;
-constexpr uint64_t kMaxDtbSize = 2 << 20;
 
 // Everything here lives in .noinit: written with the MMU off.
 struct alignas(4096) Table {
@@ -192,15 +191,6 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t attrs) {
   return true;
 }
 
-uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
-
-// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
-void map_flags(uint64_t start, uint64_t end, unsigned flags) {
-  start = align_down(start, kPageSize);
-  end = align_up(end, kPageSize);
-  if (end > start) map_range(start, start, end - start, flags ? leaf_attrs(flags) : 0);
-}
 
 }  // namespace
 
@@ -209,56 +199,16 @@ extern "C" void arm64_early_mmu(uintptr_t dtb) {
   g_pool_used = 0;
   g_mmu_live = false;
   zero_table(&arm64_root_table);
-
-  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
-  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
-  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
-
-  fdt::Tree tree;
-  bool dtb_ok = false;
-  if (dtb && (dtb & 7) == 0) {
-    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
-    dtb_ok = tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) ==
-             fdt::Error::kOk;
-  }
-  if (dtb_ok) {
-    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
-         n = tree.find_device_type("memory", n)) {
-      uint64_t base, size;
-      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
-        if (!size) continue;
-        map_flags(base, base + size, kRamFlags);
-      }
-    }
-  }
-  // The image and the DTB itself must be reachable whatever the DTB says.
-  // A good DTB inside RAM is already mapped (and its frames reserved); one
-  // outside RAM gets a read-only window of its size. A bad one gets a
-  // read-only window so kernel_main can read enough to report why.
-  if (dtb && !dtb_ok) {
-    map_flags(dtb, dtb + kMaxDtbSize, arch::kMapRead);
-  } else if (dtb_ok) {
-    bool in_ram = false;
-    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode; n = tree.find_device_type("memory", n)) {
-      uint64_t base, size;
-      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) in_ram |= dtb >= base && dtb + tree.total_size() <= base + size;
-    }
-    if (!in_ram) map_flags(dtb, dtb + tree.total_size(), arch::kMapRead);
-  }
-  map_flags(kstart, kend, kRamFlags);
-  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
-            arch::kMapRead | arch::kMapExec);
-  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
-            arch::kMapRead);
-  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
-  // The guard pages below every stack stay unmapped (kernel/stack.h).
-  for (unsigned i = 0; i < kstack::kGuardPages; i++)
-    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
+  boot_map::map_kernel(dtb);  // what to map: kernel/boot_map.h
   // Tables written with the MMU off: make sure no stale line shadows them.
   asm volatile("dsb sy" ::: "memory");
 }
 
 namespace arch {
+
+void boot_map_range(uint64_t start, uint64_t end, unsigned flags) {
+  map_range(start, start, end - start, flags ? leaf_attrs(flags) : 0);
+}
 
 void mmu_live() { g_mmu_live = true; }
 

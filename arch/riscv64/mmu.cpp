@@ -7,8 +7,8 @@
 //    set (and D when writable) so the hardware never has to update them.
 // 2. riscv_early_mmu() builds the tables with paging off, after start.S has
 //    cleared .bss. The root table and the boot pool live in .pgtables (the
-//    .noinit area), like arm64's. It reads the DTB's memory nodes to learn
-//    where RAM is and maps the early UART.
+//    .noinit area), like arm64's. What it maps is the portable part
+//    (kernel/boot_map.h), which calls boot_map_range here.
 // 3. After boot, arch::map() adds mappings (devices, the kernel heap) and
 //    arch::unmap() removes them, splitting large leaves it cuts through.
 //    RISC-V needs no break-before-make; a changed or new entry is followed by
@@ -29,13 +29,13 @@
 //    before the store of the entry that links it, so a walker on another
 //    hart that reads the link reads the finished table. This hart's own
 //    walker is ordered by the sfence.vma map()/unmap() issue afterwards.
+#include <kernel/align.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
+#include <kernel/boot_map.h>
 #include <kernel/config.h>
-#include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/spinlock.h>
-#include <kernel/stack.h>
 #include <kernel/timer.h>
 #include <atomic>
 #include "csr.h"
@@ -55,7 +55,6 @@ constexpr uint64_t kPpnMask = ((1ull << 44) - 1) << kPpnShift;  // bits 53..10
 constexpr unsigned kEntries = 512;
 constexpr unsigned kLevels = 3;
 constexpr unsigned kPoolPages = 48;
-constexpr uint64_t kMaxDtbSize = 2 << 20;
 
 struct alignas(4096) Table {
   uint64_t e[kEntries];
@@ -199,15 +198,6 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
   return true;
 }
 
-uint64_t align_down(uint64_t v, uint64_t a) { return v & ~(a - 1); }
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
-
-// Identity-maps [start, end) with flags; flags 0 leaves it unmapped.
-void map_flags(uint64_t start, uint64_t end, unsigned flags) {
-  start = align_down(start, kPageSize);
-  end = align_up(end, kPageSize);
-  if (end > start) map_range(start, start, end - start, flags ? leaf_bits(flags) : 0);
-}
 
 // Makes table changes visible: this hart's TLB, then every other online
 // hart's.
@@ -332,54 +322,14 @@ extern "C" void riscv_early_mmu(uintptr_t dtb) {
   g_pool_used = 0;
   g_mmu_live = false;
   zero_table(&riscv_root_table);
-
-  const uint64_t kstart = reinterpret_cast<uintptr_t>(__kernel_start);
-  const uint64_t kend = reinterpret_cast<uintptr_t>(__kernel_end);
-  constexpr unsigned kRamFlags = arch::kMapRead | arch::kMapWrite;
-
-  fdt::Tree tree;
-  uint32_t dtb_size = 0;
-  if (dtb && (dtb & 7) == 0) {
-    uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
-    if (tree.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : kMaxDtbSize) == fdt::Error::kOk)
-      dtb_size = tree.total_size();
-  }
-  if (dtb_size) {
-    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode;
-         n = tree.find_device_type("memory", n)) {
-      uint64_t base, size;
-      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
-        if (!size) continue;
-        map_flags(base, base + size, kRamFlags);
-      }
-    }
-  }
-  // The image and the DTB itself must be reachable whatever the DTB says.
-  // A good DTB inside RAM is already mapped (and its frames reserved); one
-  // outside RAM gets a read-only window of its size. A bad one gets a
-  // read-only window so kernel_main can read enough to report why.
-  if (dtb && !dtb_size) {
-    map_flags(dtb, dtb + kMaxDtbSize, arch::kMapRead);
-  } else if (dtb_size) {
-    bool in_ram = false;
-    for (fdt::Node n = tree.find_device_type("memory"); n != fdt::kNoNode; n = tree.find_device_type("memory", n)) {
-      uint64_t base, size;
-      for (uint32_t i = 0; tree.reg(n, i, base, size); i++) in_ram |= dtb >= base && dtb + dtb_size <= base + size;
-    }
-    if (!in_ram) map_flags(dtb, dtb + dtb_size, arch::kMapRead);
-  }
-  map_flags(kstart, kend, kRamFlags);
-  map_flags(reinterpret_cast<uintptr_t>(__text_start), reinterpret_cast<uintptr_t>(__text_end),
-            arch::kMapRead | arch::kMapExec);
-  map_flags(reinterpret_cast<uintptr_t>(__rodata_start), reinterpret_cast<uintptr_t>(__rodata_end),
-            arch::kMapRead);
-  map_flags(EARLY_UART_BASE, EARLY_UART_BASE + kPageSize, kRamFlags | arch::kMapDevice);
-  // The guard pages below every stack stay unmapped (kernel/stack.h).
-  for (unsigned i = 0; i < kstack::kGuardPages; i++)
-    map_flags(kstack::guard_page(i), kstack::guard_page(i) + KSTACK_GUARD_SIZE, 0);
+  boot_map::map_kernel(dtb);  // what to map: kernel/boot_map.h
 }
 
 namespace arch {
+
+void boot_map_range(uint64_t start, uint64_t end, unsigned flags) {
+  map_range(start, start, end - start, flags ? leaf_bits(flags) : 0);
+}
 
 void mmu_live() { g_mmu_live = true; }
 

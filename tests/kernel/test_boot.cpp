@@ -238,6 +238,14 @@ KTEST(kernel_memory_is_wx) {
   }
   int local;
   KEXPECT(!exec_allowed(reinterpret_cast<uintptr_t>(&local)));
+
+  // The DTB is read-only (kernel/boot_map.h): a store of the word already
+  // there faults.
+  uintptr_t dtb = g_boot.dtb_addr;
+  KEXPECT_EQ(arch::mapping_flags(dtb) & (arch::kMapWrite | arch::kMapExec), 0u);
+  me.last_fault = {};
+  KEXPECT(arch::probe_write(dtb, *reinterpret_cast<volatile const uint32_t*>(dtb)));
+  KEXPECT_EQ(me.last_fault.address, dtb);
 }
 
 KTEST(timer_interrupts_on_every_core) {

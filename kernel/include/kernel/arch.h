@@ -143,6 +143,11 @@ uint32_t return_instruction();
 void heap_window(uintptr_t& base, size_t& size);
 // Device MMIO: returns the kernel virtual address of [pa, pa + size).
 uintptr_t map_device(uint64_t pa, size_t size);
+// Boot-time mapping (kernel/boot_map.cpp, with the MMU off, before .bss
+// is cleared on ARM): identity-maps the page-aligned [start, end) with
+// flags, or leaves it unmapped when flags is 0, splitting larger leaves it
+// cuts through. Tables come from the arch's boot pool.
+void boot_map_range(uint64_t start, uint64_t end, unsigned flags);
 using TableAllocator = uintptr_t (*)();  // returns a zeroed page's physical address or 0
 void set_table_allocator(TableAllocator alloc);
 // Name of the page-table format, for meminfo.

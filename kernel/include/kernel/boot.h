@@ -29,6 +29,10 @@ struct BootInfo {
 
 extern BootInfo g_boot;
 
+// The most of a DTB the kernel reads (and maps at boot when it cannot tell
+// the DTB's size).
+constexpr uint64_t kMaxDtbSize = 2 << 20;
+
 // Linker-script symbols bounding the kernel image and its sections.
 extern "C" char __kernel_start[], __text_start[], __text_end[], __rodata_start[], __rodata_end[],
     __data_start[], __data_end[], __bss_start[], __bss_end[], __kernel_end[];
