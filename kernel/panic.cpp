@@ -2,6 +2,7 @@
 // raw return addresses ("bt: 0x..." lines, which tools/symbolize resolves
 // against build/<board>/kernel.elf).
 #include <kernel/arch.h>
+#include <kernel/backtrace.h>
 #include <kernel/console.h>
 #include <kernel/panic.h>
 #include <kernel/string.h>
@@ -19,7 +20,7 @@ std::atomic<int> g_panicking{0};
   arch::dump_registers(frame);
   uintptr_t pcs[24];
   unsigned repeats[24];
-  size_t n = arch::backtrace(fp, pcs, 24, repeats);
+  size_t n = backtrace::walk(fp, frame, pcs, 24, repeats);
   size_t frames = 0;
   for (size_t i = 0; i < n; i++) frames += repeats[i];
   kprintf("backtrace (%zu frames; symbolize with tools/symbolize):\n", frames);

@@ -1,9 +1,11 @@
-// ARMv7-A support: traps, PSCI, the generic timer, the cycle counter, exits,
-// backtraces.
+// ARMv7-A support: traps, the exception modes' save areas, the PSCI call,
+// the generic timer, the cycle counter, exits, register dumps.
+#include <drivers/psci.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
+#include <kernel/extable.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -25,33 +27,7 @@ void mmu_live();
 
 namespace {
 
-struct ExtableEntry {
-  uint32_t insn, fixup;
-};
-extern "C" const ExtableEntry __extable_start[], __extable_end[];
-
-enum class Conduit { kNone, kHvc, kSmc };
-Conduit g_psci = Conduit::kNone;
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
-
-// PSCI over the SMC Calling Convention, 32-bit: r0 = function, r1-r3
-// arguments, result in r0; r0-r3 may be clobbered.
-int32_t psci_call(uint32_t fn, uint32_t a1, uint32_t a2, uint32_t a3) {
-  register uint32_t r0 asm("r0") = fn;
-  register uint32_t r1 asm("r1") = a1;
-  register uint32_t r2 asm("r2") = a2;
-  register uint32_t r3 asm("r3") = a3;
-  if (g_psci == Conduit::kHvc)
-    asm volatile(".arch_extension virt\n hvc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
-  else if (g_psci == Conduit::kSmc)
-    asm volatile(".arch_extension sec\n smc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
-  else
-    return -1;
-  return static_cast<int32_t>(r0);
-}
-
-constexpr uint32_t kPsciCpuOn32 = 0x84000003;
-constexpr uint32_t kPsciSystemOff = 0x84000008;
 
 constexpr uint32_t kSemihostingSvc = 0x123456;  // ARM-state semihosting trap
 
@@ -112,9 +88,6 @@ const char* describe_abort(const TrapFrame* f, char* buf, size_t size) {
   return buf;
 }
 
-// PerCpu::arch_scratch slot: the frame of a fatal trap, for backtrace().
-constexpr unsigned kFatalFrameSlot = 0;
-
 // What an exception mode's stub keeps until it is in SVC mode (vectors.S).
 // The banked sp of the abort, undefined, IRQ and FIQ modes point at one
 // each; they never hold more than one exception's state at a time (the
@@ -147,11 +120,6 @@ void set_mode_stacks(const PerCpu& cpu) {
       : "memory");
 }
 
-[[noreturn]] void fatal(PerCpu& cpu, const char* cause, uintptr_t addr, const TrapFrame* f) {
-  cpu.arch_scratch[kFatalFrameSlot] = reinterpret_cast<uintptr_t>(f);
-  fatal_exception(cause, addr, f);
-}
-
 }  // namespace
 
 extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
@@ -159,7 +127,6 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
   if (kind & TRAP_OVERFLOW) {
     // The frame is on the overflow stack (vectors.S). A data abort's DFAR
     // is the store that hit the guard page; other exceptions have none.
-    cpu.arch_scratch[kFatalFrameSlot] = reinterpret_cast<uintptr_t>(f);
     kstack::overflow(f, f->kind == TRAP_DABT ? f->far : 0);
   }
   if (kind == TRAP_IRQ) {
@@ -171,23 +138,16 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
   char buf[96];
   switch (kind) {
     case TRAP_DABT:
-      for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
-        if (e->insn == f->pc) {
-          cpu.last_fault.address = f->far;
-          cpu.last_fault.pc = f->pc;
-          cpu.last_fault.cause = "data abort";
-          kprintf("fault (expected) on cpu %u: %s at pc 0x%lx, address 0x%lx\n", cpu.index,
-                  describe_abort(f, buf, sizeof buf), static_cast<unsigned long>(f->pc),
-                  static_cast<unsigned long>(f->far));
-          f->pc = e->fixup;
-          return;
-        }
+      // A probing store (probe_write) resumes at its fixup.
+      if (extable::fixup(f->pc)) {
+        f->pc = extable::recover(f->pc, f->far, true, "data abort", describe_abort(f, buf, sizeof buf));
+        return;
       }
-      fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
+      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_PABT:
       // An instruction fetch a probe expects (expected_fault::probe_execute).
       expected_fault::instruction_fetch(f->pc, f->far, describe_abort(f, buf, sizeof buf));
-      fatal(cpu, describe_abort(f, buf, sizeof buf), f->far, f);
+      fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
     case TRAP_UNDEF: {
       bool thumb = f->cpsr & PSR_T;
       f->pc -= thumb ? 2 : 4;  // lr_und points past the instruction
@@ -197,7 +157,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       else
         ksnprintf(buf, sizeof buf, "undefined instruction 0x%08lx",
                   static_cast<unsigned long>(*reinterpret_cast<const uint32_t*>(f->pc)));
-      fatal(cpu, buf, 0, f);
+      fatal_exception(buf, 0, f);
     }
     case TRAP_SVC: {
       // A semihosting call with no debugger to take it: report failure and
@@ -211,10 +171,10 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       }
       f->pc -= arm_state ? 4 : 2;  // report the svc itself
       ksnprintf(buf, sizeof buf, "SVC #0x%lx", static_cast<unsigned long>(imm));
-      fatal(cpu, buf, 0, f);
+      fatal_exception(buf, 0, f);
     }
-    case TRAP_FIQ: fatal(cpu, "FIQ", 0, f);
-    default: fatal(cpu, "exception from an unexpected vector", 0, f);
+    case TRAP_FIQ: fatal_exception("FIQ", 0, f);
+    default: fatal_exception("exception from an unexpected vector", 0, f);
   }
 }
 
@@ -251,13 +211,7 @@ void init_secondary_cpu(PerCpu& cpu) {
 }
 
 void init_from_dtb(const fdt::Tree& t) {
-  fdt::Node psci = t.find("/psci");
-  fdt::Property p;
-  if (psci != fdt::kNoNode && t.prop(psci, "method", p) && p.str()) {
-    const char* m = p.str();
-    if (m[0] == 'h') g_psci = Conduit::kHvc;
-    else if (m[0] == 's') g_psci = Conduit::kSmc;
-  }
+  psci::init(t);
   fdt::Node timer = t.find_compatible("arm,armv7-timer");
   unsigned irq;
   if (timer != fdt::kNoNode && irq::from_dtb(t, timer, 2, irq)) g_timer_irq = irq;
@@ -269,11 +223,8 @@ bool start_cpu(PerCpu& cpu) {
   // The HVC/SMC is not a memory access: complete every store the new core
   // will read (its PerCpu, the tables) before the firmware starts it.
   asm volatile("dsb ish" ::: "memory");
-  int32_t r = psci_call(kPsciCpuOn32, static_cast<uint32_t>(cpu.hwid), reinterpret_cast<uintptr_t>(secondary_entry),
-                        reinterpret_cast<uintptr_t>(&cpu));
-  if (r != 0) kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %ld\n", cpu.index,
-                      static_cast<unsigned long long>(cpu.hwid), static_cast<long>(r));
-  return r == 0;
+  return psci::cpu_on(cpu.index, cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
+                      reinterpret_cast<uintptr_t>(&cpu));
 }
 
 namespace {
@@ -297,7 +248,7 @@ void timer_arm(uint64_t ticks) {
 }
 
 void poweroff() {
-  psci_call(kPsciSystemOff, 0, 0, 0);
+  psci::system_off();
   for (;;) asm volatile("wfi");
 }
 
@@ -336,57 +287,12 @@ void dump_registers(const TrapFrame* f) {
           static_cast<unsigned long>(f->far));
 }
 
-// ARM-state frames: a function that calls others pushes {fp, lr} and points
-// fp at the saved lr, so [fp] = return address and [fp - 4] = caller's fp.
-// A leaf pushes only fp and points fp at it: [fp] = caller's fp, which is a
-// stack address, never a text address. Its return address stays in lr: a
-// fatal trap's frame has it, else the leaf's caller is left out.
-//
-// The frames lie on this core's kernel stack or its overflow stack
-// (kstack::find): the walk may move from the overflow stack to the kernel
-// stack once, and within a stack frames grow toward its top.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
-  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  const auto* trap = reinterpret_cast<const TrapFrame*>(::this_cpu().arch_scratch[kFatalFrameSlot]);
-  uintptr_t bottom, top;
-  if (!kstack::find(fp, bottom, top)) return 0;
-  size_t n = 0;
-  unsigned switches = 0;
-  auto push = [&](uintptr_t pc) {
-    if (repeats && n && pcs[n - 1] == pc) {
-      repeats[n - 1]++;
-    } else {
-      if (repeats) repeats[n] = 1;
-      pcs[n++] = pc;
-    }
-  };
-  // Goes on at next: on this stack above fp, or once onto another stack.
-  auto step = [&](uintptr_t next) {
-    if (next >= bottom && next < top) return next > fp;
-    return switches++ == 0 && kstack::find(next, bottom, top);
-  };
-  while (n < max && fp >= bottom + 4 && fp + 4 <= top && (fp & 3) == 0) {
-    auto* rec = reinterpret_cast<const uintptr_t*>(fp);
-    uintptr_t word = rec[0];
-    uintptr_t lo, hi;
-    if (kstack::find(word, lo, hi)) {  // a leaf's lone saved fp
-      if (trap && fp == trap->r[11] && trap->lr) push(trap->lr);
-      if (!step(word)) break;
-      fp = word;
-      continue;
-    }
-    if (!word) break;
-    push(word);
-    uintptr_t prev = rec[-1];
-    if (!step(prev)) break;
-    fp = prev;
-  }
-  return n;
-}
-
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->r[11] : 0; }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->pc : 0; }
 uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->sp : 0; }
+uintptr_t trap_frame_ra(const TrapFrame* f) { return f ? f->lr : 0; }
+// vectors.S pushes an ordinary frame record {fp, pc} for each trap.
+const TrapFrame* trap_frame_at(uintptr_t) { return nullptr; }
 
 void send_ipi(const PerCpu& cpu) {
   const IrqChip* c = irq::chip();
@@ -394,3 +300,18 @@ void send_ipi(const PerCpu& cpu) {
 }
 
 }  // namespace arch
+
+// SMCCC for AArch32: r0 = function id, r1-r3 arguments, results in r0-r3.
+intptr_t psci::smccc(Conduit conduit, uint32_t fn, uintptr_t a1, uintptr_t a2, uintptr_t a3) {
+  register uint32_t r0 asm("r0") = fn;
+  register uint32_t r1 asm("r1") = a1;
+  register uint32_t r2 asm("r2") = a2;
+  register uint32_t r3 asm("r3") = a3;
+  if (conduit == Conduit::kHvc)
+    asm volatile(".arch_extension virt\n hvc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
+  else if (conduit == Conduit::kSmc)
+    asm volatile(".arch_extension sec\n smc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
+  else
+    return -1;
+  return static_cast<int32_t>(r0);
+}

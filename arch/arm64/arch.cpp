@@ -1,8 +1,11 @@
-// AArch64 support: traps, PSCI, the generic timer, exits, backtraces.
+// AArch64 support: traps, the PSCI call, the generic timer, exits, register
+// dumps.
+#include <drivers/psci.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
+#include <kernel/extable.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -24,31 +27,7 @@ void mmu_live();
 
 namespace {
 
-struct ExtableEntry {
-  uint64_t insn, fixup;
-};
-extern "C" const ExtableEntry __extable_start[], __extable_end[];
-
-enum class Conduit { kNone, kHvc, kSmc };
-Conduit g_psci = Conduit::kNone;
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
-
-uint64_t psci_call(uint64_t fn, uint64_t a1, uint64_t a2, uint64_t a3) {
-  register uint64_t x0 asm("x0") = fn;
-  register uint64_t x1 asm("x1") = a1;
-  register uint64_t x2 asm("x2") = a2;
-  register uint64_t x3 asm("x3") = a3;
-  if (g_psci == Conduit::kHvc)
-    asm volatile("hvc #0" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x3) : "memory");
-  else if (g_psci == Conduit::kSmc)
-    asm volatile("smc #0" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x3) : "memory");
-  else
-    return static_cast<uint64_t>(-1);
-  return x0;
-}
-
-constexpr uint64_t kPsciCpuOn64 = 0xC4000003;
-constexpr uint64_t kPsciSystemOff = 0x84000008;
 
 void semihost_exit(int code) {
   // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
@@ -129,19 +108,10 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   char buf[96];
   if (kind == TRAP_SYNC) {
     uint64_t ec = f->esr >> 26;
-    if (ec == 0x25) {
-      for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
-        if (e->insn == f->elr) {
-          cpu.last_fault.address = f->far;
-          cpu.last_fault.pc = f->elr;
-          cpu.last_fault.cause = "data abort";
-          kprintf("fault (expected) on cpu %u: %s at pc 0x%llx, address 0x%llx\n", cpu.index,
-                  describe_sync(f->esr, buf, sizeof buf), static_cast<unsigned long long>(f->elr),
-                  static_cast<unsigned long long>(f->far));
-          f->elr = e->fixup;
-          return;
-        }
-      }
+    // A probing store (probe_write) resumes at its fixup.
+    if (ec == 0x25 && extable::fixup(f->elr)) {
+      f->elr = extable::recover(f->elr, f->far, true, "data abort", describe_sync(f->esr, buf, sizeof buf));
+      return;
     }
     // An instruction fetch a probe expects (expected_fault::probe_execute).
     if (ec == 0x21) expected_fault::instruction_fetch(f->elr, f->far, describe_sync(f->esr, buf, sizeof buf));
@@ -171,13 +141,7 @@ void init_boot_cpu(PerCpu& cpu) {
 }
 
 void init_from_dtb(const fdt::Tree& t) {
-  fdt::Node psci = t.find("/psci");
-  fdt::Property p;
-  if (psci != fdt::kNoNode && t.prop(psci, "method", p) && p.str()) {
-    const char* m = p.str();
-    if (m[0] == 'h') g_psci = Conduit::kHvc;
-    else if (m[0] == 's') g_psci = Conduit::kSmc;
-  }
+  psci::init(t);
   fdt::Node timer = t.find_compatible("arm,armv8-timer");
   unsigned irq;
   if (timer != fdt::kNoNode && irq::from_dtb(t, timer, 2, irq)) g_timer_irq = irq;
@@ -187,11 +151,8 @@ bool start_cpu(PerCpu& cpu) {
   // The HVC/SMC is not a memory access: complete every store the new core
   // will read (its PerCpu, the tables) before the firmware starts it.
   asm volatile("dsb ish" ::: "memory");
-  uint64_t r = psci_call(kPsciCpuOn64, cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
-                         reinterpret_cast<uintptr_t>(&cpu));
-  if (r != 0) kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %lld\n", cpu.index,
-                      static_cast<unsigned long long>(cpu.hwid), static_cast<long long>(r));
-  return r == 0;
+  return psci::cpu_on(cpu.index, cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
+                      reinterpret_cast<uintptr_t>(&cpu));
 }
 
 void init_secondary_cpu(PerCpu&) {
@@ -213,7 +174,7 @@ void timer_arm(uint64_t ticks) {
 }
 
 void poweroff() {
-  psci_call(kPsciSystemOff, 0, 0, 0);
+  psci::system_off();
   for (;;) asm volatile("wfi");
 }
 
@@ -253,39 +214,12 @@ void dump_registers(const TrapFrame* f) {
           static_cast<unsigned long long>(f->far));
 }
 
-// Frame records {fp, lr} chained through x29, on this core's kernel stack
-// or its overflow stack (kstack::find): the walk may move from the
-// overflow stack to the kernel stack once, and within a stack frames grow
-// toward its top.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
-  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  uintptr_t bottom, top;
-  if (!kstack::find(fp, bottom, top)) return 0;
-  size_t n = 0;
-  unsigned switches = 0;
-  while (n < max && fp >= bottom && fp + 16 <= top && (fp & 7) == 0) {
-    auto* rec = reinterpret_cast<const uintptr_t*>(fp);
-    if (!rec[1]) break;
-    if (repeats && n && pcs[n - 1] == rec[1]) {
-      repeats[n - 1]++;
-    } else {
-      if (repeats) repeats[n] = 1;
-      pcs[n++] = rec[1];
-    }
-    uintptr_t next = rec[0];
-    if (next < bottom || next >= top) {
-      if (switches++ || !kstack::find(next, bottom, top)) break;
-    } else if (next <= fp) {
-      break;  // frames grow toward the stack top
-    }
-    fp = next;
-  }
-  return n;
-}
-
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->x[29] : 0; }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->elr : 0; }
 uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->sp : 0; }
+uintptr_t trap_frame_ra(const TrapFrame* f) { return f ? f->x[30] : 0; }
+// vectors.S pushes an ordinary frame record {x29, elr} for each trap.
+const TrapFrame* trap_frame_at(uintptr_t) { return nullptr; }
 
 void send_ipi(const PerCpu& cpu) {
   const IrqChip* c = irq::chip();
@@ -297,3 +231,25 @@ void send_ipi(const PerCpu& cpu) {
 namespace arch {
 bool cpu_usable(const fdt::Tree&, int) { return true; }
 }  // namespace arch
+
+// SMCCC for AArch64: x0 = function id, x1-x3 arguments, results in x0-x3;
+// firmware following SMCCC v1.0 may also change x4-x17.
+intptr_t psci::smccc(Conduit conduit, uint32_t fn, uintptr_t a1, uintptr_t a2, uintptr_t a3) {
+  register uint64_t x0 asm("x0") = fn;
+  register uint64_t x1 asm("x1") = a1;
+  register uint64_t x2 asm("x2") = a2;
+  register uint64_t x3 asm("x3") = a3;
+  if (conduit == Conduit::kHvc)
+    asm volatile("hvc #0"
+                 : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
+                 :
+                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", "memory");
+  else if (conduit == Conduit::kSmc)
+    asm volatile("smc #0"
+                 : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
+                 :
+                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", "memory");
+  else
+    return -1;
+  return static_cast<intptr_t>(x0);
+}

@@ -1,10 +1,11 @@
 // RISC-V 64 support: traps, SBI (harts, timer, IPIs, power), exits,
-// backtraces.
+// register dumps, trap records for the backtrace walker.
 #include <atomic>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
+#include <kernel/extable.h>
 #include <kernel/fdt.h>
 #include <kernel/format.h>
 #include <kernel/irq.h>
@@ -40,11 +41,6 @@ const char* describe_mapping(uintptr_t va, char* buf, size_t size);
 }  // namespace arch
 
 namespace {
-
-struct ExtableEntry {
-  uint64_t insn, fixup;
-};
-extern "C" const ExtableEntry __extable_start[], __extable_end[];
 
 constexpr uint64_t kCauseInterrupt = 1ull << 63;
 constexpr uint64_t kStimecmp = 0x14d;  // Sstc
@@ -174,17 +170,9 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   if (cause == 12 || cause == 1) expected_fault::instruction_fetch(f->sepc, f->stval, describe_exception(f, buf, sizeof buf));
   // A probing instruction (probe_write, the stimecmp probe) resumes at its
   // fixup; the fault is recorded for the caller to look at.
-  for (const ExtableEntry* e = __extable_start; e < __extable_end; e++) {
-    if (e->insn != f->sepc) continue;
-    bool addr = has_address(f->scause);
-    cpu.last_fault.address = addr ? f->stval : 0;
-    cpu.last_fault.pc = f->sepc;
-    cpu.last_fault.cause = exception_name(f->scause);
-    kprintf("fault (expected) on cpu %u: %s at pc 0x%llx", cpu.index, describe_exception(f, buf, sizeof buf),
-            static_cast<unsigned long long>(f->sepc));
-    if (addr) kprintf(", address 0x%llx", static_cast<unsigned long long>(f->stval));
-    kprintf("\n");
-    f->sepc = e->fixup;
+  if (extable::fixup(f->sepc)) {
+    f->sepc = extable::recover(f->sepc, f->stval, has_address(f->scause), exception_name(f->scause),
+                               describe_exception(f, buf, sizeof buf));
     return;
   }
   fatal_exception(describe_exception(f, buf, sizeof buf), has_address(f->scause) ? f->stval : 0, f);
@@ -336,71 +324,22 @@ void dump_registers(const TrapFrame* f) {
           static_cast<unsigned long long>(f->scause), static_cast<unsigned long long>(f->stval));
 }
 
-// Frame records: with -fno-omit-frame-pointer, s0 points just above a
-// function's saved registers: the return address at fp - 8, the caller's fp
-// at fp - 16. GCC's leaf functions save only the caller's fp, at fp - 8, and
-// keep the return address in ra; a leaf is only ever the frame a trap
-// interrupted, so when the walk crosses a trap record (TRAP_MARKER at
-// fp - 32, TrapFrame at fp) and finds a leaf below it, it takes the return
-// address from the TrapFrame's ra. (A function that trapped after its
-// epilogue restored s0, which GCC schedules early, shows as its caller; the
-// register dump's ra names it.) Starting at a trap record (what
-// trap_frame_fp returns) skips the trap pc itself: panic prints it already.
-//
-// The frames lie on this core's kernel stack or its overflow stack
-// (kstack::find): the walk may move from the overflow stack to the kernel
-// stack once, and within a stack frames grow toward its top.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats) {
-  bool start_at_trap = fp != 0;
-  if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  uintptr_t bottom, top;
-  if (!kstack::find(fp - 8, bottom, top)) return 0;  // fp may be the top itself
-  auto on_stack = [&](uintptr_t a) { return a >= bottom && a <= top; };
-  size_t n = 0;
-  unsigned switches = 0, steps = 0;
-  uintptr_t leaf_ra = 0;  // the ra of a trapped frame, in case it is a leaf
-  bool first = true;
-  while (n < max && steps++ < 4096 && fp >= bottom + 16 && fp <= top && (fp & 7) == 0) {
-    auto* w = reinterpret_cast<const uintptr_t*>(fp);
-    uintptr_t ra, next;
-    if (fp >= bottom + TRAP_RECORD_SIZE && w[-4] == TRAP_MARKER) {
-      auto* tf = reinterpret_cast<const TrapFrame*>(fp);
-      ra = tf->sepc;
-      next = tf->x[8];
-      leaf_ra = tf->x[1];
-      if (first && start_at_trap) ra = 0;
-    } else if (on_stack(w[-1]) && w[-1] > fp) {
-      ra = leaf_ra;  // a leaf: w[-1] is the caller's fp
-      next = w[-1];
-      leaf_ra = 0;
-    } else {
-      ra = w[-1];
-      next = w[-2];
-      leaf_ra = 0;
-    }
-    first = false;
-    if (ra) {
-      if (repeats && n && pcs[n - 1] == ra) {
-        repeats[n - 1]++;
-      } else {
-        if (repeats) repeats[n] = 1;
-        pcs[n++] = ra;
-      }
-    }
-    if (!on_stack(next)) {
-      // Off this stack: onto the kernel stack from the overflow stack, once.
-      if (switches++ || !kstack::find(next - 8, bottom, top)) break;
-    } else if (next <= fp) {
-      break;  // frames grow toward the stack top
-    }
-    fp = next;
-  }
-  return n;
-}
-
-uintptr_t trap_frame_fp(const TrapFrame* f) { return reinterpret_cast<uintptr_t>(f); }
+uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->x[8] : 0; }
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->sepc : 0; }
 uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->x[2] : 0; }
+uintptr_t trap_frame_ra(const TrapFrame* f) { return f ? f->x[1] : 0; }
+
+// trap.S pushes a frame record {s0, sepc} right below each TrapFrame, whose
+// s0 points at the TrapFrame, with TRAP_MARKER two words below the record.
+// (A function that trapped after its epilogue restored s0, which GCC
+// schedules early, shows in a backtrace as its caller; the register dump's
+// ra names it.)
+const TrapFrame* trap_frame_at(uintptr_t fp) {
+  uintptr_t lo, hi;
+  if (!kstack::find(fp - TRAP_RECORD_SIZE, lo, hi) || fp - TRAP_RECORD_SIZE < lo || fp + TF_SIZE > hi) return nullptr;
+  if (*reinterpret_cast<const uint64_t*>(fp - TRAP_RECORD_SIZE) != TRAP_MARKER) return nullptr;
+  return reinterpret_cast<const TrapFrame*>(fp);
+}
 
 void send_ipi(const PerCpu& cpu) {
   // What the IPI announces is visible before the firmware raises it.

@@ -1,7 +1,8 @@
 // Portable checks of the arch layer: page-table changes seen through
 // arch::translate (large leaves split by a partial unmap on every arch),
-// static-branch reach, parking the other cores.
+// static-branch reach, parking the other cores, the backtrace walker.
 #include <kernel/arch.h>
+#include <kernel/backtrace.h>
 #include <kernel/boot.h>
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
@@ -142,4 +143,48 @@ KTEST(stop_others_parks_every_other_core_with_interrupts_masked) {
     if (!all) arch::wait_for_interrupt();  // the next tick at the latest
   }
   KEXPECT(all);
+}
+
+// The backtrace walker (kernel/backtrace.cpp) follows the frame records
+// from a callee back through its callers, in order, and folds a recursion
+// into one slot with its count. Each function notes its own return address
+// (__builtin_return_address), which the walk must find in that order.
+namespace {
+struct Walk {
+  uintptr_t pcs[16];
+  unsigned repeats[16];
+  size_t n;
+  uintptr_t into_innermost, into_recursion, into_outer;
+};
+NOINLINE void walk_here(Walk* w) {
+  w->into_innermost = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  w->n = backtrace::walk(0, nullptr, w->pcs, 16, w->repeats);
+  asm volatile("" ::: "memory");  // not a tail call: walk_here keeps its frame
+}
+NOINLINE void recurse_then_walk(Walk* w, unsigned depth) {
+  auto ra = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  if (depth == 0) w->into_recursion = ra;  // called by the depth-1 call
+  if (depth == 5) w->into_outer = ra;      // called by caller_of_recursion
+  if (depth) recurse_then_walk(w, depth - 1);
+  else walk_here(w);
+  asm volatile("" ::: "memory");
+}
+NOINLINE void caller_of_recursion(Walk* w) {
+  recurse_then_walk(w, 5);
+  asm volatile("" ::: "memory");
+}
+}  // namespace
+
+KTEST(backtrace_walks_the_callers_and_folds_a_recursion) {
+  static Walk w;
+  w = {};
+  caller_of_recursion(&w);
+  size_t i = 0;
+  while (i < w.n && w.pcs[i] != w.into_innermost) i++;
+  KASSERT(i + 2 < w.n);
+  KEXPECT_EQ(w.repeats[i], 1u);
+  KEXPECT_EQ(w.pcs[i + 1], w.into_recursion);
+  KEXPECT_EQ(w.repeats[i + 1], 5u);  // depths 1..5 called the next one from the same place
+  KEXPECT_EQ(w.pcs[i + 2], w.into_outer);
+  KEXPECT_EQ(w.repeats[i + 2], 1u);
 }

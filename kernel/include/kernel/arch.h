@@ -53,14 +53,17 @@ void timer_arm(uint64_t ticks);
 
 // Prints the registers of a trap frame, or of the caller when frame is null.
 void dump_registers(const TrapFrame* frame);
-// Frame-pointer chain walk: fills pcs with return addresses, starting at the
-// frame fp (0: the caller's frame). Stops at the stack's end. Returns count.
-// With repeats, consecutive equal return addresses (a recursion) take one
-// slot and repeats[i] counts them, so the walk reaches past them.
-size_t backtrace(uintptr_t fp, uintptr_t* pcs, size_t max, unsigned* repeats = nullptr);
+// A trap frame's registers: the frame pointer, pc, stack pointer and
+// return-address register of the trapped code (for kernel/backtrace.cpp,
+// whose frame layout the arch gives in <arch/ops.h>).
 uintptr_t trap_frame_fp(const TrapFrame* frame);
 uintptr_t trap_frame_pc(const TrapFrame* frame);
 uintptr_t trap_frame_sp(const TrapFrame* frame);
+uintptr_t trap_frame_ra(const TrapFrame* frame);
+// The trap frame whose record the trap entry pushed at frame pointer fp,
+// if the arch marks them (riscv64), else null. Reads only this core's
+// stacks.
+const TrapFrame* trap_frame_at(uintptr_t fp);
 
 // A place to resume at after a fault the kernel expects and cannot step
 // over (kernel/expected_fault.h): callee-saved registers, stack pointer,

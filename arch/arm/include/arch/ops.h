@@ -68,6 +68,13 @@ inline uint64_t cycles() {
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
+// Frame records (kernel/backtrace.h), ARM state: a function that calls
+// others pushes {fp, lr} and points fp at the saved lr; one that calls
+// nothing pushes only fp and points fp at it.
+constexpr int kFrameSavedFp = -4;
+constexpr int kFrameSavedRa = 0;
+constexpr bool kLeafFramesSaveOnlyFp = true;
+
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
 // the section .static_branches as {site, target}. One key: kmemtrace.

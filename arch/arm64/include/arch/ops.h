@@ -65,6 +65,11 @@ inline uint64_t cycles() {
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
+// Frame records (kernel/backtrace.h): x29 points at {caller's x29, x30}.
+constexpr int kFrameSavedFp = 0;
+constexpr int kFrameSavedRa = 8;
+constexpr bool kLeafFramesSaveOnlyFp = false;
+
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
 // the section .static_branches as {site, target}. One key: kmemtrace.

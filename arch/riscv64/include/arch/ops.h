@@ -94,6 +94,13 @@ inline uint64_t cycles() {
 
 inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
 
+// Frame records (kernel/backtrace.h): s0 points just above the saved
+// registers, ra at s0 - 8 and the caller's s0 at s0 - 16; a function that
+// calls nothing saves only the caller's s0, at s0 - 8.
+constexpr int kFrameSavedFp = -16;
+constexpr int kFrameSavedRa = -8;
+constexpr bool kLeafFramesSaveOnlyFp = true;
+
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
 // the section .static_branches as {site, target}. One key: kmemtrace.
