@@ -122,21 +122,37 @@ namespace {
 // freezer's acquire load of the count) and spins until the request is
 // cleared (the freezer's release store orders what fn wrote before it),
 // then counts itself out, which the freezer waits for before returning so
-// that a next freeze cannot be confused with this one.
+// that a next freeze cannot be confused with this one. Neither side spins:
+// a frozen core waits in the arch's park loop (riscv64: wfi with only IPIs
+// enabled, answering TLB fence requests) and is woken by the freezer's
+// release IPI; the freezer waits in wfi for the IPI each core sends when it
+// has counted itself in or out (g_freezer, stored before the request's
+// release). Under QEMU 7.2's -icount a vCPU spinning on riscv's pause keeps
+// its time slice, so spinning on both sides hung the freeze.
 std::atomic<unsigned> g_stop_request{0};
 std::atomic<unsigned> g_stopped{0};
+unsigned g_freezer;  // the freezing core, published by g_stop_request's release
 
 void stopped_here() {
+  uintptr_t ps = arch::park_begin();
   g_stopped.fetch_add(1, std::memory_order_acq_rel);
-  while (g_stop_request.load(std::memory_order_acquire)) arch::cpu_relax();
+  arch::send_ipi(g_percpu[g_freezer]);
+  for (;;) {
+    arch::park_poll();  // first: a wake-up consumed after the check would be lost
+    if (!g_stop_request.load(std::memory_order_acquire)) break;
+    arch::park_sleep();
+  }
+  arch::park_end(ps);
   g_stopped.fetch_sub(1, std::memory_order_release);
+  arch::send_ipi(g_percpu[g_freezer]);
 }
 }  // namespace
 
 // Waking the core is all a call takes (idle_loop checks the mailbox); a
 // freeze request holds it here.
 void ipi_interrupt() {
-  if (g_stop_request.load(std::memory_order_acquire)) stopped_here();
+  // The freezer itself takes IPIs while it waits (the frozen cores' replies).
+  if (g_stop_request.load(std::memory_order_acquire) && cpu_id() != g_freezer) stopped_here();
 }
 
 extern "C" void secondary_main(PerCpu* cpu) {
@@ -279,19 +295,24 @@ void freeze_others(void (*fn)(void*), void* arg) {
   // core spinning on it is frozen where it spins.
   Guard<SpinLock, NoIrqSave> g(g_call_lock);
   unsigned self = cpu_id(), others = 0;
+  g_freezer = self;
   g_stop_request.store(1, std::memory_order_release);
+  auto other = [&](const PerCpu& c) { return c.index != self && c.online.load(std::memory_order_acquire); };
   for_each_cpu([&](PerCpu& c) {
-    if (c.index != self && c.online.load(std::memory_order_acquire)) {
+    if (other(c)) {
       others++;
       arch::send_ipi(c);
     }
   });
-  while (g_stopped.load(std::memory_order_acquire) != others) arch::cpu_relax();
+  wait_until([&] { return g_stopped.load(std::memory_order_acquire) == others; });
   arch::IrqState s = arch::irq_save();
   fn(arg);
   arch::irq_restore(s);
   g_stop_request.store(0, std::memory_order_release);
-  while (g_stopped.load(std::memory_order_acquire) != 0) arch::cpu_relax();
+  for_each_cpu([&](PerCpu& c) {
+    if (other(c)) arch::send_ipi(c);
+  });
+  wait_until([&] { return g_stopped.load(std::memory_order_acquire) == 0; });
 }
 
 void idle_loop() {
