@@ -30,13 +30,18 @@ struct EmptyLeaf {
 extern const EmptyLeaf g_empty_leaf;
 
 // The descriptor of the heap page holding va, or nullptr (not a heap
-// address, or not mapped). Ordering: a leaf is zeroed and then published in
-// dir with a release store, read here with an acquire load; a leaf entry is
-// written (relaxed) before the page is handed to vmem and cleared before it
-// goes back to the page allocator. A caller holding memory it was given by
-// the allocator sees that memory's entries through the allocator's own
-// synchronisation; a caller asking about an arbitrary address (whatis,
-// a stray free) sees null or a descriptor, never a torn value.
+// address, or not mapped). Ordering (segkmem.cpp): a leaf is filled and
+// then published in dir with a release store, read here with an acquire
+// load; an entry is set with a release store (after the descriptor's
+// flags and owner) before the page is handed to vmem, and cleared
+// (relaxed) before it goes back to the page allocator. The entry is loaded
+// relaxed: the caller reads the descriptor through it, an address
+// dependency that keeps those loads after it on every arch we run on. A
+// caller holding memory it was given by the allocator sees that memory's
+// entries through the allocator's own synchronisation; a caller asking
+// about an arbitrary address (whatis, a stray free) sees null or a
+// descriptor at least as set up as when its entry was set, never a torn
+// value.
 inline Page* segkmem_page_of(uintptr_t va) {
   uintptr_t off = va - g_heap_index.base;
   if (off >= g_heap_index.size) return nullptr;

@@ -16,6 +16,12 @@
 //    cache), a large size by segkmem's check of the span.
 // 4. Before kmem_init (on the host, the first call) the tables are empty:
 //    kmem_alloc takes its large path, which brings kmem up and retries.
+//    The tables are read plainly on the fast path. kmem_alloc_init fills
+//    them with release stores, so a thread that reads a cache pointer
+//    while another runs kmem_init sees the cache initialised through it (an
+//    address dependency); its first allocation then takes the slow path,
+//    which orders the rest (alloc_slow, host only). In the kernel kmem_init
+//    runs before the other CPUs start.
 #include <mm/segkmem.h>
 #include "kmem_fastpath.h"
 
@@ -50,12 +56,13 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
   if (!chunk) chunk = &unused;
   *chunk = 0;
   if (size == 0) return nullptr;
-  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {  // first use (host): bring kmem up
-    kmem_init();
-    if (kmem_cache_t* cp = size_cache(size)) {
-      *chunk = cp->chunk;
-      return cache_alloc(cp, kmflag);
-    }
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) kmem_init();  // first use (host): bring kmem up
+  // Look again: the caller's plain read of the table may have come before
+  // another thread's kmem_init filled it (g_ready's acquire, or kmem_init's
+  // lock, orders the tables now).
+  if (kmem_cache_t* cp = size_cache(size)) {
+    *chunk = cp->chunk;
+    return cache_alloc(cp, kmflag);
   }
   // Untraced, a tail call from kmem_alloc: our own return address is its caller.
   void* p = segkmem_alloc_large(size, kmflag, caller ? caller : caller_of_api());
@@ -98,7 +105,9 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
 __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, kmemtrace::kTypeKmalloc, caller);
-  if (g_ready && size != 0) kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);  // else refused below
+  // Relaxed: only whether to record; kmem_free_body checks again with acquire.
+  if (__atomic_load_n(&g_ready, __ATOMIC_RELAXED) && size != 0)
+    kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);  // else refused below
   kmem_free_body(buf, size, caller);
 }
 
@@ -124,18 +133,19 @@ void kmem_alloc_init() {
     g_alloc_caches[i] = cache_create(name, kAllocSizes[i], align, nullptr, nullptr, nullptr, nullptr, nullptr,
                                      KMC_KMEM_ALLOC);
   }
-  // Size tables: the smallest cache that fits.
+  // Size tables: the smallest cache that fits. Each entry is stored with
+  // release: the cache (and all kmem_init did before) to whoever reads it (4).
   unsigned c = 0;
   for (size_t i = 0; i < kSmallMax / 8; i++) {
     size_t size = (i + 1) * 8;
     while (kAllocSizes[c] < size) c++;
-    g_small_table[i] = g_alloc_caches[c];
+    __atomic_store_n(&g_small_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
   }
   c = 0;
   for (size_t i = 0; i < kAllocMax / 1024; i++) {
     size_t size = (i + 1) * 1024;
     while (kAllocSizes[c] < size) c++;
-    g_large_table[i] = g_alloc_caches[c];
+    __atomic_store_n(&g_large_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
   }
 }
 

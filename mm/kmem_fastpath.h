@@ -44,11 +44,15 @@ void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t reque
 // aligned word (single-copy atomic on every arch; an __atomic load would
 // keep GCC from folding the index into the addressing mode): a legitimate
 // free got its buffer through the allocator, which ordered the index
-// entries (written before the page reached vmem) and the slab's owner
-// fields (written before the slab's first buffer left the slab layer)
-// before it; a stray pointer racing a leaf's publication reads through a
-// pointer it just loaded, an address dependency that orders the two loads
-// on every arch we run on, and finds a filled leaf either way.
+// entries (set before the page reached vmem) and the page's owner (set
+// before the slab's first buffer left the slab layer) before it. A stray
+// pointer racing their publication loads each word through the one it just
+// loaded (leaf, entry, owner, Slab): address dependencies, which keep the
+// loads in order on every arch we run on, against release stores on the
+// writers' side (index_prepare's leaf, index_set's entry, mark_slab_pages'
+// owner), so it finds a filled leaf, a set-up descriptor and an
+// initialised Slab or g_no_owner (unless it races the release of the very
+// page it points into: segkmem.cpp, forget_page).
 __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp, const void* obj) {
   uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;

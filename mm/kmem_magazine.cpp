@@ -275,6 +275,16 @@ uint32_t magtype_rounds(unsigned magtype) { return g_magtypes[magtype].rounds; }
 
 // Slow path of kmem_cache_alloc: the loaded magazine is empty.
 __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
+#if !defined(MM_KERNEL)
+  // Host, where kmem starts on first use: a thread may have found cp in
+  // kmem_alloc's size tables (read plainly, kmem_alloc.cpp 4) while another
+  // thread was still in kmem_init. Its first allocation from any cache
+  // comes here (its magazines start empty): g_ready's acquire, or
+  // kmem_init's lock while init still runs, orders all that kmem_init wrote
+  // before this thread reads it. (The kernel runs kmem_init before the
+  // other CPUs start.)
+  if (__builtin_expect(!kmem_ready(), 0)) kmem_init();
+#endif
   for (;;) {
     Leftover left;
     bool to_slab = false;

@@ -124,16 +124,23 @@ void header_free(void* p, size_t size) {
 
 // Marks (or, with sp null, unmarks) the heap pages of a slab's memory in
 // the page index. Pages of integer arenas have no descriptor: nothing to do.
+// Readers hold no lock: slab_of_heap_address and kmem_whatis (acquire the
+// flag, then load owner), and the off-slab owner check of kmem_fastpath.h
+// (loads owner plainly and reads the Slab through it: an address
+// dependency). Marking stores owner with release (the Slab header
+// slab_create wrote before it), then the flag with release (owner before
+// it). Clearing needs no order: a reader that loaded the flag before the
+// clear may load owner after it whatever the stores' order, so readers
+// take g_no_owner as "no slab" (and a Slab being destroyed under a reader
+// of an arbitrary address is the reader's race: no answer is right).
 void mark_slab_pages(kmem_cache_t* cp, uintptr_t mem, Slab* sp) {
   if (cp->owner_check == kOwnerNone) return;
   for (uintptr_t va = mem; va < mem + cp->slab_size; va += kPageBytes) {
     Page* p = segkmem_page_of(va);
     if (!p) continue;
-    // Readers without the slab lock (whatis, the free fast path of another
-    // CPU given a stray pointer) see either state whole: owner before the
-    // flag when marking, the flag before owner when clearing.
+    // p->flags is ours to read plainly: nobody else writes a slab page's.
     if (sp) {
-      __atomic_store_n(&p->owner, static_cast<void*>(sp), __ATOMIC_RELAXED);
+      __atomic_store_n(&p->owner, static_cast<void*>(sp), __ATOMIC_RELEASE);
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags | kPageSlab), __ATOMIC_RELEASE);
     } else {
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags & ~kPageSlab), __ATOMIC_RELAXED);
@@ -449,10 +456,14 @@ void slab_reap_all() {
   }
 }
 
+// The flag's acquire pairs with mark_slab_pages' release: owner and the
+// Slab header are visible. g_no_owner (or null, from segkmem's forget_page)
+// with the flag set: the slab was destroyed under us.
 Slab* slab_of_heap_address(uintptr_t addr) {
   Page* p = segkmem_page_of(addr);
   if (!p || !(__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & kPageSlab)) return nullptr;
-  return static_cast<Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));
+  void* owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
+  return owner == g_no_owner ? nullptr : static_cast<Slab*>(owner);
 }
 
 }  // namespace mm

@@ -98,8 +98,9 @@ bool whatis_slab(uintptr_t addr, Slab* sp, WhatIs& w) {
 bool whatis_heap(uintptr_t addr, Page* p, WhatIs& w) {
   uint16_t flags = __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE);
   if (flags & kPageSlab) {
-    auto* sp = static_cast<Slab*>(__atomic_load_n(&p->owner, __ATOMIC_RELAXED));
-    if (sp) return whatis_slab(addr, sp, w);
+    void* owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
+    // g_no_owner (or null): the slab was destroyed after the flag was read.
+    if (owner && owner != g_no_owner) return whatis_slab(addr, static_cast<Slab*>(owner), w);
   }
   uintptr_t start;
   size_t size;

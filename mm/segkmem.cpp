@@ -25,7 +25,9 @@
 //    and kept (at most 1/512 of the heap ever mapped). An import writes the
 //    entries of its pages before vmem hands the span out; a release clears
 //    them before the frames go back to the page allocator. Leaves are
-//    created under g_index_lock and published with a release store.
+//    created under g_index_lock and published with a release store; an
+//    entry is set with release too (the descriptor's fields before it), so
+//    lock-free readers (heap_index.h) read through them in order.
 // 6. Large kmem_alloc allocations (segkmem_alloc_large) mark their pages
 //    kPageLarge with the allocation's start, and the first page's count with
 //    its page count: segkmem_free_large refuses a pointer that is not the
@@ -108,12 +110,18 @@ bool index_prepare(uintptr_t va) {
   return true;
 }
 
-// Sets (or clears, p null) the index entry of heap page va; its leaf exists.
+// Sets (or clears, p null) the index entry of heap page va; its leaf exists
+// (acquire: another CPU may have made it). Setting releases what
+// segkmem_import wrote into *p (flags, owner = g_no_owner) to lock-free
+// readers, which read *p through the entry; clearing publishes nothing
+// (g_no_page is constant), so it is relaxed.
 void index_set(uintptr_t va, Page* p) {
   uintptr_t off = va - g_heap_index.base;
   Page** leaf = __atomic_load_n(&g_heap_index.dir[off >> kIndexLeafShift], __ATOMIC_ACQUIRE);
   MM_ASSERT(leaf != empty_leaf());
-  __atomic_store_n(&leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)], p ? p : &g_no_page, __ATOMIC_RELAXED);
+  Page** e = &leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)];
+  if (p) __atomic_store_n(e, p, __ATOMIC_RELEASE);
+  else __atomic_store_n(e, &g_no_page, __ATOMIC_RELAXED);
 }
 
 // Takes the queued spans out of the batch (g_batch_lock held) into out;
@@ -188,7 +196,7 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
     MM_ASSERT(p);
     p->flags |= kPageVmem;
     p->owner = const_cast<void**>(g_no_owner);
-    index_set(base + off, p);
+    index_set(base + off, p);  // releases the two stores above
     __atomic_fetch_add(&g_mapped_pages, 1, __ATOMIC_RELAXED);
   }
   return va;
@@ -294,21 +302,25 @@ void segkmem_free_large(void* buf, size_t size, uintptr_t caller) {
     report_error(MemError{problem, "kmem_alloc", start, caller, detail});
     return;
   }
+  // Clearing publishes nothing: relaxed. A lock-free reader that acquired
+  // the flag before may read the zeroes (segkmem_large_span then finds no
+  // head): the state after the free, which is as right as the one before.
   for (uintptr_t va = start; va < start + size; va += kPageBytes) {
     Page* pg = segkmem_page_of(va);
     __atomic_store_n(&pg->flags, static_cast<uint16_t>(pg->flags & ~kPageLarge), __ATOMIC_RELAXED);
-    pg->large_start = 0;
-    pg->count = 0;
+    __atomic_store_n(&pg->large_start, uintptr_t{0}, __ATOMIC_RELAXED);
+    __atomic_store_n(&pg->count, uint32_t{0}, __ATOMIC_RELAXED);
   }
   vmem_free(g_default, buf, size);
 }
 
+// Lock-free: the flag's acquire pairs with segkmem_alloc_large's release.
 bool segkmem_large_span(uintptr_t addr, uintptr_t& start, size_t& size) {
   Page* p = segkmem_page_of(addr);
   if (!p || !(__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & kPageLarge)) return false;
-  start = p->large_start;
+  start = __atomic_load_n(&p->large_start, __ATOMIC_RELAXED);
   Page* head = segkmem_page_of(start);
-  size = head ? size_t{head->count} * kPageBytes : 0;
+  size = head ? size_t{__atomic_load_n(&head->count, __ATOMIC_RELAXED)} * kPageBytes : 0;
   return head != nullptr;
 }
 

@@ -1366,7 +1366,10 @@ bool vmem_destroy(vmem_t* vmp) {
   //    allocated directly (the caches' own slabs do not count).
   unsigned nq = 0;
   uint64_t cached_bytes = 0, slab_bytes = 0, slabs = 0;
-  for (; nq < kMaxQcaches && vmp->qcache[nq]; nq++) {
+  // Acquire: qcache[] may have been set by another CPU (the layer's
+  // registration creating the caches).
+  bool cached = __atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE) != 0;
+  for (; cached && nq < kMaxQcaches && vmp->qcache[nq]; nq++) {
     uint64_t out, n, bytes;
     layer()->usage(vmp->qcache[nq], out, n, bytes);
     cached_bytes += out * (nq + 1) * vmp->quantum;

@@ -731,3 +731,29 @@ TEST(kmem, WhatisNamesTheOwnerOfEveryKindOfAddress) {
   EXPECT_FALSE(mm::kmem_whatis(&local, w));
   EXPECT_EQ(whatis_line(&local).find("is not memory the kernel knows") != std::string::npos, true);
 }
+
+// A lock-free reader may find a slab page's kPageSlab still set and its
+// owner already reset to g_no_owner: it loaded the flag before slab_destroy
+// cleared it and the owner after (no order of the two stores prevents
+// that). kmem_whatis and the bad-free report must read that as "no slab",
+// not follow g_no_owner as if it were a Slab.
+TEST(kmem, WhatisOfASlabPageClearedUnderIt) {
+  mm::kmem_init();
+  void* span = vmem_alloc(mm::segkmem_default_arena(), 4096, VM_SLEEP);
+  mm::Page* p = mm::page_of(span);
+  ASSERT_NE(p, nullptr);
+  ASSERT_FALSE(p->flags & mm::kPageSlab);
+  ASSERT_NE(p->owner, nullptr);  // a heap page of no slab: g_no_owner
+  p->flags = static_cast<uint16_t>(p->flags | mm::kPageSlab);
+  mm::WhatIs w;
+  ASSERT_TRUE(mm::kmem_whatis(static_cast<char*>(span) + 8, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kHeapPage) << whatis_line(static_cast<char*>(span) + 8);
+  {
+    Errors errors;
+    kmem_free(span, 3000);  // an off-slab size class: the index names no slab of its cache
+    ASSERT_EQ(Errors::seen.size(), 1u);
+    EXPECT_NE(std::string(Errors::seen[0].kind).find("never allocated"), std::string::npos) << Errors::seen[0].kind;
+  }
+  p->flags = static_cast<uint16_t>(p->flags & ~mm::kPageSlab);
+  vmem_free(mm::segkmem_default_arena(), span, 4096);
+}
