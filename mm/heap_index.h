@@ -12,8 +12,8 @@ namespace mm {
 // g_empty_leaf, and an unmapped page's entry is &g_no_page. Likewise a heap
 // page's owner is its kmem Slab, or g_no_owner: a word of zeroes where a
 // Slab has its cache pointer, so "is this page a slab of cache c?" is one
-// compare. base, size and dir are
-// written once by segkmem_init before any heap address exists.
+// compare. base, size and dir are written once by segkmem_init, inside
+// kmem_init and before g_ready's release, before any heap address exists.
 constexpr unsigned kIndexLeafEntries = 512;
 constexpr unsigned kIndexLeafShift = kPageShift + 9;
 struct HeapIndex {

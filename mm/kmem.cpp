@@ -66,14 +66,14 @@
 
 namespace mm {
 
-bool g_ready;  // written with release once kmem_init is done, read with acquire
+bool g_ready;  // see kmem_cache.h
 
 namespace {
 
 plat::Lock g_caches_lock;
 kmem_cache_t* g_caches;       // first cache (creation order)
 kmem_cache_t* g_caches_last;  // last cache, where creation appends
-uint64_t g_meta_pages;        // pages of cache structures and hash tables
+uint64_t g_meta_pages;        // pages of cache structures and hash tables (relaxed: statistics only)
 
 void copy_name(char* dst, const char* src) {
   unsigned i = 0;
@@ -249,6 +249,9 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   cp->magtype = initial_magtype(cp->chunk);
   // Publish: linked under the lock, whose release orders every store above
   // before the link; walkers read the list only under the lock (acquire).
+  // Callers that get cp from the return value are ordered by their own
+  // thread (kmem_cache_create) or by kmem_init's release of g_ready
+  // (magazine and size caches).
   Guard<> g(g_caches_lock);
   cp->list_prev = g_caches_last;
   cp->list_next = nullptr;
@@ -279,6 +282,9 @@ constexpr VmemCacheLayer kVmemLayer = {qcache_create, kmem_cache_destroy, kmem_c
 
 bool kmem_ready() { return __atomic_load_n(&g_ready, __ATOMIC_ACQUIRE); }
 
+// Once. A second caller waits on init_lock while the first runs, so it
+// returns after kmem is up (the lock orders it; g_ready's plain read here is
+// under the lock that its only store is made under).
 void kmem_init() {
   static plat::Lock init_lock;
   Guard<> g(init_lock);
@@ -289,7 +295,7 @@ void kmem_init() {
   kmem_alloc_init();
   plat::set_cpu_exit_hook([] { flush_this_cpu(nullptr); });
   page_set_reclaim_hook(reap_local);
-  __atomic_store_n(&g_ready, true, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_ready, true, __ATOMIC_RELEASE);  // releases all of the above
   g.unlock();
   vmem_set_cache_layer(&kVmemLayer);
 }
@@ -342,7 +348,7 @@ MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStat
     o.moves_dont_know = cp->moves[KMEM_CBRC_DONT_KNOW];
     slab_inuse = cp->buf_slab_inuse;
   }
-  o.reaps = ld_relaxed(cp->reaps);
+  o.reaps = ld_relaxed(cp->reaps);  // statistics only
   o.cpu_rounds = cpu_rounds;
   o.buf_constructed = cpu_rounds + depot_rounds;
   o.buf_inuse = slab_inuse > o.buf_constructed ? slab_inuse - o.buf_constructed : 0;
@@ -402,7 +408,7 @@ kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align, 
 }
 
 void kmem_cache_set_move(kmem_cache_t* cp, kmem_cbrc_t (*move)(void*, void*, size_t, void*)) {
-  __atomic_store_n(&cp->move, move, __ATOMIC_RELEASE);
+  __atomic_store_n(&cp->move, move, __ATOMIC_RELEASE);  // acquired by move_cache
 }
 
 void kmem_cache_move_notify(kmem_cache_t* cp, void*) {
@@ -415,8 +421,10 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
   if (!cp) return false;
   // Bring every CPU's magazines back so the count of live objects is exact.
   // The caller guarantees nothing uses the cache any more (kmem_cache_destroy
-  // (9F)), so other CPUs' magazines may be taken from here (cpu_flush takes
-  // the depot lock, so a CPU flushing its own at the same time is harmless).
+  // (9F)), so other CPUs' magazines may be taken from here: the caller's
+  // synchronisation orders their last fast-path stores before this (cpu_flush
+  // takes the depot lock, so a CPU flushing its own at the same time is
+  // harmless).
   for (unsigned i = 0; i < plat::kCpuSlots; i++) cpu_flush(cp, i);
   depot_reap(cp, true);
   // A reaper may still be returning magazines it took off this cache.

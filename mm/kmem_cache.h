@@ -29,8 +29,10 @@ constexpr unsigned kNameLen = 32;
 constexpr uint32_t kMaxChunks = 512;  // buffers per slab, at most
 
 // Relaxed single-copy-atomic access to words that one CPU writes and others
-// read without a lock (statistics, per-CPU counters): no ordering, no
-// tearing, the same instructions as a plain access.
+// read without a lock (statistics, per-CPU counters, hints checked again
+// under a lock): no ordering, no tearing, the same instructions as a plain
+// access. Use them only where nothing is published by the value; each use
+// says why relaxed is enough.
 template <typename T>
 inline T ld_relaxed(const T& v) {
   return __atomic_load_n(&v, __ATOMIC_RELAXED);
@@ -59,12 +61,21 @@ struct Magazine {
 // The per-CPU layer: touched only by its CPU, with interrupts masked.
 // Invariant: magsize is the capacity of `loaded`, or 0 when there is no
 // loaded magazine, so the fast paths never touch a missing magazine.
-// kmem_cache_stats reads rounds, prounds, allocs and frees from other CPUs
-// without a lock, for a snapshot: word-sized and aligned, so never torn,
-// written plainly by their CPU (an atomic store costs the fast path
-// instructions on every arch: GCC will not fold it into its addressing),
-// read with ld_relaxed in functions marked MM_RACY_STATS_READER (ThreadSanitizer
-// does not instrument them: the race is by design).
+// Other CPUs touch a slot in three cases, none needing an order of its own:
+//   - kmem_cache_stats reads rounds, prounds, allocs and frees without a
+//     lock, for a snapshot (statistics only): word-sized and aligned, so
+//     never torn, written plainly by their CPU (an atomic store costs the
+//     fast path instructions on every arch: GCC will not fold it into its
+//     addressing), read with MM_RACY_READ in functions marked
+//     MM_RACY_STATS_READER (ThreadSanitizer does not instrument them: the
+//     race is by design);
+//   - kmem_cache_destroy (and the teardown of a destroyed cache) flushes
+//     every slot of a cache nobody uses any more: the caller's own
+//     synchronisation that makes the cache unused orders each CPU's last
+//     fast-path stores before; cpu_flush holds depot_lock against a CPU
+//     flushing its own slot at the same time;
+//   - kmem_whatis reads every slot with the other CPUs stopped
+//     (plat::stop_others orders what they wrote before they stopped).
 struct alignas(64) CpuCache {
   Magazine* loaded;
   int32_t rounds;   // rounds in loaded
@@ -145,7 +156,9 @@ struct kmem_cache {
   int (*ctor)(void*, void*, int);
   void (*dtor)(void*, void*);
   void (*reclaim)(void*);
-  kmem_cbrc_t (*move)(void*, void*, size_t, void*);  // written and read with __atomic (set at any time)
+  // Set at any time: stored with release (what the client set up for the
+  // callback before kmem_cache_set_move), loaded with acquire by move_cache.
+  kmem_cbrc_t (*move)(void*, void*, size_t, void*);
   void* priv;
   vmem_t* arena;
   bool offslab;
@@ -174,14 +187,20 @@ struct kmem_cache {
 
   // Depot (depot_lock).
   mm::plat::Lock depot_lock;
-  unsigned magtype;        // index into the magazine types; read unlocked with ld_relaxed
+  // Index into the magazine types: written under depot_lock (st_relaxed),
+  // read without it (ld_relaxed) by the slow paths as a hint: a stale value
+  // only delays a CPU's switch to the new size, and every magazine's own
+  // cap is checked against it (kmem_magazine.cpp, 2).
+  unsigned magtype;
   mm::MagList full_mags, empty_mags;
   uint64_t depot_contention, depot_contention_last;
   // Batches of magazines taken off this cache (depot or a CPU) by a reaper
-  // and not yet destroyed: incremented under depot_lock, decremented with
-  // release once the batch's buffers are back in the slab layer.
-  // kmem_cache_destroy waits (acquire) for zero before it counts live
-  // objects.
+  // and not yet destroyed: incremented (relaxed) under depot_lock, so that
+  // kmem_cache_destroy, which takes depot_lock before it waits, sees every
+  // batch taken before; decremented with release once the batch's buffers
+  // are back in the slab layer. kmem_cache_destroy waits (acquire) for zero
+  // before it counts live objects: the decrement is the batch's last touch
+  // of the cache.
   uint32_t inflight;
 
   mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
@@ -197,6 +216,9 @@ void report(const char* kind, const char* where, const void* addr, uintptr_t cal
 inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
+// kmem_init is done: stored with release by kmem_init after everything it
+// set up (arenas, magazine and size caches, hooks), loaded with acquire
+// (kmem_ready and the entry points' checks). kmem.cpp.
 extern bool g_ready;
 // The cache list, walked with a reference on the current cache: the cache
 // after prev (the first when prev is null) with a reference held, prev's

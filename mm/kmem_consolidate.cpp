@@ -20,7 +20,10 @@ namespace mm {
 namespace {
 
 constexpr unsigned kMaxMoveCalls = 256;  // per cache per pass
-uintptr_t g_moving;  // word-sized (no sub-word atomics on riscv64); a pass is running (exchanged with acquire, cleared with release)
+// A pass is running: a try-lock, taken by an exchange with acquire and
+// dropped with a release store (one pass's work before the next one's).
+// Word-sized: no sub-word atomics on riscv64.
+uintptr_t g_moving;
 
 void set_victim(kmem_cache_t* cp, Slab* sp, bool on) {
   Guard<> g(cp->slab_lock);
@@ -31,7 +34,7 @@ void set_victim(kmem_cache_t* cp, Slab* sp, bool on) {
 }  // namespace
 
 void move_cache(kmem_cache_t* cp) {
-  auto move = __atomic_load_n(&cp->move, __ATOMIC_ACQUIRE);
+  auto move = __atomic_load_n(&cp->move, __ATOMIC_ACQUIRE);  // kmem_cache_set_move's release
   if (!move) return;
   unsigned calls = 0;
   for (;;) {
@@ -90,7 +93,7 @@ void move_cache(kmem_cache_t* cp) {
 }
 
 void kmem_move_pass() {
-  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;  // kmem_init's release
   if (__atomic_exchange_n(&g_moving, uintptr_t{1}, __ATOMIC_ACQUIRE)) return;  // one pass at a time
   for_each_cache(move_cache);
   __atomic_store_n(&g_moving, uintptr_t{0}, __ATOMIC_RELEASE);

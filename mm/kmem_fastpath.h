@@ -8,17 +8,23 @@
 // 2. The free checks, before it touches the magazine, that the buffer
 //    belongs to the cache (OwnerCheck): for on-slab caches the slab header
 //    at the end of the buffer's page names its cache (a mask and a load);
-//    for off-slab caches the heap page index names the slab, which names
-//    the cache. A wrong cache, a wrong kmem_free size and a pointer into no
-//    slab of this cache are refused there, with a report. A free of the
-//    buffer on top of the loaded magazine (an immediate double free) is
-//    refused too (the magazine's slot[0] sentinel makes it one compare).
+//    for off-slab caches of the heap the page index names the slab, which
+//    names the cache (caches of integer arenas are not checked). A wrong
+//    cache, a wrong kmem_free size and a pointer into no slab of this cache
+//    are refused there, with a report. A free of the buffer on top of the
+//    loaded magazine (an immediate double free) is refused too (the
+//    magazine's slot[0] sentinel makes it one compare).
 // 3. Nothing else is checked here: a double free of a buffer deeper in a
 //    magazine, and an interior pointer into a buffer of the right cache,
-//    are caught when the buffer reaches the slab layer (kmem_theory in
-//    kmem.cpp says why, with the measurements).
+//    are caught when the buffer reaches the slab layer (kmem.cpp's theory,
+//    section 6, says why, with the measurements).
 // 4. kmemtrace: the traced copies (kTraced) record inside the masked region
 //    on the magazine path (trace/record.h: no second masking, no call).
+// 5. Ordering: none here. The CpuCache is this CPU's (kmem_cache.h says who
+//    else reads it and why that needs no order); the owner checks read
+//    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
+//    header slab_create wrote before the slab's first buffer left the slab
+//    layer under slab_lock, so before any legitimate free of it).
 #pragma once
 #include <trace/record.h>
 #include "heap_index.h"

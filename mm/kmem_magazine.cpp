@@ -43,6 +43,8 @@
 namespace mm {
 namespace {
 
+// Constant but for `cache`, written once by magazine_init inside kmem_init,
+// before g_ready's release: any CPU holding a cache is ordered after it.
 struct MagType {
   uint32_t rounds;
   uint32_t max_chunk;  // start caches with chunks up to this size here
@@ -54,8 +56,12 @@ MagType g_magtypes[] = {{1, 0, nullptr},  {3, 0, nullptr},  {7, 16384, nullptr},
 constexpr unsigned kMagTypes = sizeof(g_magtypes) / sizeof(g_magtypes[0]);
 constexpr uint64_t kResizeContention = 4;  // contended depot locks per interval that grow the magazines
 
-uintptr_t g_reaping;  // word-sized (no sub-word atomics on riscv64); reap_local is running (exchanged with acquire, cleared with release)
+// reap_local is running: a try-lock, taken by an exchange with acquire and
+// dropped with a release store, so one reaper's work is ordered before the
+// next one's. Word-sized: no sub-word atomics on riscv64.
+uintptr_t g_reaping;
 
+// Relaxed: a hint (kmem_cache.h, magtype); g_magtypes' rounds never change.
 int mag_rounds(const kmem_cache_t* cp) { return static_cast<int>(g_magtypes[ld_relaxed(cp->magtype)].rounds); }
 
 unsigned magtype_of(uintptr_t cap) {
@@ -107,7 +113,8 @@ struct Detached {
   int32_t prounds = 0;
 };
 
-// Interrupts masked; the CPU's own slot, or any slot of an unused cache.
+// Interrupts masked; the CPU's own slot, or any slot of an unused cache
+// (kmem_cache.h, CpuCache: what orders another CPU's stores before this).
 Detached cpu_detach(CpuCache* cc) {
   Detached d{cc->loaded, cc->rounds, cc->prev, cc->prounds};
   cc->loaded = cc->prev = nullptr;
@@ -320,7 +327,7 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
         step = FreeStep::kToSlab;
       } else {
         step = reload_and_push(cp, cc, obj, left);
-        mt = ld_relaxed(cp->magtype);
+        mt = ld_relaxed(cp->magtype);  // a hint: checked again under depot_lock below
       }
       plat::irq_restore(s);
     }
@@ -362,7 +369,7 @@ void cpu_flush(kmem_cache_t* cp, unsigned cpu) {
     __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // under depot_lock: destroy takes it before it waits
   }
   destroy_detached(cp, d);
-  __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
+  __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);  // kmem_cache.h, inflight
 }
 
 void flush_this_cpu(void*) {
@@ -384,9 +391,9 @@ void depot_reap(kmem_cache_t* cp, bool all) {
     empties = maglist_take(cp->empty_mags, all ? cp->empty_mags.count : cp->empty_mags.min);
     cp->full_mags.min = cp->full_mags.count;
     cp->empty_mags.min = cp->empty_mags.count;
-    if (fulls || empties) __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);
+    if (fulls || empties) __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // as in cpu_flush
   }
-  __atomic_fetch_add(&cp->reaps, uint64_t{1}, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&cp->reaps, uint64_t{1}, __ATOMIC_RELAXED);  // statistics only
   if (!fulls && !empties) return;
   while (fulls) {
     Magazine* m = fulls;
@@ -465,7 +472,7 @@ void reap_local() {
 }
 
 void kmem_reap(bool all) {
-  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;  // kmem_init's release
   run_reclaim_callbacks();
   if (all) plat::on_each_cpu(flush_this_cpu, nullptr);
   for_each_cache([all](kmem_cache_t* cp) {

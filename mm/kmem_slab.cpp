@@ -25,6 +25,7 @@
 //    page descriptor in O(1)), any address inside a slab finds the slab, its
 //    cache and the buffer index in constant time: the free fast path of off-
 //    slab caches checks ownership this way, kmem_whatis answers with it.
+//    Both read without a lock (mark_slab_pages says what orders them).
 // 6. Empty slabs: one is kept per cache to absorb churn at the slab boundary
 //    (and any the consolidator is emptying); the rest go back to vmem at once.
 //    slab_reap destroys the kept ones.

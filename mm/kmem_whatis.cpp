@@ -7,7 +7,7 @@
 //    no cache (a span of kmem_default allocated directly through vmem).
 // 2. A buffer's state: the slab's free bitmap says "free in the slab
 //    layer"; a buffer the slab layer counts out may still be free in a
-//    magazine. kmem_theory (kmem.cpp, section 6) explains why no per-buffer
+//    magazine. kmem.cpp's theory (section 6) explains why no per-buffer
 //    bit tracks that: here the other CPUs are stopped (plat::stop_others)
 //    and every CPU's loaded and previous magazine and the depot's full
 //    magazines of that one cache are searched: O(CPUs x magazine size +
@@ -18,6 +18,10 @@
 //    head), a free block (found by looking at the aligned heads of each
 //    order below the frame), a page in a per-CPU page cache, a reserved
 //    frame.
+// 4. No lock is held while descriptors and slab headers are read: the
+//    releases that published them (heap_index.h, mark_slab_pages,
+//    segkmem_alloc_large) order what is read; an address whose memory is
+//    being freed meanwhile gets the state before or after.
 #include <mm/whatis.h>
 #include <mm/segkmem.h>
 #include "heap_index.h"
@@ -41,7 +45,10 @@ MM_RACY_STATS_READER bool magazine_holds(const Magazine* m, int32_t rounds, cons
 }
 
 // Runs with every other CPU stopped (none is inside its masked fast path,
-// none holds a depot lock: both are taken with interrupts masked).
+// none holds a depot lock: both are taken with interrupts masked). The
+// slots are read plainly: plat::stop_others orders each stopped CPU's
+// stores before fn. (Host: not stopped, so racy reads, exact when the
+// other threads are quiet.)
 MM_RACY_STATS_READER void search_magazines(void* arg) {
   auto* s = static_cast<MagazineSearch*>(arg);
   kmem_cache_t* cp = s->cp;
@@ -62,6 +69,9 @@ MM_RACY_STATS_READER void search_magazines(void* arg) {
     }
 }
 
+// sp's header and its cache's fields are read without a lock: ordered by
+// the acquire of the page's kPageSlab (mark_slab_pages), the cache's by
+// its publication before its first slab.
 bool whatis_slab(uintptr_t addr, Slab* sp, WhatIs& w) {
   kmem_cache_t* cp = sp->cache;
   w.cache = cp;
@@ -95,6 +105,8 @@ bool whatis_slab(uintptr_t addr, Slab* sp, WhatIs& w) {
   return true;
 }
 
+// The flag's acquire pairs with the release that set it (mark_slab_pages,
+// segkmem_alloc_large): the fields it guards were written before.
 bool whatis_heap(uintptr_t addr, Page* p, WhatIs& w) {
   uint16_t flags = __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE);
   if (flags & kPageSlab) {
@@ -118,6 +130,9 @@ bool whatis_heap(uintptr_t addr, Page* p, WhatIs& w) {
   return true;
 }
 
+// A snapshot of a descriptor other CPUs may be changing (their stores are
+// plain, lock-free on the page allocator's fast paths): each word is read
+// whole, and the answer is the frame's state at some moment near the call.
 bool whatis_frame(uintptr_t addr, WhatIs& w) {
   uint64_t pa = plat::virt_to_phys(reinterpret_cast<const void*>(addr));
   Page* p = page_of_phys(pa);

@@ -25,6 +25,10 @@ namespace kmemtrace {
 
 // Is tracing on? Every allocator entry point tests this first: the
 // platform's switch (in the kernel a static branch, one patched nop).
+// Neither it nor enabled() below orders anything: a stale answer moves
+// where recording starts or stops by an event or so, and what orders the
+// rings' set-up before a recording is trace/'s (kmemtrace::enabled,
+// kmemtrace::start).
 __attribute__((always_inline)) inline bool on() { return mm::plat::kmemtrace_on(); }
 
 // An event for a successful allocation (a failed one, p null, records

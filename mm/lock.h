@@ -10,6 +10,10 @@
 //
 // Every mm lock may be taken from an interrupt handler (an allocation there
 // is allowed), so holders mask interrupts: IrqSave is the default.
+//
+// Ordering: taking a lock acquires, dropping it releases (plat::Lock), so
+// what one holder wrote is visible to the next. "Ordered by lock X" in mm/
+// means this and nothing more: data read without X needs its own ordering.
 #pragma once
 #include <mm/platform.h>
 #include "assert.h"

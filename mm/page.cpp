@@ -1,72 +1,61 @@
 // Page frames: a binary buddy allocator (see page.h).
 //
-// 1. What it manages. page_init takes RAM banks and reserved ranges, both as
-//    physical ranges in any order, possibly overlapping. Banks are trimmed
-//    inward to whole frames, and overlapping or adjacent banks are merged;
-//    reserved ranges are widened outward to whole frames. Every frame of a
-//    bank is then in exactly one state (its Page's flags):
-//      kPageReserved  in a reserved range, or holding the bank's descriptors
-//      kPageFree      head of a free block on the order's free list
-//      0              inside a free block (a free tail)
-//      kPageHead      first frame of an allocated block (order valid)
-//      kPageTail      later frame of an allocated block (owner = the head)
-//      kPagePcp       a free single page held in a per-CPU cache
-//    Owners may add kPageSlab / kPageVmem to a head; a free clears them.
-// 2. Descriptors. Each bank's Page array is carved out of that bank at init
-//    (the first run of non-reserved frames long enough), so the allocator
-//    needs no other allocator. A bank is {first frame, end frame, array};
-//    page_of_phys scans the few banks (at most kMaxBanks) and indexes the
-//    array. The largest bank is also copied into Allocator::hot (first
-//    frame, frame count, array), so for it (on most boards, all of RAM)
-//    address -> page is a subtraction, a compare and an index, with no loop.
-//    Page::alloc_bits holds the bank index (page -> physical address
-//    in O(1)) and kOnFreeList, the bit the buddy merge trusts: it is only
-//    written under the lock, while flags are also written lock-free by the
-//    per-CPU caches and by owners.
-// 3. Buddies. Blocks are naturally aligned in physical frame numbers, so a
-//    block's buddy is pfn ^ (1 << order). A freed block merges with its
-//    buddy while the buddy is in the same bank, on a free list and of the
-//    same order; an allocation splits the smallest free block that fits,
-//    putting the upper halves back. Allocation marks the head (kPageHead,
-//    order) and every tail (kPageTail, owner = head), O(2^order) like the
-//    block itself; free checks the head and clears them again.
+// 1. What it manages. page_init takes RAM banks and reserved ranges
+//    (physical, any order, possibly overlapping). Banks are trimmed inward
+//    to whole frames and merged where they overlap or touch; reserved ranges
+//    are widened outward. Every frame is then in one state (Page::flags):
+//    kPageReserved (reserved, or holding the bank's descriptors), kPageFree
+//    (head of a free block on its order's list), 0 (a free tail), kPageHead
+//    (first frame of an allocated block, order valid), kPageTail (a later
+//    one, owner = the head), kPagePcp (a free page in a per-CPU cache).
+//    Owners may add kPageSlab/kPageVmem/kPageLarge to a head; a free clears them.
+// 2. Descriptors. Each bank's Page array is carved out of that bank (the
+//    first run of non-reserved frames long enough): no other allocator is
+//    needed. page_of_phys scans the few banks; the largest is also copied
+//    into Allocator::hot, so for it (usually all of RAM) address -> page is a
+//    subtraction, a compare and an index. Page::alloc_bits holds the bank
+//    index and kOnFreeList, the bit the buddy merge trusts: written only
+//    under the lock, while flags are also written lock-free by the per-CPU
+//    caches and by owners.
+// 3. Buddies. Blocks are naturally aligned in frame numbers: a block's buddy
+//    is pfn ^ (1 << order). A free merges while the buddy is in the same
+//    bank, on a free list and of the same order; an allocation splits the
+//    smallest block that fits. Allocation marks the head (kPageHead, order)
+//    and every tail (kPageTail, owner = head), O(2^order) like the block;
+//    free checks the head and clears them.
 // 4. Per-CPU caches. Single pages come from a stack of kPageCacheSize pages
-//    per CPU, refilled from the buddy lists kPageCacheBatch at a time when
-//    empty and half-drained (the coldest half) when full. A cache is
-//    touched only by its CPU with IRQs masked (plat::irq_save); its count
-//    is read by page_stats, so it is written with relaxed atomic stores.
-//    Cached pages count as free (PageStats::free_pages, pcp_pages). Each
-//    slot holds the page and its physical address, so neither direction
-//    needs converting on the fast path. The fast paths (page_alloc,
-//    page_free, both inline leaf code for order 0) touch only the cache; a
-//    miss, a full or empty cache, any other order and anything suspicious
-//    go to noinline slow paths (alloc_slow, free_pa).
-// 5. The reserve. reserve_pages = max(16, RAM/256) pages, at most 4 MiB and
-//    at most a quarter of RAM. KM_SLEEP / KM_NOSLEEP allocations (and cache
-//    refills) never take the buddy lists below it; KM_PUSHPAGE ones may,
-//    bypassing the caches once the buddy lists are down to it, and while the
-//    lists are below it freed single pages go straight back to them instead
-//    of to a cache (g_reserve_low, a word the free path reads lock-free).
-//    KM_SLEEP retries after draining the caches (plat::on_each_cpu), then
-//    after running the reclaim hook (at most one at a time), then after
+//    per CPU, refilled kPageCacheBatch at a time when empty and half-drained
+//    (the coldest half) when full, touched only by its CPU with IRQs masked.
+//    Cached pages count as free. A slot holds the page and its physical
+//    address, so the fast paths (page_alloc, page_free: inline leaf code for
+//    order 0) convert nothing and touch only the cache; anything else goes
+//    to noinline slow paths (alloc_slow, free_pa).
+// 5. The reserve: max(16, RAM/256) pages, at most 4 MiB and a quarter of
+//    RAM. KM_SLEEP/KM_NOSLEEP allocations and cache refills never take the
+//    buddy lists below it; KM_PUSHPAGE ones may (bypassing the caches), and
+//    while the lists are below it freed single pages refill them instead of
+//    a cache. KM_SLEEP retries after draining the caches (plat::on_each_cpu),
+//    then after the reclaim hook (one at a time), then after
 //    plat::wait_for_memory(), until it succeeds.
-// 6. Locking. One plat::Lock over the free lists, free_blocks, buddy_pages
-//    and the reserve counters, taken with IRQs masked. Banks, totals and the
-//    reserve size are written once by page_init. Counters are word-sized:
-//    per-CPU ones written by their CPU, the rest with atomic adds.
-// 7. Debugging. PAGE_ASSERT checks cheap invariants on every list operation
-//    (fatal on failure). page_free validates its argument before touching
-//    anything: misaligned, unmanaged, reserved, already free (free head,
-//    free tail or cached), not a head, or not the head's order is logged with
-//    the caller and ignored. The order-0 fast path accepts only an aligned
-//    address in the hot bank whose descriptor is an allocated order-0 head
-//    (flags kPageHead, owner bits aside; order 0; not on a free list): one
-//    masked compare of the descriptor's first word. Everything else,
-//    including every double free (kPagePcp, kPageFree, a free tail: not
-//    kPageHead), goes through check_free, which reports it. A cached page
-//    is kPagePcp until it is handed out again, so it cannot be freed twice
-//    into a cache, and a pop checks kPagePcp (fatal otherwise).
-//    page_verify() walks every descriptor and list.
+// 6. Locking and ordering. g_lock (IRQs masked) guards the free lists,
+//    free_blocks, buddy_pages and the reserve counters. Banks, the hot bank,
+//    totals and the reserve size are written once by page_init before any
+//    other CPU calls in. g_reserve_low and g_fast_frames are written under
+//    the lock and read lock-free, relaxed: hints, whose stale value only
+//    sends a free to the cache instead of the lists or the reverse. Counters
+//    are word-sized, relaxed, statistics only: per-CPU ones written by their
+//    CPU, the rest with atomic adds. A descriptor is written plainly by the
+//    frame's owner; a frame changes hands through g_lock or a per-CPU cache.
+// 7. Debugging. MM_ASSERT checks cheap invariants on every list operation
+//    (fatal). page_free validates its argument before touching anything:
+//    misaligned, unmanaged, reserved, already free (free head, free tail or
+//    cached), not a head, or not the head's order is logged with the caller
+//    and ignored. The order-0 fast path takes only an aligned hot-bank
+//    address whose descriptor is an allocated order-0 head (one masked
+//    compare of the descriptor's first word); everything else, every double
+//    free included, goes through check_free. A cached page stays kPagePcp
+//    until handed out again, so it cannot be freed twice into a cache, and a
+//    pop checks kPagePcp (fatal otherwise). page_verify() walks everything.
 #include <mm/page.h>
 #include <mm/platform.h>
 #include "kmemtrace_hooks.h"
@@ -91,7 +80,9 @@ struct Bank {
   Page* pages;     // descriptor of frame `first`
 };
 
-// The largest bank again, for the lock-free lookups (written once by page_init).
+// The largest bank again, for the lock-free lookups (written once by
+// page_init, before any other CPU calls in: kernel, before they start;
+// host, inside kmem_init, before g_ready's release).
 struct HotBank {
   uint64_t base;    // physical address of the first frame
   uint64_t frames;  // 0 before page_init
@@ -118,6 +109,8 @@ struct CachedPage {
   uint64_t pa;  // page's physical address
 };
 
+// Touched only by its CPU with IRQs masked; page_stats reads count and the
+// counters from other CPUs (relaxed stores and loads: statistics only).
 struct alignas(64) PageCache {
   uintptr_t count;   // pages in stack[]
   // Counters, written only by this cache's CPU. Pops from the stack are not
@@ -134,14 +127,19 @@ struct alignas(64) PageCache {
 constinit Allocator g{};
 constinit plat::Lock g_lock;
 constinit PageCache g_pcp[plat::kCpuSlots]{};  // [kMaxCpus]: always empty (see cpu_slot)
-constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages, for the lock-free free path
+// The reserve's level for the lock-free free paths, written under g_lock
+// (note_reserve_level), read relaxed: a hint that publishes nothing (6).
+constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages
 // g.hot.frames while the reserve is full, else 0: the frames free_fast
-// takes (one compare covers the bank, the alignment and the reserve).
+// takes (one compare covers the bank, the alignment and the reserve). The
+// hot bank it bounds was written before any other CPU ran.
 constinit uintptr_t g_fast_frames = 0;
-constinit uintptr_t g_failures = 0;
-constinit uintptr_t g_bad_frees = 0;
+constinit uintptr_t g_failures = 0;   // relaxed: statistics only
+constinit uintptr_t g_bad_frees = 0;  // relaxed: statistics only
 using ReclaimHook = void (*)();
+// Stored with release (what the hook uses, set up before), loaded with acquire.
 constinit ReclaimHook g_reclaim = nullptr;
+// The hook is running: a try-lock (exchange with acquire, cleared with release).
 constinit uintptr_t g_reclaiming = 0;
 
 template <typename T>
@@ -417,7 +415,7 @@ void run_reclaim_hook() {
   if (!p) return;
   // Single pages go to the CPU's cache, unless the buddy lists are below the
   // reserve (KM_PUSHPAGE took from it): then they refill the reserve.
-  if (order == 0 && !load_relaxed(g_reserve_low)) {
+  if (order == 0 && !load_relaxed(g_reserve_low)) {  // a hint (6)
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
@@ -495,7 +493,7 @@ inline bool alloc_fast(uint64_t& pa) {
 // empty: the [kMaxCpus] slot an unclaimed thread reads is always empty.)
 inline bool free_fast(uint64_t pa) {
   uint64_t i = hot_index(pa);
-  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;
+  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;  // a hint (6)
   Page* p = g.hot.pages + static_cast<size_t>(i);
   if (__builtin_expect(!is_order0_head(p), 0)) return false;
   plat::IrqState s = plat::irq_save();

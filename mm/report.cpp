@@ -7,8 +7,11 @@
 
 namespace mm {
 namespace {
-MemErrorHook g_error_hook;  // read and written with __atomic (tests swap it)
-uint64_t g_errors;
+// Swapped at any time (tests): exchanged with acq_rel (releases what the
+// new hook uses, set up before; acquires the old one's), loaded with
+// acquire by report_error.
+MemErrorHook g_error_hook;
+uint64_t g_errors;  // relaxed: a count that publishes nothing
 
 void default_error_hook(const MemError& e) {
   plat::log("kmem: %s in '%s': address %p, caller %p, detail %llu", e.kind, e.where,

@@ -48,7 +48,7 @@
 
 namespace mm {
 
-HeapIndex g_heap_index;
+HeapIndex g_heap_index;  // written once by segkmem_init (inside kmem_init, before g_ready's release)
 constinit void* const g_no_owner[1] = {nullptr};
 namespace {
 constexpr Page make_no_page() {
@@ -68,10 +68,10 @@ constexpr EmptyLeaf make_empty_leaf() {
 constinit const EmptyLeaf g_empty_leaf = make_empty_leaf();
 
 namespace {
-vmem_t* g_heap;
+vmem_t* g_heap;     // g_heap and g_default: written once, as g_heap_index
 vmem_t* g_default;
-uint64_t g_mapped_pages;
-uint64_t g_index_pages;  // directory and leaves
+uint64_t g_mapped_pages;  // relaxed: statistics only
+uint64_t g_index_pages;   // directory and leaves (relaxed: statistics only)
 
 constexpr uint64_t kMinHeap = uint64_t{256} << 20;
 constexpr uint64_t kMaxHeapPerRam = 4;
@@ -83,7 +83,7 @@ struct Span {
   uintptr_t va;
   size_t size;
 };
-plat::Lock g_batch_lock;
+plat::Lock g_batch_lock;  // g_batch and g_batched
 Span g_batch[kBatch];
 unsigned g_batched;
 
@@ -98,10 +98,10 @@ Page** empty_leaf() { return const_cast<Page**>(g_empty_leaf.e); }  // only ever
 // Makes sure the leaf covering va exists. False if no page was left for it.
 bool index_prepare(uintptr_t va) {
   Page*** slot = &g_heap_index.dir[(va - g_heap_index.base) >> kIndexLeafShift];
-  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) != empty_leaf()) return true;
+  if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) != empty_leaf()) return true;  // pairs with the release below
   static_assert(kIndexLeafEntries * sizeof(Page*) <= kPageBytes);
   Guard<> g(g_index_lock);
-  if (*slot != empty_leaf()) return true;
+  if (*slot != empty_leaf()) return true;  // plain: its only stores are made under this lock
   auto** leaf = static_cast<Page**>(index_page_alloc(0));
   if (!leaf) return false;
   for (unsigned i = 0; i < kIndexLeafEntries; i++) leaf[i] = &g_no_page;
@@ -135,6 +135,10 @@ unsigned take_batch(Span* out) {
   return n;
 }
 
+// The entry goes first. A reader that loaded it before may still read *p
+// while it changes here and in the page allocator (plain stores): only an
+// address racing the release of its own memory can, and no answer is right
+// for it.
 void forget_page(uintptr_t va, Page* p) {
   index_set(va, nullptr);
   p->flags &= static_cast<uint16_t>(~(kPageVmem | kPageSlab | kPageLarge));
@@ -219,6 +223,10 @@ uint64_t heap_size_for_ram(uint64_t ram, uint64_t window) {
   return want < window ? want : window;
 }
 
+// Relaxed: a legitimate free got buf from segkmem_alloc_large through
+// synchronisation that orders that function's stores before this; only a
+// pointer racing the allocation or free of its own pages can read a
+// changing descriptor, and no order would make such a call right.
 const char* large_free_problem(uintptr_t buf, size_t pages, uint64_t& detail) {
   Page* p = segkmem_page_of(buf);
   uint16_t flags = p ? __atomic_load_n(&p->flags, __ATOMIC_RELAXED) : 0;
@@ -280,6 +288,8 @@ void* segkmem_alloc_large(size_t size, int kmflag, uintptr_t caller) {
         MM_ASSERT(pg && (pg->flags & kPageVmem) && !(pg->flags & (kPageSlab | kPageLarge)));
         pg->large_start = start;
         pg->count = va == start ? static_cast<uint32_t>(size / kPageBytes) : 0;
+        // Release: large_start and count before the flag, for lock-free
+        // readers that acquire it (segkmem_large_span, kmem_whatis).
         __atomic_store_n(&pg->flags, static_cast<uint16_t>(pg->flags | kPageLarge), __ATOMIC_RELEASE);
       }
       return p;

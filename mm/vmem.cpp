@@ -1,96 +1,63 @@
 // vmem: resource arenas (interface and summary in mm/vmem.h).
 //
-// 1. An arena is a set of integers. Callers add ranges of them ("spans",
-//    vmem_add, or imported from a source arena) and allocate pieces
-//    ("segments") in multiples of the arena's quantum. Nothing here touches
-//    the integers themselves: they may be addresses, ids or offsets.
-//
-// 2. Boundary tags. Every span and every segment is described by one
-//    vmem_seg ("tag"). All tags of an arena are on one circular segment list
-//    (knext/kprev) through the arena's sentinel seg0: each span's tag, then
-//    the segments of that span in address order, which tile the span
-//    exactly. Spans follow one another in creation order (an import is
-//    O(1)); span tags are also on the arena's span list. Because a span's
-//    segments tile it, a segment's neighbours on the list are its address
-//    neighbours, and a span tag (seg0 is typed as one) fences coalescing: a
-//    free merges with the free segment before and after, never across spans.
-//    No two free segments are ever adjacent.
-//
-// 3. Free segments sit on free lists by size: list i holds sizes in
-//    [2^i, 2^(i+1)), circular through a sentinel, newest first. Bit i of
-//    freemap says list i is non-empty. Instant fit (the default policy)
-//    takes the first segment of the lowest non-empty list whose every member
-//    fits: list highbit(size), or the one above when size is not a power of
-//    two. That is a mask and a count-trailing-zeros: constant time however
-//    many segments the arena holds. If no such list exists it falls back to
-//    searching the one list that might hold a fit. Best fit searches from
-//    list highbit(size) up and takes the smallest fitting segment of the
-//    first list that has one. Next fit starts after the end of its last
-//    allocation (the rotor) and wraps round the segment list, so integers
-//    are reused as late as possible (ids). Constrained allocations (align,
-//    phase, nocross, minaddr, maxaddr) search the lists in the same orders,
-//    checking each segment. A segment is carved from the front: the new tag
-//    goes in front of the remainder, which stays on its free list unless its
-//    size class changed. A free is the mirror image: a free neighbour grows
-//    over the freed range and the freed tag goes back to the stock.
-//
-// 4. Allocated segments are found on free through a hash table keyed by the
-//    start address (Fibonacci hashing), chained through the tag's link. It
-//    starts with 16 buckets inside the arena and grows (about 4x, buckets
-//    from whole pages) once there are more than two allocated segments per
-//    bucket; the rehash runs after the allocation that triggered it, with
-//    the pages taken with no lock held. A free checks its size against the
-//    segment's: a wrong size, a double free or an address never allocated is
-//    reported and refused.
-//
+// 1. An arena is a set of integers: callers add ranges ("spans", vmem_add,
+//    or imported) and allocate pieces ("segments") in multiples of its
+//    quantum. Nothing here touches the integers themselves.
+// 2. Boundary tags. Every span and segment has one vmem_seg ("tag"), all on
+//    one circular segment list (knext/kprev) through the sentinel seg0: each
+//    span's tag, then its segments in address order, tiling it. Spans follow
+//    in creation order (an import is O(1)), also on the span list. So list
+//    neighbours are address neighbours, and a span tag (seg0 is typed as
+//    one) fences coalescing: a free merges with the free segments before and
+//    after, never across spans. No two free segments are ever adjacent.
+// 3. Free segments sit on free lists by size (list i: [2^i, 2^(i+1)),
+//    circular, newest first; bit i of freemap: list i non-empty). Instant fit
+//    (the default) takes the first segment of the lowest non-empty list whose
+//    every member fits (list highbit(size), or the next when size is no power
+//    of two): a mask and a ctz, constant time; else it searches the one list
+//    that may hold a fit. Best fit takes the smallest fit of the first list
+//    from highbit(size) up that has one. Next fit resumes after its last
+//    allocation (the rotor), reusing integers as late as possible (ids).
+//    Constrained requests (align, phase, nocross, minaddr, maxaddr) search in
+//    the same orders. A segment is carved from the front of a free one; a
+//    free is the mirror image.
+// 4. Allocated segments are found on free through a hash on the start
+//    (Fibonacci, chained through the tag's link): 16 buckets in the arena,
+//    grown about 4x past two per bucket (pages taken with no lock held, after
+//    the allocation that triggered it). A free checks the size: a wrong size,
+//    a double free or an unallocated address is refused.
 // 5. Quantum caches. An arena created with qcache_max > 0 is fronted by kmem
-//    caches of 1..n quanta named "<arena>_<n>" (KMC_QCACHE | KMC_NOTOUCH):
-//    vmem_alloc and vmem_free of sizes up to qcache_max go to them, and get
-//    magazines (per-CPU, lock-free). The caches' slabs come from the arena
-//    through vmem_xalloc/vmem_xfree, which NEVER go through the quantum
-//    caches: that is the contract that keeps kmem -> vmem from recursing
-//    (the same as illumos). Arenas created before kmem is up record the
-//    request; registering the cache layer (section 10) creates them. Segments
-//    allocated directly for cacheable sizes before that are marked "early"
-//    and counted, so their later vmem_free goes back to the arena rather than
-//    to a cache that never handed them out.
-//
-// 6. Importing. An arena with afunc calls afunc(source, size, flags) when no
-//    free segment fits (never for nocross/minaddr/maxaddr requests, which the
-//    source cannot honour), with the arena lock dropped, and adds the result
-//    as an imported span. When a free makes a whole imported span free again,
-//    the span is removed and handed back with ffunc (lock dropped).
-//
-// 7. The tag pool. Tags come from a global pool refilled with whole pages
-//    from the page allocator (page_alloc_va), never from vmem: vmem can
-//    always make progress without itself. Each arena keeps a small stock of
-//    spare tags; every operation first makes sure it holds kSegMinFree of
-//    them (enough for a span and two splits), so nothing runs out half-way
-//    through a change. The pool keeps kPoolReserve tags back for VM_PUSHPAGE
-//    callers (kmem's allocations on behalf of code freeing memory), so those
-//    can still split segments when pages have run out. Frees never need a
-//    tag: they only merge.
-//
-// 8. Locking. One spinlock per arena, IRQs masked, guards everything in the
-//    arena. The pool lock nests inside an arena lock; g_arenas_lock (the
-//    arena list) is taken before an arena lock, never inside one. No vmem
-//    lock is held across afunc/ffunc, the page allocator or kmem.
-//
-// 9. Debugging. MM_ASSERT (mm/assert.h) checks invariants always, off the
-//    fast paths; MM_DEBUG_ASSERT checks them on the fast paths too when
-//    MM_DEBUG is defined (the host tests) (the fast paths have a budget: about 150 instructions for an
-//    instant-fit alloc and free together). vmem_verify walks an arena and
-//    checks every invariant above (tests call it). Bad input is reported
-//    through mm::report_error with the arena's name and the caller, and
-//    refused.
-//
-// 10. The cache layer is optional. vmem reaches kmem (quantum caches, a reap
-//    before VM_SLEEP waits) only through the VmemCacheLayer that kmem
-//    registers at kmem_init (vmem_set_cache_layer), so vmem links and runs
-//    without it: early in boot, in a program built without kmem, in tests
-//    with a stand-in layer. Arenas that ask for quantum caches before there
-//    is a layer record the request; registering creates the caches. Errors
-//    go through mm::report_error (report.cpp), which needs no kmem.
+//    object caches of 1..n quanta ("<arena>_<n>", KMC_QCACHE | KMC_NOTOUCH)
+//    for vmem_alloc/vmem_free up to qcache_max. Their slabs come through
+//    vmem_xalloc/vmem_xfree, which NEVER use the caches: kmem -> vmem cannot
+//    recurse (as in illumos). Until there is a cache layer (10) the request
+//    is recorded, and registering the layer creates the caches; segments
+//    allocated directly for cacheable sizes before then are marked early
+//    and counted, so their vmem_free goes back to the arena.
+// 6. Importing. When nothing fits (and the request has no nocross, minaddr
+//    or maxaddr), afunc(source, size, flags) runs with the lock dropped and
+//    its result becomes an imported span; a free that empties an imported
+//    span hands it back with ffunc (lock dropped).
+// 7. The tag pool: global, refilled with pages from page_alloc_va, never
+//    from vmem. Each arena keeps spare tags, at least kSegMinFree (a span and
+//    two splits) before any change; kPoolReserve tags are kept for
+//    VM_PUSHPAGE callers. Frees never need a tag.
+// 8. Locking and ordering. One spinlock per arena (IRQs masked) guards it;
+//    the pool lock nests inside; g_arenas_lock (the arena list, in_use) is
+//    taken before an arena lock, never inside. No vmem lock is held across
+//    afunc/ffunc, the page allocator or the cache layer. Read without the
+//    lock: what vmem_create wrote before handing the arena out (quantum,
+//    policy, qcache_want, fast_span, source, afunc, ffunc); qcache_max,
+//    whose release store publishes qcache[]; early_segs, a hint
+//    (free_small); g_layer, published with release (10).
+// 9. Debugging. MM_ASSERT always, off the fast paths; MM_DEBUG_ASSERT on
+//    them too under MM_DEBUG (budget: about 150 instructions for an instant-
+//    fit alloc and free). vmem_verify checks every invariant above. Bad input
+//    is reported (mm::report_error, arena and caller) and refused.
+// 10. The cache layer is optional: vmem reaches kmem (quantum caches, a reap
+//    before VM_SLEEP waits) only through the VmemCacheLayer kmem registers
+//    at kmem_init (vmem_set_cache_layer), so vmem links and runs without it
+//    (early boot, tests). Errors go through mm::report_error (report.cpp).
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
@@ -180,6 +147,11 @@ inline const vmem_seg* seg_of(const Link* l) { return reinterpret_cast<const vme
 
 using namespace mm::vmem_detail;
 
+// Everything is guarded by lock (section 8) except: what vmem_create sets
+// before it hands the arena out and never changes (qmask, qcache_want,
+// fast_span, quantum, qshift, policy, source, afunc, ffunc, name), read
+// freely; early_segs and qcache_max, read lock-free as their comments say;
+// in_use and next (g_arenas_lock).
 struct vmem {
   // The fast paths.
   mm::plat::Lock lock;
@@ -196,8 +168,13 @@ struct vmem {
   size_t alloc_bytes = 0;
   vmem_seg* rotor = nullptr;      // next fit resumes in or after this tag...
   uintptr_t rotor_addr = 0;       // ...at this address
-  uintptr_t early_segs = 0;       // allocated segments marked early
-  size_t qcache_max = 0;          // 0 until the quantum caches exist
+  // Allocated segments marked early. Written under the lock (relaxed
+  // stores), read without it by free_small as a hint.
+  uintptr_t early_segs = 0;
+  // 0 until the quantum caches exist: qcache_create stores it with release
+  // after qcache[] (under the lock); readers without the lock load it with
+  // acquire before they read qcache[].
+  size_t qcache_max = 0;
   uint64_t allocs = 0;            // (frees = allocs - allocated segments)
   int policy = VM_INSTANTFIT;     // for requests that name none
   Link freelist[kFreeLists] = {};
@@ -235,7 +212,7 @@ plat::Lock g_arenas_lock;
 plat::Lock g_pool_lock;  // nests inside an arena lock
 Link* g_pool;
 uintptr_t g_pool_free, g_pool_total, g_pool_pages;
-uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas
+uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas (relaxed: statistics only)
 
 // ---------------------------------------------------------------------------
 // Small helpers.
@@ -828,7 +805,7 @@ void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early, ui
 __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, uintptr_t caller) {
   bool early = false;
   if (size - 1 < vmp->qcache_want) {
-    if (__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))  // qcache[] is set
       return __atomic_load_n(&g_layer, __ATOMIC_RELAXED)->alloc(vmp->qcache[(size - 1) >> vmp->qshift],
                                                                 vmflag & VM_KMFLAGS);
     early = true;  // before the caches exist: from the arena, marked
@@ -986,9 +963,13 @@ merged:
 
 // A free of a size the quantum caches serve. Segments allocated directly
 // before the caches existed (marked early) go back to the arena.
+// early_segs is relaxed: the segment being freed was marked, and counted,
+// under the lock before the arena handed it out, so whoever frees it is
+// ordered after its count (through whatever gave it the segment); other
+// segments' counts may be stale, which costs at most a needless look.
 __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, uintptr_t caller) {
   auto addr = reinterpret_cast<uintptr_t>(vaddr);
-  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE)) return xfree(vmp, addr, size, caller);
+  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE)) return xfree(vmp, addr, size, caller);  // qcache[] set
   if (__atomic_load_n(&vmp->early_segs, __ATOMIC_RELAXED)) {
     bool early;
     {
@@ -1063,7 +1044,7 @@ void qcache_create(vmem* vmp) {
   ArenaLock h(vmp);
   for (unsigned i = 0; i < n; i++) vmp->qcache[i] = caches[i];
   vmp->qcache_state = kQcacheReady;
-  __atomic_store_n(&vmp->qcache_max, vmp->qcache_want, __ATOMIC_RELEASE);
+  __atomic_store_n(&vmp->qcache_max, vmp->qcache_want, __ATOMIC_RELEASE);  // publishes qcache[] (and the caches)
 }
 
 // Marks vmp's caches as being created if they are pending; true if the
@@ -1392,7 +1373,8 @@ bool vmem_destroy(vmem_t* vmp) {
       return false;
     }
   }
-  // 3. The quantum caches give their slabs back.
+  // 3. The quantum caches give their slabs back. (Nobody may use the arena
+  // any more: the store publishes nothing; release costs nothing here.)
   __atomic_store_n(&vmp->qcache_max, size_t{0}, __ATOMIC_RELEASE);
   for (unsigned i = 0; i < nq; i++) {
     if (!layer()->destroy(vmp->qcache[i])) {

@@ -1,4 +1,4 @@
-// mm/'s platform on the host (see mm/platform.h and mm_platform.h).
+// mm/'s platform on the host (see mm/platform.h and mm/host/include/mm/platform_inline.h).
 //
 // "Physical memory" is a memfd of MM_HOST_MEMORY bytes (default 256 MiB):
 // the direct map is one shared mapping of all of it, and map_heap() maps
@@ -30,10 +30,16 @@ uint64_t g_phys_base;
 
 namespace {
 // Word-sized, as Lock's: no libatomic call for a sub-word compare-exchange.
+// A slot's per-CPU state passes from thread to thread: the exiting thread
+// flushes it (the exit hook) and frees the slot with a release store; the
+// next claimer's compare-exchange acquires it.
 std::atomic<uint32_t> g_slot_used[kMaxCpus];
+// Only grows: a bound for loops over the slots. It publishes nothing.
 std::atomic<unsigned> g_slots_high{0};
 
 // Frees the thread's CPU slot when it exits, so threads can come and go.
+// The hook is stored with release (set_cpu_exit_hook, from kmem_init) and
+// loaded with acquire.
 std::atomic<void (*)()> g_exit_hook{nullptr};
 struct SlotRelease {
   ~SlotRelease() {
@@ -47,7 +53,11 @@ thread_local SlotRelease t_release;
 
 uint8_t* g_heap_base;
 size_t g_heap_size;
-uint64_t* g_heap_pt;  // physical address per heap page, 0 = unmapped
+// Physical address per heap page, 0 = unmapped. Plain: written by
+// map_heap/unmap_heap and read by heap_to_phys only for pages the caller
+// holds (segkmem's import and release, page_of of a heap address it owns),
+// so the allocator's own synchronisation orders each entry.
+uint64_t* g_heap_pt;
 int g_memfd = -1;
 uint64_t g_phys_size;
 }  // namespace

@@ -47,7 +47,10 @@ enum PageFlags : uint16_t {
 // head's Page (kPageTail), set by the allocator: do not overwrite it.
 // Heap pages (kPageVmem, always single pages) are segkmem's: kPageSlab with
 // owner = the kmem Slab; kPageLarge with large_start = the allocation's first
-// byte and, on its first page, count = its pages; owner is null otherwise.
+// byte and, on its first page, count = its pages; owner is g_no_owner
+// otherwise (mm/heap_index.h). Descriptors are written plainly by whoever
+// owns the frame; lock-free readers of other frames' descriptors (whatis,
+// the heap index) say what orders them.
 struct Page {
   uint16_t flags;
   uint8_t order;     // block order, valid for heads and free heads

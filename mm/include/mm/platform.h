@@ -29,7 +29,10 @@
 //                                         held(): by the calling CPU (thread)
 //                                         a spinlock; kernel: IRQs must be
 //                                         masked by the caller where the lock
-//                                         is also taken in interrupt context
+//                                         is also taken in interrupt context;
+//                                         lock()/a successful try_lock()
+//                                         acquire, unlock() releases: what a
+//                                         holder wrote is visible to the next
 //   bool kmemtrace_on();                  is tracing switched on? Tested first by
 //                                         every allocator entry point (kernel:
 //                                         a static branch, one patched nop;
@@ -63,8 +66,10 @@ uint64_t heap_to_phys(uintptr_t va);
 void wait_for_memory();
 
 // Runs fn(arg) on every CPU (the caller's included) and waits for all: used
-// to flush per-CPU magazines. Host: runs it on the calling thread only
-// (each thread flushes its own caches when it exits).
+// to flush per-CPU magazines. What the caller wrote before is visible to fn,
+// and what fn wrote on each CPU is visible to the caller after. Host: runs
+// it on the calling thread only (each thread flushes its own caches when it
+// exits).
 void on_each_cpu(void (*fn)(void*), void* arg);
 
 // Host: fn runs on a thread that is about to give up its CPU slot (it
@@ -74,7 +79,9 @@ void set_cpu_exit_hook(void (*fn)());
 // Runs fn(arg) on this CPU, with interrupts masked, while every other CPU
 // is stopped where it was (kernel: in an IPI handler, so never inside a
 // masked region or holding a lock taken with interrupts masked, with its
-// interrupted registers saved on its own stack). Host: other threads are
+// interrupted registers saved on its own stack). Everything a stopped CPU
+// wrote before it stopped is visible to fn (kernel: each one's release of
+// the stop count, acquired before fn runs). Host: other threads are
 // not stopped (fn must only read what it may read racily, or the caller
 // makes sure the other threads are quiet). Not from an interrupt handler.
 void stop_others(void (*fn)(void*), void* arg);

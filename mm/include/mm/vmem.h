@@ -108,7 +108,6 @@ struct VmemCacheLayer {
 // Registers the layer (once; it must outlive vmem) and creates the quantum
 // caches of arenas that asked for them before it existed.
 void vmem_set_cache_layer(const VmemCacheLayer* layer);
-// Releases the quantum caches' unused magazines and slabs (kmem reaping).
 // kmem_reap reaps the quantum caches with every other cache and then calls
 // this, which gives back what vmem holds itself: arenas' spare boundary
 // tags (down to the minimum an operation needs) go back to the tag pool.
