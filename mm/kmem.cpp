@@ -59,6 +59,7 @@
 //    illumos's KMF_REDZONE bufctl state), behind a switch that costs
 //    nothing while off.
 #include <mm/segkmem.h>
+#include <mm/stackdepot.h>
 #include <mm/vmem.h>
 #include <new>
 #include "heap_index.h"
@@ -370,7 +371,7 @@ uint64_t kmem_slab_bytes() {
 }
 
 uint64_t kmem_metadata_pages() {
-  return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages();
+  return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages() + stackdepot_pages();
 }
 
 // ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The kernel side of mm/'s platform interface (mm/platform.h).
 #include <kernel/arch.h>
+#include <kernel/backtrace.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/format.h>
@@ -86,6 +87,20 @@ void wait_for_memory() {
   arch::IrqState s = arch::irq_save();
   arch::wait_for_interrupt();
   arch::irq_restore(s);
+}
+
+// The kernel's frame-pointer walk from this function's own frame, whose
+// record holds the return address into our caller: that is pcs[0] before
+// the skip.
+__attribute__((noinline)) unsigned backtrace(uintptr_t* pcs, unsigned max, unsigned skip) {
+  constexpr unsigned kWalk = 48;
+  uintptr_t walk[kWalk];
+  size_t want = size_t{max} + skip;
+  if (want > kWalk) want = kWalk;
+  size_t got = ::backtrace::walk(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), nullptr, walk, want);
+  unsigned n = 0;
+  for (size_t i = skip; i < got && n < max; i++) pcs[n++] = walk[i];
+  return n;
 }
 
 void log(const char* fmt, ...) {

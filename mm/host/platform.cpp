@@ -7,6 +7,7 @@
 // remembers which physical page backs each heap page.
 #include <mm/host.h>
 #include <mm/platform.h>
+#include <execinfo.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -136,6 +137,27 @@ void stop_others(void (*fn)(void*), void* arg) {
 bool describe_region(uintptr_t, const char*&, uintptr_t&, size_t&, unsigned&) { return false; }
 
 void set_cpu_exit_hook(void (*fn)()) { g_exit_hook.store(fn, std::memory_order_release); }
+
+// glibc's backtrace() unwinds with the tables in .eh_frame (the host
+// library is not built with frame pointers). Its first call loads libgcc's
+// unwinder, which calls malloc, once per process. The walk starts where
+// our own return address is (the first frame is normally the return
+// address into this function, but a sanitizer's interceptor of backtrace()
+// adds its own frame before it).
+__attribute__((noinline)) unsigned backtrace(uintptr_t* pcs, unsigned max, unsigned skip) {
+  constexpr unsigned kWalk = 64;
+  void* walk[kWalk];
+  auto ours = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  unsigned want = skip + 3 + max;
+  if (want > kWalk) want = kWalk;
+  unsigned got = static_cast<unsigned>(::backtrace(walk, static_cast<int>(want)));
+  unsigned first = 0;
+  while (first < got && reinterpret_cast<uintptr_t>(walk[first]) != ours) first++;
+  if (first == got) first = 1;  // not found: assume the plain layout
+  unsigned n = 0;
+  for (unsigned i = first + skip; i < got && n < max; i++) pcs[n++] = reinterpret_cast<uintptr_t>(walk[i]);
+  return n;
+}
 
 void log(const char* fmt, ...) {
   va_list ap;

@@ -74,7 +74,8 @@ void kmem_move_pass();
 // but vmem quantum caches over integer arenas).
 uint64_t kmem_slab_bytes();
 // Pages kmem took straight from the page allocator for its own bookkeeping
-// (cache structures, off-slab hash tables).
+// (cache structures, off-slab hash tables, the heap page index) and for its
+// debugging features' stack depot (mm/stackdepot.h).
 uint64_t kmem_metadata_pages();
 
 // Errors kmem and vmem detect on bad input (double free, foreign pointer,

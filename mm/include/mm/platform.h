@@ -91,6 +91,9 @@ void stop_others(void (*fn)(void*), void* arg);
 // for a stack (else ~0u). Host: none.
 bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t& size, unsigned& cpu);
 
+// The caller's return addresses, innermost first (pcs[0]: where this returns to), minus the first skip; the count.
+unsigned backtrace(uintptr_t* pcs, unsigned max, unsigned skip);
+
 // Diagnostics: a line for the console (kernel) or stderr (host).
 void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 [[noreturn]] void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
