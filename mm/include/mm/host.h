@@ -17,4 +17,14 @@ struct HostMemory {
 void init_memory(size_t phys_bytes = size_t{256} << 20, size_t heap_bytes = size_t{4} << 30);
 const HostMemory& memory();
 
+// The signal plat::stop_others sends to stop the other threads (see
+// mm/host/platform.cpp): SIGUSR2 by default, or MM_HOST_STOP_SIGNAL (a
+// number, or a name such as USR1, SIGUSR2, RTMIN+3, SIGRTMAX-2) when set at
+// the first stop. A program that uses SIGUSR2 itself picks another here or
+// there. The handler is installed at the next stop, and the previous one's
+// restored. False (nothing changed) for a signal that cannot be used:
+// SIGKILL, SIGSTOP, the synchronous ones, SIGCHLD, SIGCONT, glibc's own.
+bool set_stop_signal(int sig);
+int stop_signal();  // the signal the next stop sends
+
 }  // namespace mm::host

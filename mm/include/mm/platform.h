@@ -81,10 +81,21 @@ void set_cpu_exit_hook(void (*fn)());
 // masked region or holding a lock taken with interrupts masked, with its
 // interrupted registers saved on its own stack). Everything a stopped CPU
 // wrote before it stopped is visible to fn (kernel: each one's release of
-// the stop count, acquired before fn runs). Host: other threads are
-// not stopped (fn must only read what it may read racily, or the caller
-// makes sure the other threads are quiet). Not from an interrupt handler.
+// the stop count, acquired before fn runs; host: the same, from each
+// stopped thread's signal handler). Host: every other thread that holds a
+// CPU slot is stopped in a signal handler (SIGUSR2 unless changed:
+// mm/host.h), anywhere, inside mm's locks, malloc's or stdio's included, so
+// there fn must take no lock a stopped thread might hold, and not allocate
+// or print: it reads memory (a plat::Lock that fn waits for is a fatal
+// error). Threads without a slot run on. One stop at a time; not from
+// inside fn, nor from an interrupt (signal) handler.
 void stop_others(void (*fn)(void*), void* arg);
+
+// Inside a stop_others fn only: calls fn(lo, hi, cpu, arg) for the live part of every CPU's stack, lo
+// its saved stack pointer and hi its top: a stopped CPU's interrupted registers lie in [lo, hi) (the
+// kernel's trap frame; the host's signal frame); the calling CPU's own registers are spilled onto its
+// stack first. cpu is the CPU slot. Host: every thread that holds a CPU slot, and the caller.
+void for_each_stack(void (*fn)(uintptr_t lo, uintptr_t hi, unsigned cpu, void* arg), void* arg);
 
 // Kernel regions that are not mm's: if addr is in one (an image section, a
 // CPU's stack, the boot page tables), its name, start and size, and the CPU

@@ -103,6 +103,13 @@ inline void irq_restore(IrqState) {}
 inline bool irqs_masked() { return false; }
 #endif
 
+// Set while this thread runs a stop_others fn (mm/host/platform.cpp): the
+// other CPUs' threads are stopped, possibly holding a lock, so a fn that
+// waits for one would wait forever. Lock::lock() reports that (fatal, after
+// two seconds) instead of hanging; only its contended path looks.
+extern thread_local constinit bool t_in_stop_fn;
+void stop_fn_waits_for_lock(const void* lock);
+
 // A test-and-test-and-set spinlock. The exchange that takes it acquires
 // (what the previous holder wrote before its releasing store in unlock() is
 // visible inside); the wait spins on plain loads. The lock word is 32 bits:
@@ -112,7 +119,10 @@ class Lock {
  public:
   void lock() {
     while (word_.exchange(1, std::memory_order_acquire)) {
-      while (word_.load(std::memory_order_relaxed)) cpu_relax();
+      while (word_.load(std::memory_order_relaxed)) {
+        if (__builtin_expect(t_in_stop_fn, 0)) stop_fn_waits_for_lock(this);
+        cpu_relax();
+      }
     }
     owner_.store(self(), std::memory_order_relaxed);
   }
