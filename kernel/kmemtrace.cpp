@@ -28,6 +28,8 @@
 #include <kernel/console.h>
 #include <kernel/format.h>
 #include <kernel/kmemtrace.h>
+#include <mm/hooks.h>
+#include <mm/kmemleak.h>
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
@@ -193,10 +195,10 @@ namespace kmemtrace {
 void start() {
   smp::call_on_all([](void*) {}, nullptr);
   enable();
-  static_branch::set_kmemtrace(true);
+  mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);
 }
 void stop() {
-  static_branch::set_kmemtrace(false);
+  mm::alloc_hooks_set(mm::kFeatureKmemtrace, false);
   disable();
 }
 
@@ -227,6 +229,9 @@ void setup_rings() {
   size_t bytes = kmemtrace::Ring::bytes_for(cap);
   for (unsigned cpu = 0; cpu < cpus; cpu++) {
     void* mem = kmem_alloc(bytes, KM_NOSLEEP);
+    // The rings hold a copy of every recent pointer: never a leak-scanner
+    // object nor a source of references.
+    if (mem) kmemleak_ignore(mem);
     if (!mem || !kmemtrace::init_cpu(cpu, mem, bytes)) {
       if (mem) kmem_free(mem, bytes);
       kprintf("kmemtrace: no memory for the ring of cpu %u (%llu KiB); cpus from %u drop their events\n", cpu,

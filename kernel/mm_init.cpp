@@ -2,6 +2,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/kmemleak.h>
 #include <kernel/kmemtrace.h>
 #include <kernel/panic.h>
 #include <kernel/timer.h>
@@ -76,6 +77,7 @@ void init() {
   });
   mm::kmem_init();
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
+  kmemleak_boot::setup();
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

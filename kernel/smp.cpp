@@ -133,7 +133,12 @@ std::atomic<unsigned> g_stop_request{0};
 std::atomic<unsigned> g_stopped{0};
 unsigned g_freezer;  // the freezing core, published by g_stop_request's release
 
-void stopped_here() {
+__attribute__((noinline)) void stopped_here() {
+  // For the leak scanner: where this core's live stack starts (percpu.h),
+  // published by the count below.
+  PerCpu& self = this_cpu();
+  self.frozen_sp = self.irq_frame ? reinterpret_cast<uintptr_t>(self.irq_frame)
+                                  : reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   uintptr_t ps = arch::park_begin();
   g_stopped.fetch_add(1, std::memory_order_acq_rel);
   arch::send_ipi(g_percpu[g_freezer]);

@@ -176,6 +176,9 @@ kmem_cache_t* cache_next(kmem_cache_t* prev) {
   return next;
 }
 
+kmem_cache_t* cache_list_first() { return g_caches; }
+plat::Lock& cache_list_lock() { return g_caches_lock; }
+
 void cache_put(kmem_cache_t* cp) {
   bool teardown = false;
   {
@@ -242,6 +245,8 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   if (!cp->offslab) cp->owner_check = kOwnerOnSlab;
   else if (vmem_imports_from(arena, segkmem_heap_arena())) cp->owner_check = kOwnerIndex;
   else cp->owner_check = kOwnerNone;
+  // kmemleak objects: buffers of heap memory that are nobody's bookkeeping.
+  cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && vmem_imports_from(arena, segkmem_heap_arena());
   if (cp->offslab) {
     cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
     __builtin_memset(cp->hash, 0, kPageBytes);
@@ -291,7 +296,8 @@ void kmem_init() {
   Guard<> g(init_lock);
   if (g_ready) return;
   segkmem_init();  // page allocator, heap and kmem_default arenas
-  // Magazine caches first: every other cache's free path may need them.
+  internal_init();  // off-slab headers and kmemleak's records come from these
+  // Magazine caches next: every other cache's free path may need them.
   magazine_init();
   kmem_alloc_init();
   plat::set_cpu_exit_hook([] { flush_this_cpu(nullptr); });
@@ -371,7 +377,8 @@ uint64_t kmem_slab_bytes() {
 }
 
 uint64_t kmem_metadata_pages() {
-  return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages() + stackdepot_pages();
+  return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages() + stackdepot_pages() +
+         kmemleak_metadata_pages();
 }
 
 // ---------------------------------------------------------------------------
@@ -391,6 +398,11 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
                                                   uintptr_t caller) {
   void* obj = alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
+  if (obj && leak_stamping()) leak_note_alloc(cp, obj, caller);
+  return obj;
+}
+__attribute__((noinline)) void* stamp_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  leak_note_alloc(cp, obj, caller);
   return obj;
 }
 

@@ -79,11 +79,14 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
 
 __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1))
-    return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller);
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
+  if (p && leak_stamping()) {
+    if (kmem_cache_t* c = size_cache(size)) leak_note_alloc(c, p, caller);  // kmem came up on this call (host)
+    else leak_note_large(p, caller);
+  }
   return p;
 }
 
@@ -149,7 +152,6 @@ void kmem_alloc_init() {
   }
 }
 
-kmem_cache_t* size_cache_of(size_t size) { return size_cache(size); }
 
 }  // namespace mm
 

@@ -105,6 +105,8 @@ struct HashEnt {
 
 enum SlabFlags : uint32_t { kSlabVictim = 1 };
 
+struct LeakSlab;  // kmemleak's per-buffer metadata (kmemleak_meta.h)
+
 struct Slab {
   kmem_cache_t* cache;  // first: the owner check on the free fast path reads it
   Slab* next;
@@ -116,6 +118,7 @@ struct Slab {
   uint32_t free_head;   // index of the first free buffer or kNone
   uint32_t flags;
   HashEnt* ents;        // off-slab only: one per buffer
+  LeakSlab* leak;       // kmemleak's metadata while it is on and the cache is tracked, else null
   uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
 };
 static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner stands for a Slab with no cache");
@@ -168,6 +171,8 @@ struct kmem_cache {
   kmem_cache* list_prev;
   uint32_t refs;  // walkers holding this cache (cache_next)
   bool dead;      // destroyed: freed when the last walker lets go
+
+    bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
 
   // Slab layer (slab_lock).
   mm::plat::Lock slab_lock;
@@ -225,6 +230,10 @@ extern bool g_ready;
 // reference dropped; nullptr at the end. Destroyed caches are skipped. A
 // walker may do anything with the cache it holds, destroy it included.
 kmem_cache_t* cache_next(kmem_cache_t* prev);
+// The raw list, for a reader with the world stopped (kmemleak), which holds
+// cache_list_lock() first where stopped CPUs may hold it.
+kmem_cache_t* cache_list_first();
+plat::Lock& cache_list_lock();
 void cache_put(kmem_cache_t* cp);
 template <typename F>
 void for_each_cache(F&& f) {
@@ -235,6 +244,12 @@ void* meta_alloc(unsigned order, int kmflag);
 void meta_free(void* p, unsigned order);
 
 // --- kmem_slab.cpp --------------------------------------------------------
+void internal_init();
+// kmem's own bookkeeping (off-slab headers, kmemleak's per-slab metadata):
+// from the internal ladder of KMC_NOTRACK caches' slab layer, never through
+// magazines; above 16 KiB whole heap pages (marked ignored by kmemleak).
+void* internal_alloc(size_t size, int kmflag);
+void internal_free(void* p, size_t size);
 void cache_layout(kmem_cache_t* cp, size_t quantum);
 void* slab_alloc(kmem_cache_t* cp, int kmflag);
 void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller);
@@ -263,11 +278,30 @@ void flush_this_cpu(void*);
 void reap_local();
 void run_reclaim_callbacks();
 
+// --- kmemleak (kmem_slab.cpp: records; kmemleak.cpp: the rest) ---------------
+struct LeakMeta;
+// New slabs of tracked caches get a LeakSlab while this is set (kmemleak
+// sets it before the hooks go on, clears it after they go off; read
+// relaxed: a slab made just before sees it off and simply has none).
+extern bool g_leak_records;
+// Gives every slab of cp a zeroed LeakSlab (attaching one where there is
+// none, zeroing the existing ones); false if memory ran out for some.
+bool leak_records_reset(kmem_cache_t* cp);
+// The record of buffer buf of cp (allocated or not), or null (untracked
+// cache, or a slab without records).
+LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf);
+uint64_t leak_records_bytes();
+// kmemleak.cpp: is it on (the hooked copies stamp objects), and the stamps.
+extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, 6)
+inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
+void leak_note_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void leak_note_large(void* obj, uintptr_t caller);
+uint64_t kmemleak_metadata_pages();
+
 // --- kmem_consolidate.cpp -------------------------------------------------
 void move_cache(kmem_cache_t* cp);
 
 // --- kmem_alloc.cpp -------------------------------------------------------
 void kmem_alloc_init();
-kmem_cache_t* size_cache_of(size_t size);
 
 }  // namespace mm

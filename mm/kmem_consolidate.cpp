@@ -15,6 +15,7 @@
 // 3. At most kMaxMoveCalls callbacks per cache per pass. One pass runs at a
 //    time (g_moving); callbacks run with no lock held.
 #include "kmem_cache.h"
+#include "kmemleak_meta.h"
 
 namespace mm {
 namespace {
@@ -73,6 +74,10 @@ void move_cache(kmem_cache_t* cp) {
         if (rc <= KMEM_CBRC_DONT_KNOW) cp->moves[rc]++;
       }
       if (rc == KMEM_CBRC_YES) {
+        // The object moved: its kmemleak record goes with it.
+        LeakMeta* from = leak_meta_of(cp, reinterpret_cast<void*>(old));
+        LeakMeta* to = leak_meta_of(cp, dst);
+        if (from && to) *to = *from;
         slab_free(cp, reinterpret_cast<void*>(old), true, 0);
       } else if (rc == KMEM_CBRC_DONT_NEED) {
         slab_free(cp, reinterpret_cast<void*>(old), true, 0);

@@ -18,8 +18,10 @@
 //    magazine, and an interior pointer into a buffer of the right cache,
 //    are caught when the buffer reaches the slab layer (kmem.cpp's theory,
 //    section 6, says why, with the measurements).
-// 4. kmemtrace: the traced copies (kTraced) record inside the masked region
-//    on the magazine path (trace/record.h: no second masking, no call).
+// 4. The hooked copies (kTraced: taken while any allocator hook is on,
+//    mm/hooks.h) record a kmemtrace event, if tracing is on, inside the
+//    masked region on the magazine path (trace/record.h: no second masking,
+//    no call); kmemleak's stamp is written by the caller afterwards.
 // 5. Ordering: none here. The CpuCache is this CPU's (kmem_cache.h says who
 //    else reads it and why that needs no order); the owner checks read
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
@@ -42,6 +44,9 @@ namespace mm {
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
+// kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
+// frameless). Returns obj.
+[[gnu::noinline]] void* stamp_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller);
 
 // Off-slab caches: does the heap page index say obj is in a slab of cp?
 // (A mismatch is reported by free_bad_owner.) A heap page's owner is its
@@ -80,9 +85,12 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     void* obj = cc->loaded->slot[cc->rounds--];
     cc->allocs++;
     if constexpr (kTraced)
-      kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
-                                      requested, cp->chunk, static_cast<uint32_t>(kmflag));
+      if (kmemtrace::enabled())
+        kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
+                                        requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
+    if constexpr (kTraced)
+      if (__builtin_expect(leak_stamping(), 0)) return stamp_alloc(cp, obj, caller);
     return obj;
   }
   plat::irq_restore(s);
@@ -113,14 +121,16 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
       return free_twice(cp, obj, caller);
     }
     if constexpr (kTraced)
-      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+      if (kmemtrace::enabled())
+        kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
     m->slot[++cc->rounds] = obj;
     cc->frees++;
     plat::irq_restore(s);
     return;
   }
   if constexpr (kTraced)
-    kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+    if (kmemtrace::enabled())
+      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
   plat::irq_restore(s);
   return free_slow_entry(cp, obj, caller);
 }

@@ -267,7 +267,7 @@ void magazine_init() {
     while (d) name[n++] = digits[--d];
     name[n] = 0;
     mt.cache = cache_create(name, sizeof(Magazine) + mt.rounds * sizeof(void*), 64, nullptr, nullptr, nullptr,
-                            nullptr, nullptr, KMC_NOMAGAZINE);
+                            nullptr, nullptr, KMC_NOMAGAZINE | KMC_NOTRACK);
   }
 }
 

@@ -38,6 +38,7 @@
 #include <mm/vmem.h>
 #include "heap_index.h"
 #include "kmem_cache.h"
+#include "kmemleak_meta.h"
 
 namespace mm {
 namespace {
@@ -111,16 +112,45 @@ void hash_maybe_grow(kmem_cache_t* cp) {
   meta_free(old, order_for(old_buckets * sizeof(HashEnt*)));
 }
 
-void* header_alloc(size_t size, int kmflag) {
-  kmem_cache_t* hc = size_cache_of(size);
-  if (hc) return slab_alloc(hc, kmflag | KM_NOSLEEP);
-  return segkmem_alloc_large(size, kmflag | KM_NOSLEEP, 0);
+// kmemleak's per-slab records (kmemleak_meta.h).
+size_t leak_slab_bytes(uint32_t chunks) {
+  size_t words = freemap_words(chunks);
+  return sizeof(LeakSlab) + 3 * words * sizeof(uint64_t) + size_t{chunks} * sizeof(LeakMeta);
 }
 
-void header_free(void* p, size_t size) {
-  kmem_cache_t* hc = size_cache_of(size);
-  if (hc) slab_free(hc, p, true, 0);
-  else segkmem_free_large(p, size, 0);
+uint64_t g_leak_bytes;  // of every LeakSlab (statistics)
+
+LeakSlab* leak_slab_alloc(uint32_t chunks) {
+  size_t bytes = leak_slab_bytes(chunks);
+  auto* ls = static_cast<LeakSlab*>(internal_alloc(bytes, KM_NOSLEEP));
+  if (!ls) return nullptr;
+  __builtin_memset(ls, 0, bytes);
+  uint32_t words = static_cast<uint32_t>(freemap_words(chunks));
+  auto* maps = reinterpret_cast<uint64_t*>(ls + 1);
+  ls->words = words;
+  ls->chunks = chunks;
+  ls->reached = maps;
+  ls->scanned = maps + words;
+  ls->magfree = maps + 2 * words;
+  ls->meta = reinterpret_cast<LeakMeta*>(maps + 3 * words);
+  __atomic_fetch_add(&g_leak_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
+  return ls;
+}
+
+void leak_slab_free(LeakSlab* ls) {
+  size_t bytes = leak_slab_bytes(ls->chunks);
+  internal_free(ls, bytes);
+  __atomic_fetch_sub(&g_leak_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
+}
+
+// The internal ladder (kmem_cache.h: internal_alloc): powers of two.
+constexpr unsigned kInternalMinShift = 6, kInternalMaxShift = 14;  // 64 B .. 16 KiB
+kmem_cache_t* g_internal[kInternalMaxShift - kInternalMinShift + 1];
+
+kmem_cache_t* internal_cache(size_t size) {
+  unsigned shift = kInternalMinShift;
+  while ((size_t{1} << shift) < size && shift < kInternalMaxShift) shift++;
+  return (size_t{1} << shift) >= size ? g_internal[shift - kInternalMinShift] : nullptr;
 }
 
 // Marks (or, with sp null, unmarks) the heap pages of a slab's memory in
@@ -159,7 +189,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   if (!mem) return nullptr;
   Slab* sp;
   if (cp->offslab) {
-    sp = static_cast<Slab*>(header_alloc(cp->header_bytes, kmflag));
+    sp = static_cast<Slab*>(internal_alloc(cp->header_bytes, kmflag));
     if (!sp) {
       vmem_xfree(cp->arena, mem, cp->slab_size);
       return nullptr;
@@ -196,6 +226,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
     for (uint32_t i = 0; i < sp->chunks; i++)
       *reinterpret_cast<uint32_t*>(sp->base + i * cp->chunk) = i + 1 < sp->chunks ? i + 1 : kNone;
   }
+  sp->leak = cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED) ? leak_slab_alloc(sp->chunks) : nullptr;
   mark_slab_pages(cp, sp->mem, sp);
   return sp;
 }
@@ -204,7 +235,8 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
 void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   void* mem = reinterpret_cast<void*>(sp->mem);
   mark_slab_pages(cp, sp->mem, nullptr);
-  if (cp->offslab) header_free(sp, cp->header_bytes);
+  if (sp->leak) leak_slab_free(sp->leak);
+  if (cp->offslab) internal_free(sp, cp->header_bytes);
   vmem_xfree(cp->arena, mem, cp->slab_size);
 }
 
@@ -265,6 +297,7 @@ Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller, Guard<>& g) {
     return nullptr;
   }
   sp->freemap[i / 64] |= uint64_t{1} << (i % 64);
+  if (sp->leak) sp->leak->meta[i] = LeakMeta{};  // no stale stamp for the next owner
   if (cp->offslab) sp->ents[i].link = sp->free_head;
   else *reinterpret_cast<uint32_t*>(buf) = sp->free_head;
   sp->free_head = i;
@@ -292,6 +325,37 @@ Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller, Guard<>& g) {
 }
 
 }  // namespace
+
+void internal_init() {
+  for (unsigned shift = kInternalMinShift; shift <= kInternalMaxShift; shift++) {
+    char name[kNameLen] = "kmem_internal_";
+    unsigned n = 14;
+    uint32_t v = uint32_t{1} << shift;
+    char digits[8];
+    unsigned d = 0;
+    do {
+      digits[d++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v);
+    while (d) name[n++] = digits[--d];
+    name[n] = 0;
+    g_internal[shift - kInternalMinShift] =
+        cache_create(name, size_t{1} << shift, 64, nullptr, nullptr, nullptr, nullptr, nullptr,
+                     KMC_NOMAGAZINE | KMC_NOTRACK);
+  }
+}
+
+void* internal_alloc(size_t size, int kmflag) {
+  if (kmem_cache_t* ic = internal_cache(size)) return slab_alloc(ic, kmflag | KM_NOSLEEP);
+  void* p = segkmem_alloc_large(size, kmflag | KM_NOSLEEP, 0);
+  if (p) segkmem_large_set_untracked(p);
+  return p;
+}
+
+void internal_free(void* p, size_t size) {
+  if (kmem_cache_t* ic = internal_cache(size)) slab_free(ic, p, true, 0);
+  else segkmem_free_large(p, size, 0);
+}
 
 // Chooses slab size and layout.
 void cache_layout(kmem_cache_t* cp, size_t quantum) {
@@ -456,6 +520,60 @@ void slab_reap_all() {
     for_each_cache([&](kmem_cache_t* c) { freed += slab_reap(c); });
   }
 }
+
+bool g_leak_records;
+
+bool leak_records_reset(kmem_cache_t* cp) {
+  if (!cp->tracked) return true;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    // Zero what exists; count the slabs without records.
+    uint64_t missing = 0;
+    {
+      Guard<> g(cp->slab_lock);
+      SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
+      for (SlabList* l : lists)
+        for (Slab* sp = l->head; sp; sp = sp->next) {
+          if (!sp->leak) {
+            missing++;
+            continue;
+          }
+          LeakSlab* ls = sp->leak;
+          __builtin_memset(ls->meta, 0, size_t{ls->chunks} * sizeof(LeakMeta));
+        }
+    }
+    if (!missing) return true;
+    // Make that many (no lock held: the internal ladder is another cache)
+    // and hand them out under the lock; slabs come and go meanwhile.
+    LeakSlab* spare[64];
+    unsigned n = 0;
+    while (n < missing && n < 64) {
+      // Records fit the largest slab of this cache.
+      LeakSlab* ls = leak_slab_alloc(cp->objs_per_slab);
+      if (!ls) break;
+      spare[n++] = ls;
+    }
+    {
+      Guard<> g(cp->slab_lock);
+      SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
+      for (SlabList* l : lists)
+        for (Slab* sp = l->head; sp && n; sp = sp->next)
+          if (!sp->leak) __atomic_store_n(&sp->leak, spare[--n], __ATOMIC_RELEASE);  // zeroed before
+    }
+    while (n) leak_slab_free(spare[--n]);
+  }
+  return false;
+}
+
+LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
+  if (!cp->tracked) return nullptr;
+  auto addr = reinterpret_cast<uintptr_t>(buf);
+  Slab* sp = cp->offslab ? slab_of_heap_address(addr) : onslab_header(addr);
+  LeakSlab* ls = sp ? __atomic_load_n(&sp->leak, __ATOMIC_RELAXED) : nullptr;
+  if (!ls) return nullptr;
+  return &ls->meta[(addr - sp->base) / cp->chunk];
+}
+
+uint64_t leak_records_bytes() { return __atomic_load_n(&g_leak_bytes, __ATOMIC_RELAXED); }
 
 // The flag's acquire pairs with mark_slab_pages' release: owner and the
 // Slab header are visible. g_no_owner (or null, from segkmem's forget_page)

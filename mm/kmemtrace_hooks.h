@@ -23,13 +23,14 @@
 
 namespace kmemtrace {
 
-// Is tracing on? Every allocator entry point tests this first: the
-// platform's switch (in the kernel a static branch, one patched nop).
-// Neither it nor enabled() below orders anything: a stale answer moves
-// where recording starts or stops by an event or so, and what orders the
-// rings' set-up before a recording is trace/'s (kmemtrace::enabled,
-// kmemtrace::start).
-__attribute__((always_inline)) inline bool on() { return mm::plat::kmemtrace_on(); }
+// Are the allocators' hooks on (kmemtrace's, kmemleak's: mm/hooks.h)? Every
+// allocator entry point tests this first: the platform's switch (in the
+// kernel a static branch, one patched nop). The hooked copies then look at
+// each feature's flag (kmemtrace::enabled(), kmemleak's). Neither it nor
+// enabled() below orders anything: a stale answer moves where recording
+// starts or stops by an event or so, and what orders the rings' set-up
+// before a recording is trace/'s (kmemtrace::enabled, kmemtrace::start).
+__attribute__((always_inline)) inline bool on() { return mm::plat::alloc_hooks_on(); }
 
 // An event for a successful allocation (a failed one, p null, records
 // nothing) and for a free, if the recorder is on.

@@ -130,7 +130,10 @@ void index_set(uintptr_t va, Page* p) {
 // g_batch_lock with interrupts masked could not answer it.
 unsigned take_batch(Span* out) {
   unsigned n = g_batched;
-  for (unsigned i = 0; i < n; i++) out[i] = g_batch[i];
+  for (unsigned i = 0; i < n; i++) {
+    out[i] = g_batch[i];
+    g_batch[i] = Span{};  // no stale heap address in .bss for the leak scanner
+  }
   g_batched = 0;
   return n;
 }
@@ -332,6 +335,38 @@ bool segkmem_large_span(uintptr_t addr, uintptr_t& start, size_t& size) {
   Page* head = segkmem_page_of(start);
   size = head ? size_t{__atomic_load_n(&head->count, __ATOMIC_RELAXED)} * kPageBytes : 0;
   return head != nullptr;
+}
+
+bool segkmem_large_leak_words(uintptr_t start, LargeLeakWords& out) {
+  Page* head = segkmem_page_of(start);
+  if (!head || !(__atomic_load_n(&head->flags, __ATOMIC_ACQUIRE) & kPageLarge) || head->large_start != start ||
+      head->count < 1 + LargeLeakWords::kWords)
+    return false;
+  for (unsigned i = 0; i < LargeLeakWords::kWords; i++) {
+    Page* p = segkmem_page_of(start + (i + 1) * kPageBytes);
+    if (!p) return false;
+    out.w[i] = &p->count;
+  }
+  return true;
+}
+
+void segkmem_large_set_untracked(void* start) {
+  LargeLeakWords w;
+  if (segkmem_large_leak_words(reinterpret_cast<uintptr_t>(start), w)) *w.w[LargeLeakWords::kFlagsWord] |= kLargeUntracked;
+}
+
+void segkmem_for_each_large(void (*fn)(uintptr_t start, size_t size, void* arg), void* arg) {
+  size_t leaves = static_cast<size_t>(g_heap_index.size >> kIndexLeafShift);
+  for (size_t l = 0; l < leaves; l++) {
+    Page** leaf = __atomic_load_n(&g_heap_index.dir[l], __ATOMIC_ACQUIRE);
+    if (leaf == empty_leaf()) continue;
+    for (unsigned i = 0; i < kIndexLeafEntries; i++) {
+      Page* p = __atomic_load_n(&leaf[i], __ATOMIC_RELAXED);
+      if (p == &g_no_page || !(__atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & kPageLarge)) continue;
+      uintptr_t va = g_heap_index.base + ((l << kIndexLeafShift) | (uintptr_t{i} << kPageShift));
+      if (p->large_start == va) fn(va, size_t{p->count} * kPageBytes, arg);
+    }
+  }
 }
 
 bool segkmem_flush() {

@@ -130,9 +130,12 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
     kstack::overflow(f, f->kind == TRAP_DABT ? f->far : 0);
   }
   if (kind == TRAP_IRQ) {
+    const TrapFrame* outer = cpu.irq_frame;
+    cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;
     irq::dispatch();
     cpu.irq_depth--;
+    cpu.irq_frame = outer;
     return;
   }
   char buf[96];

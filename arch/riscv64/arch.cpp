@@ -139,6 +139,8 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   }
   if (f->scause & kCauseInterrupt) {
     uint64_t code = f->scause & ~kCauseInterrupt;
+    const TrapFrame* outer = cpu.irq_frame;
+    cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;
     switch (code) {
       case IRQ_S_TIMER:
@@ -159,6 +161,7 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
       }
     }
     cpu.irq_depth--;
+    cpu.irq_frame = outer;
     return;
   }
   // A page fault on a mapping another hart just made (this hart's TLB held

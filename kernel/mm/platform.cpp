@@ -6,6 +6,8 @@
 #include <kernel/format.h>
 #include <kernel/panic.h>
 #include <kernel/smp.h>
+#include <kernel/timer.h>
+#include <kernel/static_branch.h>
 #include <mm/platform.h>
 #include <cstdarg>
 
@@ -39,7 +41,51 @@ void on_each_cpu(void (*fn)(void*), void* arg) {
 
 void set_cpu_exit_hook(void (*)()) {}  // kernel CPUs never leave
 
+bool g_alloc_hooks;
+bool set_alloc_hooks(bool on) {
+  __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
+  return static_branch::set_kmemtrace(on);
+}
+
 void stop_others(void (*fn)(void*), void* arg) { smp::freeze_others(fn, arg); }
+
+// Ticks since boot at kTimerHz from the monotonic clock (the cores' tick
+// counts stop while they idle).
+uint64_t ticks() { return timer::now_ns() / (1000000000u / kTimerHz); }
+unsigned ticks_per_second() { return kTimerHz; }
+uint64_t monotonic_ns() { return timer::now_ns(); }
+bool stopped_cpus_may_hold_locks() { return false; }
+
+// The writable image sections (per-CPU data, g_percpu, is in .bss).
+void for_each_root(void (*fn)(uintptr_t lo, uintptr_t hi, const char* name, void* arg), void* arg) {
+  fn(reinterpret_cast<uintptr_t>(__data_start), reinterpret_cast<uintptr_t>(__data_end), ".data", arg);
+  fn(reinterpret_cast<uintptr_t>(__bss_start), reinterpret_cast<uintptr_t>(__bss_end), ".bss", arg);
+}
+
+namespace {
+// The caller's part: its callee-saved registers spilled into this frame
+// (__builtin_unwind_init), scanned from here to the stack's top.
+__attribute__((noinline)) void own_stack(void (*fn)(uintptr_t, uintptr_t, unsigned, void*), void* arg) {
+  __builtin_unwind_init();
+  // The lowest of the frame pointer and a local: where the arch saves the
+  // callee-saved registers, below or above the frame pointer, is covered.
+  volatile uintptr_t here = 0;
+  uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  uintptr_t local = reinterpret_cast<uintptr_t>(&here);
+  fn(local < sp ? local : sp, ::this_cpu().stack_top, cpu_id(), arg);
+}
+}  // namespace
+
+void for_each_stack(void (*fn)(uintptr_t lo, uintptr_t hi, unsigned cpu, void* arg), void* arg) {
+  unsigned self = cpu_id();
+  for_each_cpu([&](PerCpu& c) {
+    if (c.index == self || !c.online.load(std::memory_order_acquire)) return;
+    // frozen_sp was stored before the core counted itself frozen (see percpu.h).
+    uintptr_t sp = __atomic_load_n(&c.frozen_sp, __ATOMIC_ACQUIRE);
+    if (sp >= c.stack_bottom && sp < c.stack_top) fn(sp, c.stack_top, c.index, arg);
+  });
+  own_stack(fn, arg);
+}
 
 bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t& size, unsigned& cpu) {
   cpu = ~0u;

@@ -103,6 +103,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 namespace mm::plat {
@@ -612,6 +613,12 @@ void heap_window(uintptr_t& base, size_t& size) {
 
 void on_each_cpu(void (*fn)(void*), void* arg) { fn(arg); }
 
+bool g_alloc_hooks;
+bool set_alloc_hooks(bool on) {
+  __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
+  return true;
+}
+
 void stop_others(void (*fn)(void*), void* arg) {
   if (t_in_stop_fn) raw_fatal("stop_others called from inside a stop_others fn");
   unsigned self = cpu_id();  // the caller is a CPU too (for_each_stack reports it)
@@ -700,6 +707,21 @@ __attribute__((noinline)) void for_each_stack(void (*fn)(uintptr_t lo, uintptr_t
 }
 
 bool describe_region(uintptr_t, const char*&, uintptr_t&, size_t&, unsigned&) { return false; }
+
+namespace {
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+const uint64_t g_start_ns = now_ns();  // host only: a process-start reference
+}  // namespace
+
+uint64_t monotonic_ns() { return now_ns(); }
+uint64_t ticks() { return (now_ns() - g_start_ns) / 10000000u; }
+unsigned ticks_per_second() { return 100; }
+bool stopped_cpus_may_hold_locks() { return true; }
+void for_each_root(void (*)(uintptr_t, uintptr_t, const char*, void*), void*) {}
 
 void set_cpu_exit_hook(void (*fn)()) { g_exit_hook.store(fn, std::memory_order_release); }
 

@@ -16,6 +16,7 @@
 // and (tracing on throughout) every synthetic event was decoded or dropped.
 // Each ordering of the rings, relaxed on purpose, makes TSan report a race
 // here (checked by hand when this test was written).
+#include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <trace/kmemtrace.h>
 
@@ -178,6 +179,8 @@ int main() {
   uint64_t want_synthetic = uint64_t{kProducers} * kEventsPerProducer;
 
   // 1. Tracing on throughout: every synthetic event is decoded or dropped.
+  // (The allocators' hooks stay on; the recorder's switch is what flips.)
+  mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);
   enable();
   run_phase(reader, cp, false);
   reader.drain_all();  // what was left

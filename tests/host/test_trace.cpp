@@ -7,6 +7,7 @@
 #include <trace/abi.h>
 #include <trace/crc32.h>
 #include <trace/frame.h>
+#include <mm/hooks.h>
 #include <trace/kmemtrace.h>
 #include <trace/reader.h>
 #include <trace/ring.h>
@@ -816,12 +817,14 @@ TEST(Kmemtrace, AllocatorHooksRecordOneEventPerCallWithTheCallersAddress) {
   hook_kmem(0);  // warm (slabs, spans) untraced
   kmemtrace::reset();
   kmemtrace::enable();
+  mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);
   std::thread([&] {
     hook_kmem(1);
     hook_cache(cp);
     hook_page();
     hook_vmem(vmp);
   }).join();
+  mm::alloc_hooks_set(mm::kFeatureKmemtrace, false);
   kmemtrace::disable();
   kmem_cache_destroy(cp);
   vmem_destroy(vmp);

@@ -44,6 +44,19 @@ struct PerCpu {
   uintptr_t overflow_top = 0;
   unsigned overflow_depth = 0;              // kstack::overflow running on this core
   ExpectedFault* expected_fault = nullptr;  // armed by expected_fault::run on this core
+  // While frozen by smp::freeze_others: where its live stack starts, the
+  // interrupt's trap frame (the interrupted registers, then the interrupted
+  // code's stack above it; the handler's own frames below are not part of
+  // it). Written before
+  // the core counts itself frozen (release), read by the freezer after it
+  // saw the count (acquire).
+  uintptr_t frozen_sp = 0;
+  // The trap frame of the interrupt this core is handling (null outside
+  // one): its interrupted registers. Written and read by this core only.
+  const TrapFrame* irq_frame = nullptr;
+  // A word of per-CPU data for tests (kmemleak test keeps an object
+  // reachable only from here).
+  uintptr_t test_slot = 0;
 };
 
 extern PerCpu g_percpu[kMaxCpus];

@@ -28,6 +28,8 @@ typedef enum kmem_cbrc {
 #define KMC_NOHASH 0x00080000      // (internal) bookkeeping inside the slab
 #define KMC_QCACHE 0x00100000      // (internal) a vmem quantum cache
 #define KMC_KMEM_ALLOC 0x00200000  // (internal) a kmem_alloc size cache
+#define KMC_NOTRACK 0x00400000     // not leak-tracked: buffers are never kmemleak objects nor scanned
+                                   // (the allocators' own metadata; kmemleak's own state)
 
 kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align,
                                 int (*constructor)(void* buf, void* priv, int kmflags),

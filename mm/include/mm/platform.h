@@ -33,10 +33,10 @@
 //                                         lock()/a successful try_lock()
 //                                         acquire, unlock() releases: what a
 //                                         holder wrote is visible to the next
-//   bool kmemtrace_on();                  is tracing switched on? Tested first by
-//                                         every allocator entry point (kernel:
-//                                         a static branch, one patched nop;
-//                                         host: a load and a branch)
+//   bool alloc_hooks_on();                are the allocators' hooks on (mm/hooks.h)?
+//                                         Tested first by every allocator entry
+//                                         point (kernel: a static branch, one
+//                                         patched nop; host: a load and a branch)
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
@@ -76,6 +76,11 @@ void on_each_cpu(void (*fn)(void*), void* arg);
 // exits), so its per-CPU caches can be flushed. Kernel: CPUs never leave.
 void set_cpu_exit_hook(void (*fn)());
 
+// Flips the allocators' hook switch (alloc_hooks_on): in the kernel, patches
+// every static-branch site on every core. Not from interrupt context. False
+// if it could not (the switch is then left off).
+bool set_alloc_hooks(bool on);
+
 // Runs fn(arg) on this CPU, with interrupts masked, while every other CPU
 // is stopped where it was (kernel: in an IPI handler, so never inside a
 // masked region or holding a lock taken with interrupts masked, with its
@@ -91,11 +96,26 @@ void set_cpu_exit_hook(void (*fn)());
 // inside fn, nor from an interrupt (signal) handler.
 void stop_others(void (*fn)(void*), void* arg);
 
+
+// --- For the leak scanner (kmemleak) -----------------------------------------
+// Timer ticks since boot (kmemleak's "jiffies"; kernel: kTimerHz a second;
+// host: 100 a second), and a monotonic clock in nanoseconds.
+uint64_t ticks();
+unsigned ticks_per_second();
+uint64_t monotonic_ns();
 // Inside a stop_others fn only: calls fn(lo, hi, cpu, arg) for the live part of every CPU's stack, lo
 // its saved stack pointer and hi its top: a stopped CPU's interrupted registers lie in [lo, hi) (the
 // kernel's trap frame; the host's signal frame); the calling CPU's own registers are spilled onto its
 // stack first. cpu is the CPU slot. Host: every thread that holds a CPU slot, and the caller.
 void for_each_stack(void (*fn)(uintptr_t lo, uintptr_t hi, unsigned cpu, void* arg), void* arg);
+// The platform's own roots: every writable kernel section (.data, .bss, and
+// per-CPU data, which lives there). Host: none (programs register theirs).
+void for_each_root(void (*fn)(uintptr_t lo, uintptr_t hi, const char* name, void* arg), void* arg);
+// Whether a CPU stopped by stop_others may be holding one of mm's locks
+// (host: yes, a thread stops anywhere; kernel: no, a core stops only with
+// interrupts enabled and mm's locks are taken with them masked). Where it
+// may, the scanner takes the locks it needs before it stops the others.
+bool stopped_cpus_may_hold_locks();
 
 // Kernel regions that are not mm's: if addr is in one (an image section, a
 // CPU's stack, the boot page tables), its name, start and size, and the CPU

@@ -27,6 +27,23 @@ void* segkmem_alloc_large(size_t size, int kmflag, uintptr_t caller);
 void segkmem_free_large(void* buf, size_t size, uintptr_t caller);
 // If addr is inside a live large allocation: its start and size.
 bool segkmem_large_span(uintptr_t addr, uintptr_t& start, size_t& size);
+// kmemleak's four words for the large allocation at start: the `count`
+// fields of its 2nd to 5th page descriptors, unused otherwise (a large
+// allocation has at least 5 pages) and zeroed by allocation and free. Word
+// kFlagsWord holds the CPU (bits 0-7), kmemleak's flags (8-15) and its
+// per-scan bits (16-23); false if start is not a live large allocation.
+struct LargeLeakWords {
+  static constexpr unsigned kWords = 4;
+  static constexpr unsigned kTicksWord = 0, kFlagsWord = 1, kStackWord = 2, kCrcWord = 3;
+  uint32_t* w[kWords];
+};
+constexpr uint32_t kLargeUntracked = 0x80u << 8;  // kmemleak's kLeakInternal in kFlagsWord
+bool segkmem_large_leak_words(uintptr_t start, LargeLeakWords& out);
+// Marks a large allocation as the allocators' own (never a kmemleak object).
+void segkmem_large_set_untracked(void* start);
+// Calls fn for every live large allocation (start, bytes): a walk of the
+// heap page index, lock-free (for the leak scanner, with the world stopped).
+void segkmem_for_each_large(void (*fn)(uintptr_t start, size_t size, void* arg), void* arg);
 // Frees the spans waiting in the release batch (see segkmem.cpp). Returns
 // true if there were any. kmem_reap calls it.
 bool segkmem_flush();

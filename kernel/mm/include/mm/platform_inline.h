@@ -6,8 +6,8 @@
 #include <kernel/spinlock.h>
 #include <arch/ops.h>
 
-namespace kmemtrace {
-extern bool g_enabled;  // trace/include/trace/kmemtrace.h
+namespace mm::plat {
+extern bool g_alloc_hooks;  // kernel/mm/platform.cpp: where the arch has no static branches
 }
 
 namespace mm::plat {
@@ -31,13 +31,14 @@ using Lock = SpinLock;
 
 inline uint64_t cycles() { return arch::cycles(); }
 
-// The kmemtrace switch: a static branch (one nop, patched into a branch by
-// kernel/static_branch.cpp while tracing is on) where the arch has them.
-__attribute__((always_inline)) inline bool kmemtrace_on() {
+// The allocators' hook switch (mm/hooks.h): a static branch (one nop,
+// patched into a branch by kernel/static_branch.cpp while a feature has the
+// hooks on) where the arch has them.
+__attribute__((always_inline)) inline bool alloc_hooks_on() {
 #if defined(ARCH_HAS_STATIC_BRANCH)
   return arch::static_branch_kmemtrace();
 #else
-  return __builtin_expect(kmemtrace::g_enabled, 0);
+  return __builtin_expect(g_alloc_hooks, 0);
 #endif
 }
 

@@ -15,10 +15,6 @@
 #include <atomic>
 #include <cstdint>
 
-namespace kmemtrace {
-extern bool g_enabled;  // trace/include/trace/kmemtrace.h
-}
-
 namespace mm::plat {
 
 // A spin-wait hint, for the body of a loop that waits for another thread
@@ -42,8 +38,11 @@ inline void cpu_relax() {
 // the virtual counter (CNTVCT_EL0) on AArch64, the time CSR on RISC-V (Linux
 // lets user space read both), the monotonic clock in nanoseconds elsewhere.
 // Its rate differs between hosts: compare its values, not across machines.
-// The kmemtrace switch: a load and a branch (2 instructions on x86-64).
-__attribute__((always_inline)) inline bool kmemtrace_on() { return __builtin_expect(kmemtrace::g_enabled, 0); }
+// The allocators' hook switch (mm/hooks.h): a load and a branch (2
+// instructions on x86-64). Written by set_alloc_hooks (platform.cpp); the
+// features' own flags, read on the hooked paths, carry their ordering.
+extern bool g_alloc_hooks;
+__attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(g_alloc_hooks, 0); }
 
 uint64_t cycles_fallback();  // mm/host/platform.cpp
 inline uint64_t cycles() {

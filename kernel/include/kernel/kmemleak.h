@@ -1,0 +1,8 @@
+// kmemleak in the kernel: bootargs, periodic scans and the `kmemleak`
+// shell command (kernel/kmemleak.cpp); the scanner is mm/kmemleak.cpp.
+#pragma once
+
+namespace kmemleak_boot {
+// Once kmem is up: applies kmemleak=, kmemleak.scan= and kmemleak.min_age=.
+void setup();
+}  // namespace kmemleak_boot

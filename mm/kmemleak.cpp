@@ -1,0 +1,1081 @@
+// kmemleak: a leak scanner inside the allocator (interface: mm/kmemleak.h).
+//
+// 1. Objects. The allocators' own state is the index: every allocated
+//    buffer of a tracked cache (slab pages name their slab in segkmem's
+//    heap page index, the slab's free bitmap and the magazines say which
+//    buffers are free), every large kmem_alloc (its pages are tagged), and
+//    ranges registered with kmemleak_alloc (a sorted table). A word is
+//    looked up in O(1) for the heap (heap_index.h, then the buffer index by
+//    one division) and by binary search among registered objects. Nothing is
+//    kept per object outside the allocators: there is no pool to run out.
+// 2. Records. Each object's record (kmemleak_meta.h: allocation tick, CPU,
+//    stack depot handle, checksum, flags) lives in its slab's LeakSlab, or in
+//    a large allocation's page descriptors, or in its registered entry. The
+//    allocators' hooked copies stamp it on every allocation while kmemleak
+//    is on (mm/hooks.h: with it off the fast path is unchanged).
+// 3. Scanning is done with the world stopped (plat::stop_others: in the
+//    kernel every other core waits in its IPI handler, its registers saved on
+//    its stack; on the host other threads wait in a signal handler). What is
+//    scanned is exact: no reference is missed because it moved during the
+//    scan, so objects in motion between roots, queues and stacks are never
+//    reported. A concurrent scan (Linux) misses such references and relies
+//    on the checksum rule and on kmemleak_transient_leak; a stopped world
+//    costs a pause per scan instead, measured and printed with every scan
+//    (see the README for the figures). Where stopped CPUs may hold mm's locks
+//    (the host), the scanner takes those locks before it stops them.
+// 4. Marking, from the roots (writable kernel sections, registered roots,
+//    every CPU's live stack and registers, objects that are not leaks, the
+//    contents of constructed free buffers in magazines, as illumos
+//    ::findleaks does) through an explicit stack of objects to scan, of fixed
+//    size: when it is full the object is left reached but unscanned and a
+//    later pass over all objects scans those (no allocation with the world
+//    stopped). A pointer anywhere inside an object references it; a
+//    reference from an object to itself does not count; only aligned words
+//    are read.
+// 5. Reporting (Linux's rules). After marking, every live unreached object
+//    is checksummed (crc32_le(0, obj, size)); one whose checksum changed
+//    since the last scan is treated as referenced for this scan (its
+//    contents scanned too): a list being changed is not a leak. What is left
+//    unreached, unchanged since the previous scan and older than the minimum
+//    age is reported, once. So a leak is reported at its second scan at the
+//    earliest; a cycle of leaked objects is reported whole.
+// 6. Switching on: new slabs get records, every existing slab gets zeroed
+//    records (objects allocated before: no backtrace, no age), then the
+//    hooks go on. Off: the hooks go off first. g_leak_on is read relaxed by
+//    the hooks: a stamp that races the switch is at worst missing.
+#include <mm/kmemleak.h>
+#include <mm/hooks.h>
+#include <mm/page.h>
+#include <mm/segkmem.h>
+#include <mm/stackdepot.h>
+#include <trace/crc32.h>
+#include "heap_index.h"
+#include "kmem_cache.h"
+#include "kmemleak_meta.h"
+
+namespace mm {
+
+uint32_t g_leak_on;  // word-sized: a plain load on every arch
+
+namespace {
+
+// --- Tables (registered objects, roots, scan areas, early annotations) ------
+// Arrays of pages from the page allocator (never kmem: they would be objects
+// and references), grown by doubling under g_ctl.
+template <typename T>
+struct Table {
+  T* v = nullptr;
+  size_t n = 0, cap = 0;
+  unsigned order = 0;
+  bool reserve(size_t want) {
+    if (want <= cap) return true;
+    unsigned o = v ? order + 1 : 0;
+    while ((kPageBytes << o) / sizeof(T) < want && o < kMaxOrder) o++;
+    auto* nv = static_cast<T*>(page_alloc_va(o, KM_NOSLEEP));
+    if (!nv) return false;
+    for (size_t i = 0; i < n; i++) nv[i] = v[i];
+    if (v) page_free_va(v, order);
+    v = nv;
+    order = o;
+    cap = (kPageBytes << o) / sizeof(T);
+    return true;
+  }
+  bool insert(size_t at, const T& x) {
+    if (!reserve(n + 1)) return false;
+    for (size_t i = n; i > at; i--) v[i] = v[i - 1];
+    v[at] = x;
+    n++;
+    return true;
+  }
+  void erase(size_t at) {
+    for (size_t i = at; i + 1 < n; i++) v[i] = v[i + 1];
+    n--;
+  }
+  size_t bytes() const { return v ? kPageBytes << order : 0; }
+};
+
+struct RegObj {
+  uintptr_t start;
+  size_t size;
+  int min_count;
+  int count;      // references found by this scan
+  LeakMeta meta;
+  bool reached, scanned;
+};
+struct Root {
+  uintptr_t start;
+  size_t size;
+};
+struct Area {
+  uintptr_t object;  // start of the object it belongs to
+  uintptr_t start;
+  size_t size;
+};
+struct Pending {  // an annotation of a slab buffer that has no record yet
+  uintptr_t start;
+  uint8_t flags;
+};
+
+plat::Lock g_ctl;  // the tables, the marks, the settings; one scan at a time
+Table<RegObj> g_reg;    // sorted by start, never overlapping
+Table<Root> g_roots;
+Table<Area> g_areas;    // sorted by object
+Table<Pending> g_pending;
+bool g_backtraces = true;
+bool g_stack_scan = true;
+unsigned g_min_age_ms = 5000;
+constexpr unsigned kMaxMarks = 1024;
+uint32_t g_marks[kMaxMarks];  // ticks at each mark
+unsigned g_nmarks;
+LeakScanStats g_last;
+
+// --- Finding the object a word points into -------------------------------------
+enum class Kind : uint8_t { kNone, kSlab, kLarge, kReg };
+struct Obj {
+  Kind kind = Kind::kNone;
+  uintptr_t start = 0;
+  size_t size = 0;
+  kmem_cache_t* cp = nullptr;
+  Slab* sp = nullptr;
+  LeakSlab* ls = nullptr;
+  uint32_t idx = 0;
+  LargeLeakWords lw{};
+  RegObj* reg = nullptr;
+
+  uint8_t flags() const {
+    if (kind == Kind::kSlab) return ls->meta[idx].flags;
+    if (kind == Kind::kLarge) return static_cast<uint8_t>(*lw.w[LargeLeakWords::kFlagsWord] >> 8);
+    return reg->meta.flags;
+  }
+  void set_flags(uint8_t f) {
+    if (kind == Kind::kSlab) ls->meta[idx].flags = f;
+    else if (kind == Kind::kLarge)
+      *lw.w[LargeLeakWords::kFlagsWord] = (*lw.w[LargeLeakWords::kFlagsWord] & ~0xff00u) | (uint32_t{f} << 8);
+    else reg->meta.flags = f;
+  }
+  LeakMeta meta() const {
+    if (kind == Kind::kSlab) return ls->meta[idx];
+    if (kind == Kind::kLarge) {
+      LeakMeta m{};
+      m.ticks = *lw.w[LargeLeakWords::kTicksWord];
+      m.cpu = static_cast<uint8_t>(*lw.w[LargeLeakWords::kFlagsWord]);
+      m.flags = static_cast<uint8_t>(*lw.w[LargeLeakWords::kFlagsWord] >> 8);
+      m.stack = *lw.w[LargeLeakWords::kStackWord];
+      m.crc = *lw.w[LargeLeakWords::kCrcWord];
+      return m;
+    }
+    return reg->meta;
+  }
+  void set_crc(uint32_t c) {
+    if (kind == Kind::kSlab) ls->meta[idx].crc = c;
+    else if (kind == Kind::kLarge) *lw.w[LargeLeakWords::kCrcWord] = c;
+    else reg->meta.crc = c;
+  }
+  // Per-scan bits.
+  bool reached() const {
+    if (kind == Kind::kSlab) return leak_bit(ls->reached, idx);
+    if (kind == Kind::kLarge) return *lw.w[LargeLeakWords::kFlagsWord] & (1u << 16);
+    return reg->reached;
+  }
+  void set_reached() {
+    if (kind == Kind::kSlab) leak_set(ls->reached, idx);
+    else if (kind == Kind::kLarge) *lw.w[LargeLeakWords::kFlagsWord] |= 1u << 16;
+    else reg->reached = true;
+  }
+  bool scanned() const {
+    if (kind == Kind::kSlab) return leak_bit(ls->scanned, idx);
+    if (kind == Kind::kLarge) return *lw.w[LargeLeakWords::kFlagsWord] & (1u << 17);
+    return reg->scanned;
+  }
+  void set_scanned() {
+    if (kind == Kind::kSlab) leak_set(ls->scanned, idx);
+    else if (kind == Kind::kLarge) *lw.w[LargeLeakWords::kFlagsWord] |= 1u << 17;
+    else reg->scanned = true;
+  }
+  int min_count() const {
+    uint8_t f = flags();
+    if (f & kLeakIgnore) return -1;
+    if (f & kLeakNotLeak) return 0;
+    return kind == Kind::kReg ? reg->min_count : 1;
+  }
+};
+
+const char* kind_name(const Obj& o) {
+  return o.kind == Kind::kSlab ? o.cp->name : o.kind == Kind::kLarge ? "kmem_alloc" : "registered";
+}
+
+bool slab_object(uintptr_t w, Slab* sp, Obj& o) {
+  kmem_cache_t* cp = sp->cache;
+  LeakSlab* ls = sp->leak;
+  if (!cp->tracked || !ls || w < sp->base) return false;
+  uint32_t idx = static_cast<uint32_t>((w - sp->base) / cp->chunk);
+  if (idx >= sp->chunks) return false;
+  uintptr_t start = sp->base + uintptr_t{idx} * cp->chunk;
+  if (w - start >= cp->bufsize) return false;  // padding after the buffer
+  if (slab_buffer_free(sp, idx) || leak_bit(ls->magfree, idx)) return false;
+  o.kind = Kind::kSlab;
+  o.start = start;
+  o.size = cp->bufsize;
+  o.cp = cp;
+  o.sp = sp;
+  o.ls = ls;
+  o.idx = idx;
+  return true;
+}
+
+bool large_object(uintptr_t start, Obj& o) {
+  LargeLeakWords lw;
+  if (!segkmem_large_leak_words(start, lw)) return false;
+  if (*lw.w[LargeLeakWords::kFlagsWord] & kLargeUntracked) return false;
+  Page* head = segkmem_page_of(start);
+  o.kind = Kind::kLarge;
+  o.start = start;
+  o.size = size_t{head->count} * kPageBytes;
+  o.lw = lw;
+  return true;
+}
+
+RegObj* find_reg(uintptr_t w) {
+  size_t lo = 0, hi = g_reg.n;  // first entry with start > w
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (g_reg.v[mid].start <= w) lo = mid + 1;
+    else hi = mid;
+  }
+  if (!lo) return nullptr;
+  RegObj* r = &g_reg.v[lo - 1];
+  return w - r->start < r->size ? r : nullptr;
+}
+
+// The object containing w, if any (the world stopped, or g_ctl held and the
+// object is the caller's).
+bool lookup(uintptr_t w, Obj& o) {
+  if (Page* p = segkmem_page_of(w)) {
+    uint16_t flags = p->flags;
+    if (flags & kPageSlab) return slab_object(w, static_cast<Slab*>(p->owner), o);
+    if (flags & kPageLarge) return large_object(p->large_start, o);
+    return false;
+  }
+  if (RegObj* r = find_reg(w)) {
+    o.kind = Kind::kReg;
+    o.start = r->start;
+    o.size = r->size;
+    o.reg = r;
+    return true;
+  }
+  return false;
+}
+
+// --- The world: everything stopped, and the locks a stopped CPU may hold --------
+kmem_cache_t* first_cache() { return cache_list_first(); }
+
+// Visits every tracked cache (the raw list: the world is stopped).
+template <typename F>
+void each_cache(F&& f) {
+  for (kmem_cache_t* cp = first_cache(); cp; cp = cp->list_next)
+    if (cp->tracked && !cp->dead) f(cp);
+}
+
+template <typename F>
+void each_slab(kmem_cache_t* cp, F&& f) {
+  SlabList* lists[] = {&cp->partial, &cp->full};  // empty slabs hold no objects
+  for (SlabList* l : lists)
+    for (Slab* sp = l->head; sp; sp = sp->next)
+      if (sp->leak) f(sp);
+}
+
+// Every live object: slab buffers, large allocations, registered objects.
+template <typename F>
+void each_object(F&& f) {
+  each_cache([&](kmem_cache_t* cp) {
+    each_slab(cp, [&](Slab* sp) {
+      for (uint32_t i = 0; i < sp->chunks; i++) {
+        Obj o;
+        if (slab_object(sp->base + uintptr_t{i} * cp->chunk, sp, o)) f(o);
+      }
+    });
+  });
+  segkmem_for_each_large(
+      [](uintptr_t start, size_t, void* arg) {
+        Obj o;
+        if (large_object(start, o)) (*static_cast<F*>(arg))(o);
+      },
+      &f);
+  for (size_t i = 0; i < g_reg.n; i++) {
+    Obj o;
+    o.kind = Kind::kReg;
+    o.start = g_reg.v[i].start;
+    o.size = g_reg.v[i].size;
+    o.reg = &g_reg.v[i];
+    f(o);
+  }
+}
+
+// Locks every lock a stopped CPU could be holding in what the scanner reads
+// (where the platform says it may), in list order: they are all leaves.
+void lock_all(bool on) {
+  kmem_cache_t* cp = first_cache();
+  for (; cp; cp = cp->list_next) {
+    if (on) {
+      cp->slab_lock.lock();
+      cp->depot_lock.lock();
+    } else {
+      cp->depot_lock.unlock();
+      cp->slab_lock.unlock();
+    }
+  }
+}
+
+struct WorldCall {
+  void (*fn)(void*);
+  void* arg;
+  uint64_t pause_ns;
+};
+
+void world_entry(void* a) {
+  auto* c = static_cast<WorldCall*>(a);
+  uint64_t t0 = plat::monotonic_ns();
+  c->fn(c->arg);
+  c->pause_ns = plat::monotonic_ns() - t0;
+}
+
+// Runs fn with every other CPU stopped and the cache list still (g_ctl held
+// by the caller). Returns how long the others were stopped.
+uint64_t with_world(void (*fn)(void*), void* arg) {
+  bool locks = plat::stopped_cpus_may_hold_locks();
+  WorldCall c{fn, arg, 0};
+  // The cache list: held across the stop where stopped CPUs may hold it.
+  if (locks) {
+    cache_list_lock().lock();
+    lock_all(true);
+  }
+  plat::stop_others(world_entry, &c);
+  if (locks) {
+    lock_all(false);
+    cache_list_lock().unlock();
+  }
+  return c.pause_ns;
+}
+
+// --- Marking ---------------------------------------------------------------------
+struct Gray {
+  uintptr_t start;
+  size_t size;
+  uintptr_t object;  // whose areas apply (0: none)
+};
+constexpr unsigned kGrayOrder = 4;  // 64 KiB of stack (4096 entries on 64-bit)
+Gray* g_gray;
+size_t g_gray_cap;
+
+struct Scan {
+  size_t n = 0;
+  bool overflow = false;
+  uint64_t overflows = 0;
+  uint64_t bytes = 0;
+  uint64_t objects = 0, unreferenced = 0, new_reports = 0;
+  uint32_t now = 0;
+  uint32_t min_age_ticks = 0;
+};
+Scan* g_scan;
+
+void push(const Obj& o) {
+  Scan& s = *g_scan;
+  uint8_t f = o.flags();
+  if (f & (kLeakIgnore | kLeakNoScan)) return;
+  if (s.n == g_gray_cap) {  // left reached but unscanned: the rescan pass gets it
+    s.overflow = true;
+    return;
+  }
+  Obj& mut = const_cast<Obj&>(o);
+  mut.set_scanned();
+  g_gray[s.n++] = Gray{o.start, o.size, (f & kLeakAreas) ? o.start : 0};
+}
+
+// A reference to o was found (from outside o).
+void reference(Obj& o) {
+  if (o.kind == Kind::kReg) {
+    int mc = o.min_count();
+    if (mc < 0 || o.reached()) return;
+    if (++o.reg->count < mc) return;
+  } else if (o.reached()) {
+    return;
+  }
+  o.set_reached();
+  push(o);
+}
+
+// Reads every aligned word of [lo, hi) as a possible pointer. self: the
+// object being scanned (its references to itself do not count).
+__attribute__((no_sanitize("address", "thread"))) void scan_range(uintptr_t lo, uintptr_t hi, uintptr_t self,
+                                                                   size_t self_size) {
+  lo = (lo + sizeof(uintptr_t) - 1) & ~(sizeof(uintptr_t) - 1);
+  if (hi < lo) return;
+  g_scan->bytes += hi - lo;
+  const uintptr_t heap_lo = g_heap_index.base, heap_size = g_heap_index.size;
+  const uintptr_t reg_lo = g_reg.n ? g_reg.v[0].start : 1, reg_hi = g_reg.n ? g_reg.v[g_reg.n - 1].start +
+                                                                               g_reg.v[g_reg.n - 1].size : 0;
+  for (auto* p = reinterpret_cast<const uintptr_t*>(lo); reinterpret_cast<uintptr_t>(p) + sizeof(uintptr_t) <= hi;
+       p++) {
+    uintptr_t w = *p;
+    if (w - heap_lo >= heap_size && w - reg_lo >= reg_hi - reg_lo) continue;
+    if (w - self < self_size) continue;
+    Obj o;
+    if (lookup(w, o)) reference(o);
+  }
+}
+
+void scan_object(const Gray& g) {
+  if (!g.object) return scan_range(g.start, g.start + g.size, g.start, g.size);
+  // Only its areas.
+  size_t lo = 0, hi = g_areas.n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (g_areas.v[mid].object < g.object) lo = mid + 1;
+    else hi = mid;
+  }
+  for (size_t i = lo; i < g_areas.n && g_areas.v[i].object == g.object; i++) {
+    const Area& a = g_areas.v[i];
+    uintptr_t end = a.size > g.start + g.size - a.start ? g.start + g.size : a.start + a.size;
+    scan_range(a.start, end, g.start, g.size);
+  }
+}
+
+void drain() {
+  for (;;) {
+    while (g_scan->n) {
+      Gray g = g_gray[--g_scan->n];
+      scan_object(g);
+    }
+    if (!g_scan->overflow) return;
+    // Reached objects the full stack could not take: scan them now.
+    g_scan->overflow = false;
+    g_scan->overflows++;
+    each_object([](Obj& o) {
+      if (o.reached() && !o.scanned() && o.min_count() >= 0) {
+        push(o);
+        while (g_scan->n) {
+          Gray g = g_gray[--g_scan->n];
+          scan_object(g);
+        }
+      }
+    });
+  }
+}
+
+void scan_root(uintptr_t lo, uintptr_t hi, const char*, void*) { scan_range(lo, hi, 0, 0); }
+
+// The stacks are taken first, before the scan loads any address into a
+// register or a frame of its own: this CPU's live stack is copied (the
+// scan's later frames reuse the memory below it), the stopped CPUs' ranges
+// are noted (nothing runs on them). Then they are scanned.
+constexpr unsigned kStackCopyOrder = 4;  // 64 KiB: this CPU's live stack, at most
+uintptr_t* g_stack_copy;
+size_t g_stack_copied;  // bytes
+struct StackRange {
+  uintptr_t lo, hi;
+};
+StackRange g_stacks[plat::kMaxCpus];
+unsigned g_nstacks;
+
+__attribute__((no_sanitize("address", "thread"))) void take_stack(uintptr_t lo, uintptr_t hi, unsigned cpu, void*) {
+  if (cpu == plat::cpu_slot()) {
+    lo &= ~(sizeof(uintptr_t) - 1);
+    size_t bytes = hi > lo ? hi - lo : 0;
+    size_t cap = kPageBytes << kStackCopyOrder;
+    if (bytes > cap) bytes = cap;  // deeper than that: the frames nearest the scan are kept
+    const auto* from = reinterpret_cast<const uintptr_t*>(lo);
+    for (size_t i = 0; i < bytes / sizeof(uintptr_t); i++) g_stack_copy[i] = from[i];
+    g_stack_copied = bytes;
+  } else if (g_nstacks < plat::kMaxCpus) {
+    g_stacks[g_nstacks++] = StackRange{lo, hi};
+  }
+}
+
+// Buffers held free by magazines: not objects; the contents of a cache
+// with a constructor's are roots (what its constructor allocated).
+void mark_magazines(kmem_cache_t* cp, bool roots) {
+  auto mark = [cp, roots](void* buf) {
+    auto b = reinterpret_cast<uintptr_t>(buf);
+    Slab* sp = cp->offslab ? slab_of_heap_address(b) : onslab_header(b);
+    if (!sp || !sp->leak) return;
+    uint32_t idx = static_cast<uint32_t>((b - sp->base) / cp->chunk);
+    if (idx < sp->chunks) leak_set(sp->leak->magfree, idx);
+    if (roots && cp->ctor) scan_range(b, b + cp->bufsize, b, cp->bufsize);
+  };
+  for (unsigned c = 0; c < plat::kMaxCpus; c++) {
+    const CpuCache& cc = cp->cpu[c];
+    for (int32_t r = 1; cc.loaded && r <= cc.rounds; r++) mark(cc.loaded->slot[r]);
+    for (int32_t r = 1; cc.prev && r <= cc.prounds; r++) mark(cc.prev->slot[r]);
+  }
+  for (const Magazine* m = cp->full_mags.head; m; m = m->next)
+    for (uintptr_t r = 1; r <= m->cap; r++) mark(m->slot[r]);
+}
+
+bool old_enough(const LeakMeta& m) {
+  if (!m.ticks) return true;  // allocated before kmemleak was on
+  return g_scan->now - (m.ticks - 1) >= g_scan->min_age_ticks;
+}
+
+__attribute__((no_sanitize("address", "thread"))) uint32_t checksum(const Obj& o) {
+  return kmemtrace::crc32_update(0, reinterpret_cast<const void*>(o.start), o.size);
+}
+
+// Zeroes the dead stack below the caller. The scan's own frames are built
+// there, and the slots they never write (padding, unused spill slots) would
+// otherwise hold whatever earlier calls left, object addresses included,
+// which this CPU's stack scan would read as references.
+// 4 frames of 128 words (4 KiB on 64-bit): deeper than the scan's call
+// chain, and no frame larger than the kernel allows (2 KiB).
+__attribute__((noinline)) void scrub_stack(unsigned depth = 4) {
+  volatile uintptr_t pad[128];
+  for (auto& w : pad) w = 0;
+  if (depth > 1) scrub_stack(depth - 1);
+  asm volatile("" ::"r"(&pad[0]) : "memory");  // not a tail call: the frames must exist together
+}
+
+// The whole scan, with the world stopped.
+void scan_world(void*) {
+  Scan& s = *g_scan;
+  // The per-scan bits are clear between scans (see the end). First which
+  // buffers magazines hold, then this CPU's stack and registers and the
+  // stopped CPUs': before anything here has loaded an object's address into
+  // a register, or a frame this CPU's stack scan would read (marking the
+  // magazines handles free buffers only).
+  g_nstacks = 0;
+  g_stack_copied = 0;
+  bool stacks = __atomic_load_n(&g_stack_scan, __ATOMIC_RELAXED);
+  if (stacks) plat::for_each_stack(take_stack, nullptr);
+  for (size_t i = 0; i < g_reg.n; i++) g_reg.v[i].count = 0;
+  each_cache([](kmem_cache_t* cp) { mark_magazines(cp, false); });
+  if (stacks) {
+    auto copy = reinterpret_cast<uintptr_t>(g_stack_copy);
+    scan_range(copy, copy + g_stack_copied, 0, 0);
+    for (unsigned i = 0; i < g_nstacks; i++) scan_range(g_stacks[i].lo, g_stacks[i].hi, 0, 0);
+  }
+  // The other roots.
+  each_cache([](kmem_cache_t* cp) {
+    if (cp->ctor) mark_magazines(cp, true);
+  });
+  plat::for_each_root(scan_root, nullptr);
+  for (size_t i = 0; i < g_roots.n; i++) scan_range(g_roots.v[i].start, g_roots.v[i].start + g_roots.v[i].size, 0, 0);
+  each_object([](Obj& o) {
+    if (o.min_count() == 0 && !o.reached()) {
+      o.set_reached();
+      push(o);
+    }
+  });
+  drain();
+  // Unreferenced from the roots: checksum; changed ones count as
+  // referenced for this scan (Linux's rule: a list being changed).
+  each_object([](Obj& o) {
+    uint8_t f = o.flags();
+    if (o.min_count() <= 0 || o.reached()) {
+      o.set_flags(f & ~(kLeakUnref | kLeakCandidate));
+      return;
+    }
+    uint32_t c = checksum(o);
+    bool unchanged = (f & kLeakCandidate) && o.meta().crc == c;
+    o.set_crc(c);
+    o.set_flags(f | kLeakUnref | kLeakCandidate);
+    if (!unchanged) {
+      o.set_reached();
+      push(o);
+    }
+  });
+  drain();
+  // What is left: unchanged since the last scan; report the old enough.
+  each_object([&s](Obj& o) {
+    if (o.min_count() < 0) return;
+    s.objects++;
+    uint8_t f = o.flags();
+    if (!(f & kLeakUnref)) return;
+    s.unreferenced++;
+    if (o.reached() || (f & kLeakReported) || !old_enough(o.meta())) return;
+    o.set_flags(f | kLeakReported);
+    s.new_reports++;
+  });
+  // Magazines change as soon as the world runs again: outside a scan no
+  // buffer is taken for free because it was in one. And the per-scan bits
+  // start clear at the next scan.
+  each_cache([](kmem_cache_t* cp) {
+    each_slab(cp, [](Slab* sp) {
+      LeakSlab* ls = sp->leak;
+      for (uint32_t w = 0; w < ls->words; w++) ls->reached[w] = ls->scanned[w] = ls->magfree[w] = 0;
+    });
+  });
+  segkmem_for_each_large(
+      [](uintptr_t start, size_t, void*) {
+        LargeLeakWords lw;
+        if (segkmem_large_leak_words(start, lw)) *lw.w[LargeLeakWords::kFlagsWord] &= ~(3u << 16);
+      },
+      nullptr);
+  for (size_t i = 0; i < g_reg.n; i++) g_reg.v[i].reached = g_reg.v[i].scanned = false;
+}
+
+// --- Reports, lookups, groups (also with the world stopped) ---------------------
+// Which buffers magazines hold, for an operation other than a scan (the
+// bits are kept clear between world stops).
+void magazines_begin() {
+  each_cache([](kmem_cache_t* cp) { mark_magazines(cp, false); });
+}
+void magazines_end() {
+  each_cache([](kmem_cache_t* cp) {
+    each_slab(cp, [](Slab* sp) {
+      for (uint32_t w = 0; w < sp->leak->words; w++) sp->leak->magfree[w] = 0;
+    });
+  });
+}
+
+bool current_report(const Obj& o) {
+  uint8_t f = o.flags();
+  return o.min_count() > 0 && (f & kLeakReported) && (f & kLeakUnref);
+}
+
+__attribute__((no_sanitize("address", "thread"))) void describe(const Obj& o, LeakObject& out) {
+  LeakMeta m = o.meta();
+  out.start = o.start;
+  out.size = o.size;
+  out.ticks = m.ticks ? m.ticks - 1 : 0;
+  out.cpu = m.cpu;
+  out.stack = m.stack;
+  out.crc = m.crc;
+  out.flags = m.flags;
+  out.min_count = o.min_count();
+  out.count = o.kind == Kind::kReg ? o.reg->count : (m.flags & kLeakUnref) ? 0 : 1;
+  out.kind = kind_name(o);
+  size_t n = o.size < sizeof out.head ? o.size : sizeof out.head;
+  for (size_t i = 0; i < sizeof out.head; i++) out.head[i] = i < n ? reinterpret_cast<const uint8_t*>(o.start)[i] : 0;
+}
+
+// The object an annotation names: ptr must be its start (any address inside
+// it for scan areas). Reports a misuse otherwise.
+bool annotated_object(const char* what, const void* ptr, bool interior, Obj& o, uintptr_t caller) {
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  if (lookup(a, o) && (interior || o.start == a)) return true;
+  report_error(MemError{interior ? "kmemleak annotation of an address in no object"
+                                 : "kmemleak annotation of an address that is not an object's start",
+                        what, a, caller, o.kind != Kind::kNone ? o.start : 0});
+  return false;
+}
+
+}  // namespace
+
+// --- The hooks ---------------------------------------------------------------------
+namespace {
+uint32_t capture(uintptr_t caller) {
+  if (!__atomic_load_n(&g_backtraces, __ATOMIC_RELAXED)) return 0;
+  uintptr_t pcs[kStackDepotMaxFrames + 8];
+  unsigned n = plat::backtrace(pcs, kStackDepotMaxFrames + 8, 0);
+  unsigned from = 0;
+  while (from < n && pcs[from] != caller) from++;
+  if (from == n) {  // the walk did not reach the caller: start with it
+    pcs[0] = caller;
+    return stackdepot_save(pcs, 1);
+  }
+  return stackdepot_save(pcs + from, n - from);
+}
+}  // namespace
+
+void leak_note_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  LeakMeta* m = leak_meta_of(cp, obj);
+  if (!m) return;
+  LeakMeta v{};
+  v.ticks = static_cast<uint32_t>(plat::ticks()) + 1;
+  v.cpu = static_cast<uint8_t>(plat::cpu_id());
+  v.stack = capture(caller);
+  *m = v;
+}
+
+void leak_note_large(void* obj, uintptr_t caller) {
+  LargeLeakWords lw;
+  if (!segkmem_large_leak_words(reinterpret_cast<uintptr_t>(obj), lw)) return;
+  *lw.w[LargeLeakWords::kTicksWord] = static_cast<uint32_t>(plat::ticks()) + 1;
+  *lw.w[LargeLeakWords::kFlagsWord] = static_cast<uint8_t>(plat::cpu_id());
+  *lw.w[LargeLeakWords::kStackWord] = capture(caller);
+  *lw.w[LargeLeakWords::kCrcWord] = 0;
+}
+
+// --- Control -------------------------------------------------------------------------
+bool kmemleak_enabled() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
+void kmemleak_set_backtraces(bool on) { __atomic_store_n(&g_backtraces, on, __ATOMIC_RELAXED); }
+void kmemleak_set_stack_scan(bool on) { __atomic_store_n(&g_stack_scan, on, __ATOMIC_RELAXED); }
+unsigned kmemleak_min_age_ms() { return __atomic_load_n(&g_min_age_ms, __ATOMIC_RELAXED); }
+
+void kmemleak_last_scan(LeakScanStats& out) {
+  Guard<> g(g_ctl);
+  out = g_last;
+}
+
+namespace {
+struct ReportCopy {
+  LeakObject* out;
+  size_t max, skip, filled, seen;
+};
+}  // namespace
+
+size_t kmemleak_reports(LeakObject* out, size_t max, size_t skip) {
+  if (!kmem_ready()) return 0;
+  Guard<NoIrqSave> g(g_ctl);
+  ReportCopy rc{out, max, skip, 0, 0};
+  with_world(
+      [](void* a) {
+        auto* rc = static_cast<ReportCopy*>(a);
+        magazines_begin();
+        each_object([rc](Obj& o) {
+          if (!current_report(o)) return;
+          if (rc->seen++ < rc->skip || rc->filled == rc->max) return;
+          describe(o, rc->out[rc->filled++]);
+        });
+        magazines_end();
+      },
+      &rc);
+  return rc.filled;
+}
+
+bool kmemleak_lookup(const void* addr, LeakObject& out) {
+  if (!kmem_ready()) return false;
+  Guard<NoIrqSave> g(g_ctl);
+  struct L {
+    uintptr_t a;
+    LeakObject* out;
+    bool found;
+  } l{reinterpret_cast<uintptr_t>(addr), &out, false};
+  with_world(
+      [](void* a) {
+        auto* l = static_cast<L*>(a);
+        magazines_begin();
+        Obj o;
+        if (lookup(l->a, o)) {
+          describe(o, *l->out);
+          l->found = true;
+        }
+        magazines_end();
+      },
+      &l);
+  return l.found;
+}
+
+size_t kmemleak_clear() {
+  if (!kmem_ready()) return 0;
+  Guard<NoIrqSave> g(g_ctl);
+  size_t n = 0;
+  with_world(
+      [](void* a) {
+        magazines_begin();
+        each_object([a](Obj& o) {
+          if (!current_report(o)) return;
+          o.set_flags(static_cast<uint8_t>((o.flags() | kLeakNotLeak) & ~(kLeakReported | kLeakUnref)));
+          (*static_cast<size_t*>(a))++;
+        });
+        magazines_end();
+      },
+      &n);
+  return n;
+}
+
+unsigned kmemleak_mark() {
+  Guard<NoIrqSave> g(g_ctl);
+  // A mark is a tick: wait for the next one, so that everything allocated
+  // before the mark has an earlier tick than anything allocated after it.
+  uint64_t t = plat::ticks();
+  while (plat::ticks() == t) plat::cpu_relax();
+  unsigned n = g_nmarks < kMaxMarks ? g_nmarks++ : kMaxMarks - 1;
+  g_marks[n] = static_cast<uint32_t>(plat::ticks());
+  return n + 1;
+}
+
+namespace {
+struct Grouping {
+  LeakGroup* out;
+  size_t max, distinct;
+  uint32_t since;  // ticks; objects at or after it (0: every object)
+  bool reports_only, unref_only;
+};
+
+void group_add(Grouping& gr, const Obj& o) {
+  LeakMeta m = o.meta();
+  for (size_t i = 0; i < gr.distinct && i < gr.max; i++)
+    if (gr.out[i].stack == m.stack && gr.out[i].kind == kind_name(o)) {
+      gr.out[i].count++;
+      gr.out[i].bytes += o.size;
+      return;
+    }
+  if (gr.distinct < gr.max)
+    gr.out[gr.distinct] = LeakGroup{m.stack, 1, o.size, o.start, kind_name(o)};
+  gr.distinct++;
+}
+
+size_t group(Grouping& gr) {
+  if (!kmem_ready()) return 0;
+  Guard<NoIrqSave> g(g_ctl);
+  with_world(
+      [](void* a) {
+        auto& gr = *static_cast<Grouping*>(a);
+        magazines_begin();
+        each_object([&gr](Obj& o) {
+          if (o.min_count() < 0) return;
+          LeakMeta m = o.meta();
+          if (gr.reports_only && !current_report(o)) return;
+          if (gr.unref_only && !(m.flags & kLeakUnref)) return;
+          if (gr.since && (!m.ticks || m.ticks - 1 < gr.since)) return;
+          group_add(gr, o);
+        });
+        magazines_end();
+      },
+      &gr);
+  size_t n = gr.distinct < gr.max ? gr.distinct : gr.max;
+  for (size_t i = 1; i < n; i++)  // most bytes first
+    for (size_t j = i; j > 0 && gr.out[j].bytes > gr.out[j - 1].bytes; j--) {
+      LeakGroup t = gr.out[j];
+      gr.out[j] = gr.out[j - 1];
+      gr.out[j - 1] = t;
+    }
+  return gr.distinct;
+}
+}  // namespace
+
+size_t kmemleak_since(unsigned mark, bool unreferenced_only, LeakGroup* out, size_t max, bool* bad_mark) {
+  uint32_t since;
+  {
+    Guard<> g(g_ctl);
+    *bad_mark = mark == 0 || mark > g_nmarks;
+    if (*bad_mark) return 0;
+    since = g_marks[mark - 1];
+  }
+  Grouping gr{out, max, 0, since, false, unreferenced_only};
+  return group(gr);
+}
+
+size_t kmemleak_summary(LeakGroup* out, size_t max) {
+  Grouping gr{out, max, 0, 0, true, false};
+  return group(gr);
+}
+
+void kmemleak_memory(LeakMemory& out) {
+  Guard<> g(g_ctl);
+  StackDepotStats sd;
+  stackdepot_stats(sd);
+  out.slab_records_bytes = leak_records_bytes();
+  out.tables_bytes = g_reg.bytes() + g_roots.bytes() + g_areas.bytes() + g_pending.bytes() +
+                     (g_gray ? (kPageBytes << kGrayOrder) + (kPageBytes << kStackCopyOrder) : 0);
+  out.stackdepot_bytes = sd.bytes_total;
+}
+
+// Pages kmemleak took from the page allocator (its tables, mark stack and
+// stack copy), for the memory accounting; the stack depot counts its own.
+uint64_t kmemleak_metadata_pages() {
+  LeakMemory m;
+  kmemleak_memory(m);
+  return m.tables_bytes / kPageBytes;
+}
+
+// Sets the per-slab records up; called with g_ctl held.
+namespace {
+bool turn_on() {
+  if (!g_gray) {
+    g_gray = static_cast<Gray*>(page_alloc_va(kGrayOrder, KM_SLEEP));
+    g_gray_cap = (kPageBytes << kGrayOrder) / sizeof(Gray);
+    g_stack_copy = static_cast<uintptr_t*>(page_alloc_va(kStackCopyOrder, KM_SLEEP));
+  }
+  stackdepot_init(kStackDepotDefaultPool);
+  __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
+  bool all = true;
+  for_each_cache([&all](kmem_cache_t* cp) { all &= leak_records_reset(cp); });
+  if (!all) plat::log("kmemleak: no memory for some slabs' records: their objects are not tracked");
+  // Annotations made before the records existed.
+  for (size_t i = 0; i < g_pending.n; i++) {
+    for_each_cache([&](kmem_cache_t* cp) {
+      Slab* sp = cp->offslab ? slab_of_heap_address(g_pending.v[i].start) : nullptr;
+      if (!cp->offslab) {
+        Page* p = segkmem_page_of(g_pending.v[i].start);
+        if (p && (p->flags & kPageSlab) && static_cast<Slab*>(p->owner)->cache == cp) sp = onslab_header(g_pending.v[i].start);
+      }
+      if (sp && sp->cache == cp)
+        if (LeakMeta* m = leak_meta_of(cp, reinterpret_cast<void*>(g_pending.v[i].start))) m->flags |= g_pending.v[i].flags;
+    });
+  }
+  g_pending.n = 0;
+  __atomic_store_n(&g_leak_on, 1u, __ATOMIC_RELAXED);
+  return true;
+}
+}  // namespace
+
+}  // namespace mm
+
+// --- Linux's annotations and the program interface --------------------------------------
+using namespace mm;
+
+void kmemleak_enable(bool on) {
+  if (!kmem_ready()) kmem_init();
+  // The hooks are flipped with g_ctl released: in the kernel that patches
+  // code and cross-calls every core, and a core spinning on g_ctl could not
+  // answer.
+  if (on) {
+    {
+      mm::Guard<mm::NoIrqSave> g(g_ctl);
+      if (kmemleak_enabled()) return;
+      turn_on();
+    }
+    if (!alloc_hooks_set(kFeatureKmemleak, true)) plat::log("kmemleak: could not turn the allocators' hooks on");
+  } else {
+    if (!kmemleak_enabled()) return;
+    alloc_hooks_set(kFeatureKmemleak, false);
+    mm::Guard<mm::NoIrqSave> g(g_ctl);
+    __atomic_store_n(&g_leak_on, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_leak_records, false, __ATOMIC_RELAXED);
+  }
+}
+
+void kmemleak_add_root(const void* start, size_t size) {
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  if (!g_roots.insert(g_roots.n, Root{reinterpret_cast<uintptr_t>(start), size}))
+    plat::log("kmemleak: no memory to register a root");
+}
+
+void kmemleak_del_root(const void* start) {
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  for (size_t i = 0; i < g_roots.n; i++)
+    if (g_roots.v[i].start == reinterpret_cast<uintptr_t>(start)) return g_roots.erase(i);
+  report_error(MemError{"kmemleak_del_root of a range never added", "kmemleak", reinterpret_cast<uintptr_t>(start),
+                        caller_of_api(), 0});
+}
+
+void kmemleak_set_min_age_ms(unsigned ms) { __atomic_store_n(&g_min_age_ms, ms, __ATOMIC_RELAXED); }
+
+namespace {
+size_t scan_now() {
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  Scan s;
+  s.now = static_cast<uint32_t>(plat::ticks());
+  uint64_t age_ticks = uint64_t{kmemleak_min_age_ms()} * plat::ticks_per_second() / 1000;
+  s.min_age_ticks = static_cast<uint32_t>(age_ticks);
+  g_scan = &s;
+  uint64_t t0 = plat::monotonic_ns();
+  uint64_t pause = with_world(scan_world, nullptr);
+  g_last.scans++;
+  g_last.duration_ns = plat::monotonic_ns() - t0;
+  g_last.pause_ns = pause;
+  g_last.bytes_scanned = s.bytes;
+  g_last.objects = s.objects;
+  g_last.unreferenced = s.unreferenced;
+  g_last.new_reports = s.new_reports;
+  g_last.gray_overflows = s.overflows;
+  g_scan = nullptr;
+  // Scan areas of objects that went away (their flag is gone).
+  for (size_t i = 0; i < g_areas.n;) {
+    Obj o;
+    if (lookup(g_areas.v[i].object, o) && o.start == g_areas.v[i].object && (o.flags() & kLeakAreas)) i++;
+    else g_areas.erase(i);
+  }
+  return s.new_reports;
+}
+}  // namespace
+
+// A frame with nothing in it but what it writes: it sits where the
+// caller's previous callee's frame was, whose stale slots a frame with
+// locals would keep and the stack scan would read. Everything else the scan
+// runs on is built below it, on the stack scrub_stack just zeroed.
+__attribute__((noinline)) size_t kmemleak_scan(void) {
+  if (!kmem_ready() || !kmemleak_enabled()) return 0;
+  scrub_stack();
+  return scan_now();
+}
+
+size_t kmemleak_leaks(const void** out, size_t max) {
+  LeakObject buf[16];
+  size_t total = 0;
+  for (size_t skip = 0;; skip += 16) {
+    size_t n = kmemleak_reports(buf, 16, skip);
+    for (size_t i = 0; i < n; i++, total++)
+      if (total < max) out[total] = reinterpret_cast<const void*>(buf[i].start);
+    if (n < 16) return total;
+  }
+}
+
+void kmemleak_alloc(const void* ptr, size_t size, int min_count, int) {
+  uintptr_t caller = caller_of_api();
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  if (!ptr || !size || a + size < a || min_count < -1) {
+    report_error(MemError{"kmemleak_alloc with a null pointer, size 0 or a bad min_count", "kmemleak", a, caller, size});
+    return;
+  }
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  size_t at = 0;
+  while (at < g_reg.n && g_reg.v[at].start < a) at++;
+  if ((at < g_reg.n && g_reg.v[at].start < a + size) ||
+      (at && g_reg.v[at - 1].start + g_reg.v[at - 1].size > a)) {
+    report_error(MemError{"kmemleak_alloc of a range that overlaps a registered object", "kmemleak", a, caller, size});
+    return;
+  }
+  RegObj r{};
+  r.start = a;
+  r.size = size;
+  r.min_count = min_count;
+  r.meta.ticks = static_cast<uint32_t>(plat::ticks()) + 1;
+  r.meta.cpu = static_cast<uint8_t>(plat::cpu_id());
+  r.meta.stack = capture(caller);
+  if (min_count == -1) r.meta.flags = kLeakIgnore;
+  if (min_count == 0) r.meta.flags = kLeakNotLeak;
+  if (!g_reg.insert(at, r)) plat::log("kmemleak: no memory to register an object");
+}
+
+void kmemleak_free(const void* ptr) {
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  for (size_t i = 0; i < g_reg.n; i++)
+    if (g_reg.v[i].start == a) return g_reg.erase(i);
+  report_error(MemError{"kmemleak_free of an address no kmemleak_alloc registered", "kmemleak", a, caller_of_api(), 0});
+}
+
+namespace {
+// Sets flags on the object starting at ptr: in its record, or (a slab
+// buffer without one yet, kmemleak off) in the pending table.
+void annotate(const char* what, const void* ptr, uint8_t set, uint8_t clear_crc, uintptr_t caller) {
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  Obj o;
+  bool found = lookup(a, o) && o.start == a;
+  if (!found) {
+    // A slab buffer of a slab with no records (kmemleak off): remember it.
+    Page* p = segkmem_page_of(a);
+    if (p && (p->flags & kPageSlab)) {
+      Slab* sp = static_cast<Slab*>(p->owner);
+      if (!sp->leak && a >= sp->base && (a - sp->base) % sp->cache->chunk == 0) {
+        if (!g_pending.insert(g_pending.n, Pending{a, set})) plat::log("kmemleak: no memory for an annotation");
+        return;
+      }
+    }
+    annotated_object(what, ptr, false, o, caller);
+    return;
+  }
+  o.set_flags(static_cast<uint8_t>(o.flags() | set));
+  if (clear_crc) {
+    o.set_crc(0);
+    o.set_flags(static_cast<uint8_t>(o.flags() & ~kLeakCandidate));
+  }
+}
+}  // namespace
+
+void kmemleak_not_leak(const void* ptr) { annotate("kmemleak_not_leak", ptr, kLeakNotLeak, 0, caller_of_api()); }
+void kmemleak_ignore(const void* ptr) { annotate("kmemleak_ignore", ptr, kLeakIgnore, 0, caller_of_api()); }
+void kmemleak_no_scan(const void* ptr) { annotate("kmemleak_no_scan", ptr, kLeakNoScan, 0, caller_of_api()); }
+void kmemleak_transient_leak(const void* ptr) {
+  annotate("kmemleak_transient_leak", ptr, 0, 1, caller_of_api());
+}
+
+void kmemleak_scan_area(const void* ptr, size_t size, int) {
+  uintptr_t caller = caller_of_api();
+  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  Obj o;
+  if (!annotated_object("kmemleak_scan_area", ptr, true, o, caller)) return;
+  auto a = reinterpret_cast<uintptr_t>(ptr);
+  size_t room = o.start + o.size - a;
+  Area area{o.start, a, size > room ? room : size};
+  size_t at = 0;
+  while (at < g_areas.n && g_areas.v[at].object <= o.start) at++;
+  if (!g_areas.insert(at, area)) {
+    plat::log("kmemleak: no memory for a scan area: the whole object is scanned");
+    return;
+  }
+  o.set_flags(static_cast<uint8_t>(o.flags() | kLeakAreas));
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# kmemleak end to end on one board: boot with kmemleak on, run `kmemleak
+# test` while `kmem exercise background` runs on the other cores, scan,
+# capture the reports over the console, symbolize them with tools/symbolize
+# and check:
+#  - the reported objects are exactly the ones `kmemleak test` leaked;
+#  - each report's first backtrace frame is in the function of `kmemleak
+#    test` that allocated that object (the test says which, "by leak_...");
+#  - every scan printed its line (duration, pause, bytes, objects);
+#  - after a mark, a clean workload (`kmem exercise`, each object freed)
+#    leaves nothing live: `kmemleak since N` and `... unreferenced` list 0.
+# Usage: kmemleak-e2e.sh QEMU_RUN BOARD BUILD_DIR SYMBOLIZE [qemu-run options...]
+set -uo pipefail
+[[ $# -ge 4 ]] || { echo "usage: kmemleak-e2e.sh QEMU_RUN BOARD BUILD_DIR SYMBOLIZE [qemu-run options...]" >&2; exit 2; }
+run=$1 board=$2 build=$3 symbolize=$4
+shift 4
+bootargs="kmemleak=on kmemleak.min_age=0"
+extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --kmemtrace) bootargs+=" kmemtrace"; shift ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+log=$(mktemp) sym=$(mktemp)
+trap 'rm -f "$log" "$sym"' EXIT
+
+input='kmem exercise 400 background
+kmemleak test
+kmemleak scan
+kmemleak scan
+kmemleak scan
+kmemleak all
+kmem exercise status
+kmemleak test done
+kmemleak clear
+kmemleak mark
+kmem exercise 30
+kmemleak scan
+kmemleak scan
+kmemleak since 1
+kmemleak since 1 unreferenced
+kmem errors
+poweroff
+'
+printf '%s' "$input" | "$run" "$board" --build-dir "$build" --timeout 200 --append "$bootargs" "${extra[@]}" >"$log" 2>&1
+st=$?
+fail() { echo "FAILED: $*"; echo "--- console ---"; cat "$log"; echo "---"; exit 1; }
+[[ $st -eq 0 ]] || fail "qemu-run exited $st"
+"$symbolize" "$board" "$log" --elf "$build/kernel.elf" >"$sym" || fail "symbolize exited $?"
+
+python3 - "$sym" <<'PY' || fail "see above"
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+bad = []
+def check(what, ok):
+    print(("ok:     " if ok else "WRONG:  ") + what)
+    if not ok: bad.append(what)
+
+leaked = {int(a, 16): fn for a, fn in re.findall(r"kmemleak test: leaked 0x([0-9a-f]+) \(.*, by (\w+)\)", text)}
+check(f"kmemleak test leaked 7 objects ({len(leaked)})", len(leaked) == 7)
+# The reports of `kmemleak all`: header, then the first frame line.
+reports = {}
+for m in re.finditer(r"unreferenced object 0x([0-9a-f]+) \(size \d+\):\n(?:.*\n){1,5}?  backtrace \(crc [0-9a-f]+\):\n    \[<0x[0-9a-f]+>\] ([^\n]*)", text):
+    reports[int(m.group(1), 16)] = m.group(2)
+check(f"reported = leaked ({sorted(hex(a) for a in reports)} vs {sorted(hex(a) for a in leaked)})",
+      set(reports) == set(leaked))
+for a, fn in leaked.items():
+    frame = reports.get(a, "")
+    check(f"0x{a:x}: first frame names {fn} ({frame.strip()[:80]})", re.search(r"\b" + fn + r"\(", frame) is not None)
+scans = re.findall(r"kmemleak: scan \d+: [\d.]+ ms, longest pause ([\d.]+) ms, (\d+) bytes scanned, (\d+) objects", text)
+check(f"every scan printed its line ({len(scans)} of 5)", len(scans) == 5)
+if scans: print("        longest pause seen: %s ms" % max(float(p) for p, _, _ in scans))
+since = re.findall(r"\n(\d+) (backtraces|backtraces of unreferenced objects)\n", text)
+check(f"after a clean workload nothing live since the mark ({since})", since == [("0", "backtraces"), ("0", "backtraces of unreferenced objects")])
+check("no allocator error or panic", "PANIC" not in text and "\n0 allocator errors reported since boot" in text)
+sys.exit(1 if bad else 0)
+PY
+echo "kmemleak-e2e: $board ${extra[*]} $bootargs: ok"
