@@ -35,6 +35,7 @@ struct MagazineSearch {
   void* buf;
   BufferState state;
   unsigned cpu;
+  bool depot_locked;  // by the caller, before the stop
 };
 
 MM_RACY_STATS_READER bool magazine_holds(const Magazine* m, int32_t rounds, const void* buf) {
@@ -44,11 +45,17 @@ MM_RACY_STATS_READER bool magazine_holds(const Magazine* m, int32_t rounds, cons
   return false;
 }
 
-// Runs with every other CPU stopped (none is inside its masked fast path,
-// none holds a depot lock: both are taken with interrupts masked). The
-// slots are read plainly: plat::stop_others orders each stopped CPU's
-// stores before fn. (Host: not stopped, so racy reads, exact when the
-// other threads are quiet.)
+// Runs with every other CPU stopped. Kernel: none is inside its masked
+// fast path and none holds the depot lock (both are entered with interrupts
+// masked, and a core stops only with them enabled), so the lock is taken
+// here; it could not be taken before the stop, since a core spinning on it
+// with interrupts masked would never stop. Host: a thread stops anywhere,
+// holding the depot lock or halfway through a magazine push or pop, so the
+// caller takes the lock before the stop (a thread spinning on it still
+// takes the stop signal), and a buffer being moved at that instant may be
+// seen in neither place (reported allocated) or, popped but not yet
+// returned, still in its magazine. The slots are read plainly:
+// plat::stop_others orders each stopped CPU's stores before fn.
 MM_RACY_STATS_READER void search_magazines(void* arg) {
   auto* s = static_cast<MagazineSearch*>(arg);
   kmem_cache_t* cp = s->cp;
@@ -61,12 +68,22 @@ MM_RACY_STATS_READER void search_magazines(void* arg) {
       return;
     }
   }
+  auto search_depot = [s, cp] {
+    for (const Magazine* m = cp->full_mags.head; m; m = m->next)
+      if (magazine_holds(m, static_cast<int32_t>(m->cap), s->buf)) {
+        s->state = BufferState::kFreeInDepot;
+        return;
+      }
+  };
+  if (s->depot_locked) return search_depot();
   Guard<> g(cp->depot_lock);
-  for (const Magazine* m = cp->full_mags.head; m; m = m->next)
-    if (magazine_holds(m, static_cast<int32_t>(m->cap), s->buf)) {
-      s->state = BufferState::kFreeInDepot;
-      return;
-    }
+  search_depot();
+}
+
+void search_magazines_of(MagazineSearch& s) {
+  if (!s.depot_locked) return plat::stop_others(search_magazines, &s);
+  Guard<> g(s.cp->depot_lock);
+  plat::stop_others(search_magazines, &s);
 }
 
 // sp's header and its cache's fields are read without a lock: ordered by
@@ -98,8 +115,9 @@ bool whatis_slab(uintptr_t addr, Slab* sp, WhatIs& w) {
     w.state = BufferState::kFreeInSlab;
     return true;
   }
-  MagazineSearch s{cp, reinterpret_cast<void*>(w.start), BufferState::kAllocated, 0};
-  if (!(cp->flags & KMC_NOMAGAZINE)) plat::stop_others(search_magazines, &s);
+  MagazineSearch s{cp, reinterpret_cast<void*>(w.start), BufferState::kAllocated, 0,
+                   plat::stopped_cpus_may_hold_locks()};
+  if (!(cp->flags & KMC_NOMAGAZINE)) search_magazines_of(s);
   w.state = s.state;
   w.cpu = s.cpu;
   return true;

@@ -709,11 +709,6 @@ __attribute__((noinline)) void for_each_stack(void (*fn)(uintptr_t lo, uintptr_t
 bool describe_region(uintptr_t, const char*&, uintptr_t&, size_t&, unsigned&) { return false; }
 
 namespace {
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
 const uint64_t g_start_ns = now_ns();  // host only: a process-start reference
 }  // namespace
 

@@ -7,6 +7,9 @@
 #include <mm/kmemleak.h>
 #include <mm/page.h>
 #include <algorithm>
+#include <atomic>
+#include <sched.h>
+#include <thread>
 #include <cstring>
 #include <set>
 #include <string>
@@ -97,6 +100,7 @@ class Kmemleak : public ::testing::Test {
  protected:
   void SetUp() override {
     kmemleak_enable(true);
+    mm::kmemleak_set_stack_scan(true);
     kmemleak_set_min_age_ms(0);
     kmemleak_add_root(g_roots, sizeof g_roots);
     // Settle what earlier tests left: a chain of k unreferenced objects
@@ -108,6 +112,7 @@ class Kmemleak : public ::testing::Test {
   void TearDown() override {
     std::memset(g_roots, 0, sizeof g_roots);
     kmemleak_del_root(g_roots);
+    mm::kmemleak_set_stack_scan(true);
   }
 };
 
@@ -143,11 +148,16 @@ TEST_F(Kmemleak, ReportsExactlyTheLeakedSetAtTheSecondScan) {
 }
 
 __attribute__((noinline)) uintptr_t leak_one(size_t size) { return enc(kmem_zalloc(size, KM_SLEEP)); }
+// Writes into an encoded object without its address reaching the test's
+// own registers (a callee-saved one would be spilled into the scan's view
+// of this thread's stack, and rightly keep the object referenced).
+__attribute__((noinline)) void transient(uintptr_t x) { kmemleak_transient_leak(dec(x)); }
+__attribute__((noinline)) void poke(uintptr_t x, size_t at, uint8_t v) { static_cast<uint8_t*>(dec(x))[at] = v; }
 
 TEST_F(Kmemleak, ChangedContentsAndYoungObjectsAreNotReported) {
   uintptr_t x = leak_one(64);
   EXPECT_EQ(kmemleak_scan(), 0u);
-  static_cast<uint8_t*>(dec(x))[5] = 0x55;  // changed since the last scan
+  poke(x, 5, 0x55);  // changed since the last scan
   EXPECT_EQ(kmemleak_scan(), 0u);
   EXPECT_EQ(kmemleak_scan(), 1u);  // unchanged now
   EXPECT_EQ(leaks(), std::set<uintptr_t>{x});
@@ -164,13 +174,16 @@ TEST_F(Kmemleak, ChangedContentsAndYoungObjectsAreNotReported) {
   // transient_leak: skipped at the next scan.
   uintptr_t z = leak_one(64);
   kmemleak_scan();
-  kmemleak_transient_leak(dec(z));
+  transient(z);
   EXPECT_EQ(kmemleak_scan(), 0u);
   EXPECT_EQ(kmemleak_scan(), 1u);
   mm::kmemleak_clear();
 }
 
+// This test holds raw addresses in its own frame: only the registered
+// roots are scanned here (the stacks have their own test).
 TEST_F(Kmemleak, RegisteredObjectsNeedTheirMinCount) {
+  mm::kmemleak_set_stack_scan(false);
   auto* page = static_cast<void**>(mm::page_alloc_va(0, KM_SLEEP));
   std::memset(page, 0, 4096);
   kmemleak_alloc(page, 4096, 2, KM_SLEEP);  // needs two references
@@ -265,6 +278,64 @@ TEST_F(Kmemleak, SinceAMarkGroupsByBacktrace) {
   unsigned m2 = mm::kmemleak_mark();
   for (int i = 0; i < 100; i++) kmem_free(kmem_alloc(200, KM_SLEEP), 200);
   EXPECT_EQ(mm::kmemleak_since(m2, false, groups, 8, &bad), 0u);
+}
+
+// Another thread's stack is a root while it is stopped, registers
+// included (its signal frame): an object only its frame holds is kept, and
+// reported once the thread has let go of it.
+struct Holder {
+  std::atomic<int> phase{0};
+  uintptr_t obj = 0;
+};
+void wait_for(std::atomic<int>& phase, int v) {
+  while (phase.load(std::memory_order_acquire) != v) sched_yield();
+}
+__attribute__((noinline)) void fill(void* volatile* slot) { *slot = kmem_zalloc(88, KM_SLEEP); }
+// Leaves other values in the caller-saved registers (an allocation's own),
+// and zeroes the dead stack below: the scan reads a stopped thread from its
+// signal handler's frame up, and the kernel's signal frame has gaps that
+// keep what deeper calls left there (the allocation's backtrace capture
+// runs deep), which would rightly count as references.
+__attribute__((noinline, no_sanitize("address"))) void zero_below(unsigned depth) {
+  volatile uintptr_t pad[256];
+  for (auto& w : pad) w = 0;
+  if (depth > 1) zero_below(depth - 1);
+  asm volatile("" ::"r"(&pad[0]) : "memory");
+}
+__attribute__((noinline)) void churn() {
+  for (int i = 0; i < 8; i++) kmem_free(kmem_alloc(88, KM_SLEEP), 88);
+  zero_below(8);  // 16 KiB
+}
+__attribute__((noinline)) void holder_thread(Holder* h) {
+  void* volatile slot = nullptr;  // on this thread's stack only
+  fill(&slot);
+  h->obj = enc(slot);
+  churn();
+  h->phase.store(1, std::memory_order_release);
+  wait_for(h->phase, 2);
+  slot = nullptr;
+  churn();
+  h->phase.store(3, std::memory_order_release);
+  wait_for(h->phase, 4);
+}
+__attribute__((noinline)) void free_enc(uintptr_t x, size_t size) { kmem_free(dec(x), size); }
+
+TEST_F(Kmemleak, OtherThreadsStacksAreRoots) {
+  Holder h;
+  std::thread t(holder_thread, &h);
+  wait_for(h.phase, 1);
+  kmemleak_scan();
+  kmemleak_scan();
+  EXPECT_EQ(leaks().count(h.obj), 0u);  // only on the thread's stack: kept
+  h.phase.store(2, std::memory_order_release);
+  wait_for(h.phase, 3);
+  kmemleak_scan();
+  kmemleak_scan();
+  EXPECT_EQ(leaks().count(h.obj), 1u);  // let go of: reported
+  h.phase.store(4, std::memory_order_release);
+  t.join();
+  mm::kmemleak_clear();
+  free_enc(h.obj, 88);
 }
 
 }  // namespace
