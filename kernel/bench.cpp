@@ -40,6 +40,7 @@
 #include <kernel/smp.h>
 #include <kernel/string.h>
 #include <mm/kmem.h>
+#include <mm/kmemleak.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
 #include <trace/kmemtrace.h>
@@ -426,6 +427,84 @@ void bench_trace(Table& t, const Counts& c) {
   }
 }
 
+// kmemleak: what stamping adds to a kmem_cache pair (time and CPU; then
+// with the backtrace too), and the scan's cost per word over a heap of
+// 800-byte objects chained through their first word (a pointer density of
+// 1%), whole-system scan included (its fixed costs are amortised over the
+// chain). Only when kmemleak and kmemtrace are off: it turns kmemleak on
+// for the measurement and off again.
+void bench_leak(Table& t, const Counts& c) {
+  if (mm::kmemleak_enabled() || kmemtrace::enabled()) {
+    kprintf("%-16s %-10s %5s %8s %10s  (kmemleak or kmemtrace on: turn them off first)\n", "kmemleak_*",
+            "-", "-", "-", "skipped");
+    return;
+  }
+  constexpr unsigned kPairs = 1000;
+  kmem_cache_t* cp = kmem_cache_create("bench_leak", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  constexpr size_t kObjSize = 800;
+  constexpr unsigned kObjs = 2048;
+  kmem_cache_t* big = kmem_cache_create("bench_leak_scan", kObjSize, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  if (!cp || !big) {
+    row(t, "kmemleak_on", "kmem_cache", 64, kPairs, 0, 0, false);
+    if (cp) kmem_cache_destroy(cp);
+    if (big) kmem_cache_destroy(big);
+    return;
+  }
+  CacheOps a{cp};
+  unsigned before = g_failures;
+  run_pairs(a, c.pairs_warm);
+  uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
+  kmemleak_enable(true);
+  mm::kmemleak_set_backtraces(false);
+  run_pairs(a, c.pairs_warm);
+  uint64_t on = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
+  mm::kmemleak_set_backtraces(true);
+  run_pairs(a, c.pairs_warm);
+  uint64_t bt = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
+  bool ok = g_failures == before;
+  row(t, "kmemleak_on", "kmem_cache", 64, kPairs, on, off, ok);    // stamps: time, CPU
+  row(t, "kmemleak_bt", "kmem_cache", 64, kPairs, bt, off, ok);    // and the backtrace
+  // The scan: a chain from a root (kmemleak_not_leak), every object reached.
+  void** first = nullptr;
+  void** prev = nullptr;
+  unsigned made = 0;
+  for (; made < kObjs; made++) {
+    auto** o = static_cast<void**>(kmem_cache_alloc(big, KM_NOSLEEP));
+    if (!o) break;
+    for (size_t w = 1; w < kObjSize / sizeof(void*); w++) o[w] = reinterpret_cast<void*>(uintptr_t{w} * 3);  // data: small numbers
+    o[0] = nullptr;
+    if (prev) prev[0] = o;
+    else first = o;
+    prev = o;
+  }
+  bool scan_ok = made == kObjs;
+  if (first) kmemleak_not_leak(first);
+  uint64_t scan = ~uint64_t{0}, words = 1;
+  if (scan_ok) {
+    kmemleak_scan();  // settles: the chain is new
+    for (unsigned r = 0; r < c.reps && r < 3; r++) {
+      uint64_t t0 = arch::cycles();  // interrupts on: the scan stops the other cores with IPIs
+      kmemleak_scan();  // (what it reports is the system's, not the chain's)
+      uint64_t t1 = arch::cycles();
+      mm::LeakScanStats st;
+      mm::kmemleak_last_scan(st);
+      if (elapsed(t0, t1) < scan) {
+        scan = elapsed(t0, t1);
+        words = st.bytes_scanned / sizeof(void*);
+      }
+    }
+  }
+  row(t, "kmemleak_scan", "kmemleak", kObjSize, words, scan, 0, scan_ok && ok);  // per word scanned
+  while (first) {
+    auto** next = static_cast<void**>(first[0]);
+    kmem_cache_free(big, first);
+    first = next;
+  }
+  kmemleak_enable(false);
+  kmem_cache_destroy(big);
+  kmem_cache_destroy(cp);
+}
+
 int cmd_bench(int argc, char** argv) {
   const Counts* counts = &kFull;
   if (argc > 2) return shell::usage_error(argv[0], "usage: bench [quick|full]");
@@ -449,12 +528,15 @@ int cmd_bench(int argc, char** argv) {
   bench_vmem(t, c);
   bench_page(t, c);
   bench_trace(t, c);
+  bench_leak(t, c);
   kprintf("bench: %u rows, %u failed\n", t.rows, t.failed);
   kprintf("(pairs: alloc, free, ...; lifo/random: %u allocs then %u frees, last first / fixed random order;\n"
           " cross: cpu 0 allocates %u, cpu 1 frees them; vmem: instant fit of one quantum, fresh arena of 1 GiB,\n"
           " of 1.5 GiB, and 1 GiB with %u free segments; page: page_alloc(0)+page_free via the per-CPU cache;\n"
-          " kmemtrace_on: what recording adds to a kmem_cache pair, two events)\n",
-          kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments);
+          " kmemtrace_on: what recording adds to a kmem_cache pair, two events; kmemleak_on, kmemleak_bt: what\n"
+          " kmemleak's stamps add to a pair, without and with the backtrace; kmemleak_scan: per word scanned,\n"
+          " whole system, over a chain of %u objects at 1%% pointer density)\n",
+          kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments, 2048u);
   return t.failed ? 1 : 0;
 }
 

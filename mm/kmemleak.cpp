@@ -378,8 +378,23 @@ struct Scan {
   uint64_t objects = 0, unreferenced = 0, new_reports = 0;
   uint32_t now = 0;
   uint32_t min_age_ticks = 0;
+  // Every address an object can have lies in [span_lo, span_lo +
+  // span_size): the heap's and the registered objects' (set with the world
+  // stopped, when neither can change).
+  uintptr_t span_lo = 0, span_size = 0;
 };
 Scan* g_scan;
+
+void set_span(Scan& s) {
+  uintptr_t lo = g_heap_index.base, hi = g_heap_index.base + g_heap_index.size;
+  if (g_reg.n) {  // sorted by start, disjoint: the last ends last
+    lo = g_reg.v[0].start < lo ? g_reg.v[0].start : lo;
+    uintptr_t end = g_reg.v[g_reg.n - 1].start + g_reg.v[g_reg.n - 1].size;
+    hi = end > hi ? end : hi;
+  }
+  s.span_lo = lo;
+  s.span_size = hi - lo;
+}
 
 void push(const Obj& o) {
   Scan& s = *g_scan;
@@ -407,24 +422,34 @@ void reference(Obj& o) {
   push(o);
 }
 
+// A word inside the span: an object's address, or between objects.
+__attribute__((noinline)) void candidate(uintptr_t w, uintptr_t self, size_t self_size) {
+  if (w - self < self_size) return;
+  Obj o;
+  if (lookup(w, o)) reference(o);
+}
+
 // Reads every aligned word of [lo, hi) as a possible pointer. self: the
-// object being scanned (its references to itself do not count).
+// object being scanned (its references to itself do not count). Most words
+// are not addresses inside the span: four at a time, each costs a load, a
+// subtract, a compare and a branch not taken.
 __attribute__((no_sanitize("address", "thread"))) void scan_range(uintptr_t lo, uintptr_t hi, uintptr_t self,
                                                                    size_t self_size) {
   lo = (lo + sizeof(uintptr_t) - 1) & ~(sizeof(uintptr_t) - 1);
-  if (hi < lo) return;
+  if (hi < lo + sizeof(uintptr_t)) return;
   g_scan->bytes += hi - lo;
-  const uintptr_t heap_lo = g_heap_index.base, heap_size = g_heap_index.size;
-  const uintptr_t reg_lo = g_reg.n ? g_reg.v[0].start : 1, reg_hi = g_reg.n ? g_reg.v[g_reg.n - 1].start +
-                                                                               g_reg.v[g_reg.n - 1].size : 0;
-  for (auto* p = reinterpret_cast<const uintptr_t*>(lo); reinterpret_cast<uintptr_t>(p) + sizeof(uintptr_t) <= hi;
-       p++) {
-    uintptr_t w = *p;
-    if (w - heap_lo >= heap_size && w - reg_lo >= reg_hi - reg_lo) continue;
-    if (w - self < self_size) continue;
-    Obj o;
-    if (lookup(w, o)) reference(o);
+  const uintptr_t span_lo = g_scan->span_lo, span_size = g_scan->span_size;
+  const auto* p = reinterpret_cast<const uintptr_t*>(lo);
+  const uintptr_t* end = p + (hi - lo) / sizeof(uintptr_t);
+  for (; end - p >= 4; p += 4) {
+    uintptr_t a = p[0], b = p[1], c = p[2], d = p[3];
+    if (__builtin_expect(a - span_lo < span_size, 0)) candidate(a, self, self_size);
+    if (__builtin_expect(b - span_lo < span_size, 0)) candidate(b, self, self_size);
+    if (__builtin_expect(c - span_lo < span_size, 0)) candidate(c, self, self_size);
+    if (__builtin_expect(d - span_lo < span_size, 0)) candidate(d, self, self_size);
   }
+  for (; p < end; p++)
+    if (*p - span_lo < span_size) candidate(*p, self, self_size);
 }
 
 void scan_object(const Gray& g) {
@@ -550,6 +575,7 @@ void scan_world(void*) {
   g_stack_copied = 0;
   bool stacks = __atomic_load_n(&g_stack_scan, __ATOMIC_RELAXED);
   if (stacks) plat::for_each_stack(take_stack, nullptr);
+  set_span(s);  // after: s lives in a frame the stack copy holds, and the heap's base is an address
   for (size_t i = 0; i < g_reg.n; i++) g_reg.v[i].count = 0;
   each_cache([](kmem_cache_t* cp) { mark_magazines(cp, false); });
   if (stacks) {

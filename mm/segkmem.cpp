@@ -265,8 +265,13 @@ void segkmem_init() {
   if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
   for (size_t i = 0; i < dir_bytes / sizeof(Page**); i++) dir[i] = empty_leaf();
   g_heap_index = HeapIndex{base, static_cast<uintptr_t>(size), dir};
-  g_heap = vmem_create("heap", reinterpret_cast<void*>(base), static_cast<size_t>(size), kPageBytes, nullptr,
-                       nullptr, nullptr, 0, VM_SLEEP);
+  // The window's first page is never handed out: its address is the
+  // heap's base, a value the allocators keep in registers and frames all
+  // the time, and an object there would look referenced to kmemleak's
+  // stack scan for as long as one stale copy of it lies about. (Address
+  // space only: no memory is mapped for it.)
+  g_heap = vmem_create("heap", reinterpret_cast<void*>(base + kPageBytes), static_cast<size_t>(size) - kPageBytes,
+                       kPageBytes, nullptr, nullptr, nullptr, 0, VM_SLEEP);
   g_default = vmem_create("kmem_default", nullptr, 0, kPageBytes, segkmem_import, segkmem_release, g_heap, 0,
                           VM_SLEEP);
   if (!g_heap || !g_default) plat::fatal("segkmem: cannot create the heap arenas");
