@@ -188,7 +188,7 @@ namespace kmemtrace {
 // core takes the call with an acquire of what this core posted with a
 // release (kernel/smp.cpp), after our ring stores, and records only after
 // the call, since no site branches to the recording code before the
-// patching below. The cross-call inside set_kmemtrace comes too late for
+// patching below. The cross-call inside static_branch::set comes too late for
 // this: ARM does not stop another core from executing a freshly patched
 // site before its resynchronising call arrives, and its loads of the ring
 // would then not be ordered after our stores.

@@ -7,6 +7,7 @@
 #include <kernel/panic.h>
 #include <kernel/timer.h>
 #include <mm/kmem.h>
+#include <mm/platform.h>
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
@@ -50,6 +51,7 @@ uint64_t kept_pages_at_boot() { return g_kept_at_boot; }
 // Gives the page allocator every RAM bank minus the reserved ranges, then
 // brings vmem and kmem up.
 void init() {
+  mm::plat::init_ticks();  // kmemleak's stamps (the counter's rate is known: arch::init_from_dtb)
   mm::PhysRange banks[kMaxMemBanks];
   mm::PhysRange reserved[kMaxReserved];
   unsigned nb = 0;

@@ -40,7 +40,9 @@ namespace {
 struct Site {
   uintptr_t site, target;
 };
-extern "C" const Site __static_branches_start[], __static_branches_end[];
+// Both keys' sites: the allocation hooks' first, then the free hooks'
+// (linker/kernel.ld.in).
+extern "C" const Site __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
 
 uintptr_t g_alias;  // one page of heap-window addresses, never mapped but while patching
 
@@ -100,7 +102,10 @@ bool patch_all(const Site* first, const Site* last, bool on) {
   return b.ok;
 }
 
-bool set_all(bool on) { return patch_all(__static_branches_start, __static_branches_end, on); }
+void key_sites(static_branch::Key key, const Site*& first, const Site*& last) {
+  first = key == static_branch::Key::kAllocHooks ? __static_branches_start : __static_branches_free_start;
+  last = key == static_branch::Key::kAllocHooks ? __static_branches_free_start : __static_branches_end;
+}
 
 }  // namespace
 
@@ -119,11 +124,14 @@ bool patch_site(uintptr_t site, uintptr_t target, bool on) {
   return patch_all(&s, &s + 1, on);
 }
 
-bool set_kmemtrace(bool on) {
+bool set(Key key, bool on) {
   if (!g_alias) return false;
-  if (set_all(on)) return true;
-  kprintf("static_branch: could not patch every kmemtrace site; all set back to off\n");
-  set_all(false);
+  const Site *first, *last;
+  key_sites(key, first, last);
+  if (patch_all(first, last, on)) return true;
+  kprintf("static_branch: could not patch every %s site; all set back to off\n",
+          key == Key::kAllocHooks ? "allocation hook" : "free hook");
+  patch_all(first, last, false);
   return false;
 }
 

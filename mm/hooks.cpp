@@ -1,9 +1,11 @@
-// The allocators' hook switch (mm/include/mm/hooks.h): a mask of the
-// features that want it, and the platform's switch (plat::set_alloc_hooks),
-// flipped when the mask goes from empty to not or back. The mask is updated
-// under g_lock; the switch is flipped without it (the kernel's cross-calls
-// wait for other cores, which may want the lock with interrupts masked), so
-// a caller loops until the switch matches the mask it left.
+// The allocators' hook switches (mm/include/mm/hooks.h): a mask of the
+// features that want them, and the platform's two switches
+// (plat::set_alloc_hooks, plat::set_free_hooks): the allocation switch is
+// on while any feature is, the free switch while a feature that needs the
+// frees is (kFeaturesOnFree). The mask is updated under g_lock; the
+// switches are flipped without it (the kernel's cross-calls wait for other
+// cores, which may want the lock with interrupts masked), so a caller loops
+// until both match the mask it left.
 #include <mm/hooks.h>
 #include <mm/platform.h>
 #include "lock.h"
@@ -12,7 +14,8 @@ namespace mm {
 namespace {
 plat::Lock g_lock;
 unsigned g_features;  // under g_lock; read relaxed for statistics
-bool g_switch;        // the switch as last set, under g_lock
+bool g_alloc_switch;  // the switches as last set, under g_lock
+bool g_free_switch;
 }  // namespace
 
 bool alloc_hooks_set(unsigned feature, bool on) {
@@ -22,16 +25,21 @@ bool alloc_hooks_set(unsigned feature, bool on) {
     else g_features &= ~feature;
   }
   for (;;) {
-    bool want;
+    bool alloc_want, free_want, alloc_flip, ok;
     {
       Guard<> g(g_lock);
-      want = g_features != 0;
-      if (want == g_switch) return true;
-      g_switch = want;
+      alloc_want = g_features != 0;
+      free_want = (g_features & kFeaturesOnFree) != 0;
+      if (alloc_want == g_alloc_switch && free_want == g_free_switch) return true;
+      alloc_flip = alloc_want != g_alloc_switch;
+      if (alloc_flip) g_alloc_switch = alloc_want;
+      else g_free_switch = free_want;
     }
-    if (!plat::set_alloc_hooks(want)) {
+    ok = alloc_flip ? plat::set_alloc_hooks(alloc_want) : plat::set_free_hooks(free_want);
+    if (!ok) {
       Guard<> g(g_lock);
-      g_switch = !want;
+      if (alloc_flip) g_alloc_switch = !alloc_want;
+      else g_free_switch = !free_want;
       return false;
     }
   }

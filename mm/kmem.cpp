@@ -401,10 +401,6 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
   if (obj && leak_stamping()) leak_note_alloc(cp, obj, caller);
   return obj;
 }
-__attribute__((noinline)) void* stamp_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  leak_note_alloc(cp, obj, caller);
-  return obj;
-}
 
 }  // namespace mm
 
@@ -484,6 +480,6 @@ void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
 }
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (kmemtrace::on()) return cache_free_traced(cp, obj, caller_of_api());
+  if (kmemtrace::on_free()) return cache_free_traced(cp, obj, caller_of_api());
   cache_free(cp, obj);
 }

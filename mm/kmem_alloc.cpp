@@ -179,6 +179,6 @@ void* kmem_zalloc(size_t size, int kmflag) {
 
 void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (kmemtrace::on()) return kmem_free_traced(buf, size, caller_of_api());
+  if (kmemtrace::on_free()) return kmem_free_traced(buf, size, caller_of_api());
   kmem_free_body(buf, size, caller_of_api());
 }

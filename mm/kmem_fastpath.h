@@ -46,7 +46,6 @@ namespace mm {
 void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
 // kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
 // frameless). Returns obj.
-[[gnu::noinline]] void* stamp_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller);
 
 // Off-slab caches: does the heap page index say obj is in a slab of cp?
 // (A mismatch is reported by free_bad_owner.) A heap page's owner is its
@@ -90,7 +89,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
     if constexpr (kTraced)
-      if (__builtin_expect(leak_stamping(), 0)) return stamp_alloc(cp, obj, caller);
+      if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
     return obj;
   }
   plat::irq_restore(s);

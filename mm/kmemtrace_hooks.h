@@ -31,6 +31,8 @@ namespace kmemtrace {
 // starts or stops by an event or so, and what orders the rings' set-up
 // before a recording is trace/'s (kmemtrace::enabled, kmemtrace::start).
 __attribute__((always_inline)) inline bool on() { return mm::plat::alloc_hooks_on(); }
+// The same for the freeing entry points (their own switch: mm/hooks.h).
+__attribute__((always_inline)) inline bool on_free() { return mm::plat::free_hooks_on(); }
 
 // An event for a successful allocation (a failed one, p null, records
 // nothing) and for a free, if the recorder is on.

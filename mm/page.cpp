@@ -722,7 +722,7 @@ uint64_t page_alloc(unsigned order, int kmflag) {
 }
 
 void page_free(uint64_t pa, unsigned order) {
-  if (kmemtrace::on()) return free_traced(pa, order, nullptr, caller_address());
+  if (kmemtrace::on_free()) return free_traced(pa, order, nullptr, caller_address());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   free_pa(pa, order, nullptr, caller_address());
 }
@@ -741,7 +741,7 @@ void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
-  if (kmemtrace::on()) return free_traced(pa, order, va, caller_address());
+  if (kmemtrace::on_free()) return free_traced(pa, order, va, caller_address());
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }

@@ -1478,7 +1478,7 @@ void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
-  if (kmemtrace::on()) return free_traced(vmp, vaddr, size, caller_of_api());
+  if (kmemtrace::on_free()) return free_traced(vmp, vaddr, size, caller_of_api());
   free_body(vmp, vaddr, size, caller_of_api());
 }
 

@@ -41,17 +41,26 @@ void on_each_cpu(void (*fn)(void*), void* arg) {
 
 void set_cpu_exit_hook(void (*)()) {}  // kernel CPUs never leave
 
-bool g_alloc_hooks;
+bool g_alloc_hooks, g_free_hooks;
 bool set_alloc_hooks(bool on) {
   __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
-  return static_branch::set_kmemtrace(on);
+  return static_branch::set(static_branch::Key::kAllocHooks, on);
+}
+bool set_free_hooks(bool on) {
+  __atomic_store_n(&g_free_hooks, on, __ATOMIC_RELAXED);
+  return static_branch::set(static_branch::Key::kFreeHooks, on);
 }
 
 void stop_others(void (*fn)(void*), void* arg) { smp::freeze_others(fn, arg); }
 
-// Ticks since boot at kTimerHz from the monotonic clock (the cores' tick
-// counts stop while they idle).
-uint64_t ticks() { return timer::now_ns() / (1000000000u / kTimerHz); }
+// ticks() (platform_inline.h): the reciprocal of the counter's rate per
+// tick, floor((2^64 - 1) / d). Written once on the boot CPU before the
+// others start (their start orders it).
+uint64_t g_tick_reciprocal;
+void init_ticks() {
+  uint64_t per_tick = arch::counter_frequency() / kTimerHz;
+  g_tick_reciprocal = ~uint64_t{0} / (per_tick ? per_tick : 1);
+}
 unsigned ticks_per_second() { return kTimerHz; }
 uint64_t monotonic_ns() { return timer::now_ns(); }
 bool stopped_cpus_may_hold_locks() { return false; }

@@ -613,9 +613,13 @@ void heap_window(uintptr_t& base, size_t& size) {
 
 void on_each_cpu(void (*fn)(void*), void* arg) { fn(arg); }
 
-bool g_alloc_hooks;
+bool g_alloc_hooks, g_free_hooks;
 bool set_alloc_hooks(bool on) {
   __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
+  return true;
+}
+bool set_free_hooks(bool on) {
+  __atomic_store_n(&g_free_hooks, on, __ATOMIC_RELAXED);
   return true;
 }
 
@@ -713,7 +717,7 @@ const uint64_t g_start_ns = now_ns();  // host only: a process-start reference
 }  // namespace
 
 uint64_t monotonic_ns() { return now_ns(); }
-uint64_t ticks() { return (now_ns() - g_start_ns) / 10000000u; }
+uint64_t ticks_from_clock() { return (now_ns() - g_start_ns) / 10000000u; }
 unsigned ticks_per_second() { return 100; }
 bool stopped_cpus_may_hold_locks() { return true; }
 void for_each_root(void (*)(uintptr_t, uintptr_t, const char*, void*), void*) {}

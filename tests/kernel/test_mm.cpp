@@ -8,6 +8,7 @@
 #include <kernel/string.h>
 #include <mm/hooks.h>
 #include <mm/kmem.h>
+#include <mm/kmemleak.h>
 #include <mm/page.h>
 #include <mm/platform.h>
 #include <mm/segkmem.h>
@@ -571,14 +572,16 @@ namespace {
 struct StaticSite {
   uintptr_t site, target;
 };
-extern "C" const StaticSite __static_branches_start[], __static_branches_end[];
+// The allocation hooks' sites, then the free hooks' (linker/kernel.ld.in).
+extern "C" const StaticSite __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
 
-bool sites_hold(bool on) {
-  for (const StaticSite* s = __static_branches_start; s < __static_branches_end; s++)
+bool sites_hold(const StaticSite* first, const StaticSite* last, bool on) {
+  for (const StaticSite* s = first; s < last; s++)
     if (*reinterpret_cast<const volatile uint32_t*>(s->site) != arch::static_branch_insn(s->site, s->target, on))
       return false;
   return true;
 }
+bool sites_hold(bool on) { return sites_hold(__static_branches_start, __static_branches_end, on); }
 
 void cache_events(uint64_t& allocs, uint64_t& frees) {
   kmemtrace::TypeCounts tc;
@@ -623,6 +626,21 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   KEXPECT_EQ(a + f, 2u);
   KEXPECT(kmem_cache_destroy(cp));
   kmemtrace::clear();
+}
+
+// kmemleak needs only the allocations: with it alone on, every allocating
+// entry point branches to its hooked copy and every freeing one keeps its
+// nop (frees cost what they cost with everything off); off again, all nops.
+KTEST(kmemleak_alone_hooks_the_allocations_not_the_frees) {
+  if (mm::alloc_hooks_features() != 0) KSKIP("a feature holds the allocators' hooks on (kmemtrace or kmemleak bootarg)");
+  KEXPECT(&__static_branches_free_start[0] > &__static_branches_start[0]);  // both keys have sites
+  KEXPECT(&__static_branches_end[0] > &__static_branches_free_start[0]);
+  KEXPECT(sites_hold(false));
+  kmemleak_enable(true);
+  KEXPECT(sites_hold(__static_branches_start, __static_branches_free_start, true));
+  KEXPECT(sites_hold(__static_branches_free_start, __static_branches_end, false));
+  kmemleak_enable(false);
+  KEXPECT(sites_hold(false));
 }
 
 // Allocator paths that fan out to every core (draining the per-CPU page

@@ -1,9 +1,11 @@
-// The allocators' hooks: features that need every allocation to do a little
-// more (kmemtrace records it, kmemleak stamps the object's metadata) share
-// one switch. While every feature is off, each allocator entry point pays
-// only for testing the switch (in the kernel a static branch: one nop);
-// while one is on, the entry points take their hooked copies, which look at
-// each feature's own flag.
+// The allocators' hooks: features that need allocations (and frees) to do
+// a little more (kmemtrace records both, kmemleak stamps the allocated
+// object's metadata) share two switches, one tested by every allocating
+// entry point and one by every freeing one. While no feature needs a side,
+// its entry points pay only for testing the switch (in the kernel a static
+// branch: one nop); while one does, they take their hooked copies, which
+// look at each feature's own flag. kmemleak needs nothing on a free, so
+// with only kmemleak on, frees run exactly as with every feature off.
 #pragma once
 
 namespace mm {
@@ -12,9 +14,11 @@ enum AllocFeature : unsigned {
   kFeatureKmemtrace = 1u << 0,
   kFeatureKmemleak = 1u << 1,
 };
+// The features that need the frees hooked too.
+constexpr unsigned kFeaturesOnFree = kFeatureKmemtrace;
 
-// Turns a feature's use of the hooks on or off; the switch is on while any
-// feature is. Not from interrupt context (the kernel patches code and
+// Turns a feature's use of the hooks on or off; the allocation switch is on
+// while any feature is, the free switch while one of kFeaturesOnFree is. Not from interrupt context (the kernel patches code and
 // cross-calls every core). False if the platform could not flip the switch.
 bool alloc_hooks_set(unsigned feature, bool on);
 // The features that have the hooks on.

@@ -34,10 +34,15 @@
 //                                         acquire, unlock() releases: what a
 //                                         holder wrote is visible to the next
 //   bool alloc_hooks_on();                are the allocators' hooks on (mm/hooks.h)?
-//                                         Tested first by every allocator entry
+//                                         Tested first by every allocating entry
 //                                         point (kernel: a static branch, one
 //                                         patched nop; host: a load and a branch)
+//   bool free_hooks_on();                 the same, by every freeing entry point
 //   uint64_t cycles();                    cycle (or instruction) counter
+//   uint64_t ticks();                     timer ticks since boot (kmemleak's
+//                                         "jiffies"; kernel: kTimerHz a second;
+//                                         host: 100 a second); kernel: a counter
+//                                         read and a multiply, no division
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
 #pragma once
@@ -76,10 +81,12 @@ void on_each_cpu(void (*fn)(void*), void* arg);
 // exits), so its per-CPU caches can be flushed. Kernel: CPUs never leave.
 void set_cpu_exit_hook(void (*fn)());
 
-// Flips the allocators' hook switch (alloc_hooks_on): in the kernel, patches
-// every static-branch site on every core. Not from interrupt context. False
-// if it could not (the switch is then left off).
+// Flip the allocators' hook switches (alloc_hooks_on, free_hooks_on): in
+// the kernel, patch every static-branch site of the switch on every core.
+// Not from interrupt context. False if it could not (the switch is then
+// left off).
 bool set_alloc_hooks(bool on);
+bool set_free_hooks(bool on);
 
 // Runs fn(arg) on this CPU, with interrupts masked, while every other CPU
 // is stopped where it was (kernel: in an IPI handler, so never inside a
@@ -98,9 +105,8 @@ void stop_others(void (*fn)(void*), void* arg);
 
 
 // --- For the leak scanner (kmemleak) -----------------------------------------
-// Timer ticks since boot (kmemleak's "jiffies"; kernel: kTimerHz a second;
-// host: 100 a second), and a monotonic clock in nanoseconds.
-uint64_t ticks();
+// Ticks a second (ticks(): mm/platform_inline.h), and a monotonic clock in
+// nanoseconds.
 unsigned ticks_per_second();
 uint64_t monotonic_ns();
 // Inside a stop_others fn only: calls fn(lo, hi, cpu, arg) for the live part of every CPU's stack, lo

@@ -77,12 +77,25 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
-// the section .static_branches as {site, target}. One key: kmemtrace.
+// the section of its key as {site, target}. Two keys: the allocators' hooks
+// on allocation (.static_branches) and on free (.static_branches.free).
 #define ARCH_HAS_STATIC_BRANCH 1
-__attribute__((always_inline)) inline bool static_branch_kmemtrace() {
+__attribute__((always_inline)) inline bool static_branch_alloc_hooks() {
   asm goto(
       "1: nop\n"
       ".pushsection .static_branches, \"a\"\n"
+      ".balign 4\n"
+      ".word 1b, %l[on]\n"
+      ".popsection\n" ::::on);
+  return false;
+on:
+  return true;
+}
+
+__attribute__((always_inline)) inline bool static_branch_free_hooks() {
+  asm goto(
+      "1: nop\n"
+      ".pushsection .static_branches.free, \"a\"\n"
       ".balign 4\n"
       ".word 1b, %l[on]\n"
       ".popsection\n" ::::on);

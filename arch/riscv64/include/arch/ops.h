@@ -103,11 +103,12 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
-// the section .static_branches as {site, target}. One key: kmemtrace.
+// the section of its key as {site, target}. Two keys: the allocators' hooks
+// on allocation (.static_branches) and on free (.static_branches.free).
 #define ARCH_HAS_STATIC_BRANCH 1
 // The site is a 4-byte nop on a 4-byte boundary (never a compressed one), so
 // that one aligned store turns it into a jal.
-__attribute__((always_inline)) inline bool static_branch_kmemtrace() {
+__attribute__((always_inline)) inline bool static_branch_alloc_hooks() {
   asm goto(
       ".balign 4\n"  // before norvc: the padding may need a 2-byte c.nop
       ".option push\n"
@@ -115,6 +116,22 @@ __attribute__((always_inline)) inline bool static_branch_kmemtrace() {
       "1: nop\n"
       ".option pop\n"
       ".pushsection .static_branches, \"a\"\n"
+      ".balign 8\n"
+      ".dword 1b, %l[on]\n"
+      ".popsection\n" ::::on);
+  return false;
+on:
+  return true;
+}
+
+__attribute__((always_inline)) inline bool static_branch_free_hooks() {
+  asm goto(
+      ".balign 4\n"  // before norvc: the padding may need a 2-byte c.nop
+      ".option push\n"
+      ".option norvc\n"
+      "1: nop\n"
+      ".option pop\n"
+      ".pushsection .static_branches.free, \"a\"\n"
       ".balign 8\n"
       ".dword 1b, %l[on]\n"
       ".popsection\n" ::::on);

@@ -7,7 +7,7 @@
 #include <arch/ops.h>
 
 namespace mm::plat {
-extern bool g_alloc_hooks;  // kernel/mm/platform.cpp: where the arch has no static branches
+extern bool g_alloc_hooks, g_free_hooks;  // kernel/mm/platform.cpp: where the arch has no static branches
 }
 
 namespace mm::plat {
@@ -36,11 +36,39 @@ inline uint64_t cycles() { return arch::cycles(); }
 // hooks on) where the arch has them.
 __attribute__((always_inline)) inline bool alloc_hooks_on() {
 #if defined(ARCH_HAS_STATIC_BRANCH)
-  return arch::static_branch_kmemtrace();
+  return arch::static_branch_alloc_hooks();
 #else
   return __builtin_expect(g_alloc_hooks, 0);
 #endif
 }
+__attribute__((always_inline)) inline bool free_hooks_on() {
+#if defined(ARCH_HAS_STATIC_BRANCH)
+  return arch::static_branch_free_hooks();
+#else
+  return __builtin_expect(g_free_hooks, 0);
+#endif
+}
+
+// Ticks since boot at kTimerHz from the counter (the cores' tick counts
+// stop while they idle): counter / (frequency / kTimerHz), as the high half
+// of the counter's product with the divisor's reciprocal (platform.cpp):
+// every allocation stamps one while kmemleak is on, and a 64-bit division
+// is a library call on 32-bit ARM. At most one tick short, ever. The
+// reciprocal is set at boot (init_ticks, from mm's init, once the DTB has
+// given the counter's rate), before any allocation can ask.
+extern uint64_t g_tick_reciprocal;
+void init_ticks();
+inline uint64_t high_product(uint64_t a, uint64_t b) {
+#if defined(__SIZEOF_INT128__)
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#else
+  uint64_t al = static_cast<uint32_t>(a), ah = a >> 32, bl = static_cast<uint32_t>(b), bh = b >> 32;
+  uint64_t ll = al * bl, hl = ah * bl, lh = al * bh, hh = ah * bh;
+  uint64_t mid = (ll >> 32) + static_cast<uint32_t>(hl) + static_cast<uint32_t>(lh);
+  return hh + (hl >> 32) + (lh >> 32) + (mid >> 32);
+#endif
+}
+inline uint64_t ticks() { return high_product(arch::counter(), g_tick_reciprocal); }
 
 // RAM is identity-mapped in the kernel.
 inline void* phys_to_virt(uint64_t pa) { return reinterpret_cast<void*>(static_cast<uintptr_t>(pa)); }

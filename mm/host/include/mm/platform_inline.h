@@ -41,10 +41,13 @@ inline void cpu_relax() {
 // The allocators' hook switch (mm/hooks.h): a load and a branch (2
 // instructions on x86-64). Written by set_alloc_hooks (platform.cpp); the
 // features' own flags, read on the hooked paths, carry their ordering.
-extern bool g_alloc_hooks;
+extern bool g_alloc_hooks, g_free_hooks;
 __attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(g_alloc_hooks, 0); }
+__attribute__((always_inline)) inline bool free_hooks_on() { return __builtin_expect(g_free_hooks, 0); }
 
 uint64_t cycles_fallback();  // mm/host/platform.cpp
+uint64_t ticks_from_clock();  // mm/host/platform.cpp: CLOCK_MONOTONIC, 100 a second
+inline uint64_t ticks() { return ticks_from_clock(); }
 inline uint64_t cycles() {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_ia32_rdtsc();
