@@ -16,8 +16,8 @@
 //    cache), a large size by segkmem's check of the span.
 // 4. Before kmem_init (on the host, the first call) the tables are empty:
 //    kmem_alloc takes its large path, which brings kmem up and retries.
-//    The tables are read with relaxed loads on the fast path (plain loads in
-//    the generated code). kmem_alloc_init fills
+//    The tables are read plainly on the kernel's fast path, with relaxed
+//    loads on the host's (size_cache). kmem_alloc_init fills
 //    them with release stores, so a thread that reads a cache pointer
 //    while another runs kmem_init sees the cache initialised through it (an
 //    address dependency); its first allocation then takes the slow path,
@@ -44,12 +44,22 @@ kmem_cache_t* g_alloc_caches[kAllocCaches];
 kmem_cache_t* g_small_table[kSmallMax / 8];     // (size - 1) >> 3
 kmem_cache_t* g_large_table[kAllocMax / 1024];  // (size - 1) >> 10
 
-// Relaxed loads (plain loads on every target): the entry is written once,
-// by kmem_alloc_init's release store, and what it points to is reached
-// through the loaded address (4).
+// An entry is written once, by kmem_alloc_init's release store, and what
+// it points to is reached through the loaded address (4). Host: a relaxed
+// load, since a thread's first kmem_alloc may race another's kmem_init.
+// Kernel: a plain load (kmem_init runs before the other CPUs start, whose
+// start orders it), which arm64 folds into a scaled-index load: two
+// instructions fewer on the pair than the atomic form.
+inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
+#if defined(MM_KERNEL)
+  return *e;
+#else
+  return __atomic_load_n(e, __ATOMIC_RELAXED);
+#endif
+}
 inline kmem_cache_t* size_cache(size_t size) {
-  if (size - 1 < kSmallMax) return __atomic_load_n(&g_small_table[(size - 1) >> 3], __ATOMIC_RELAXED);
-  if (size - 1 < kAllocMax) return __atomic_load_n(&g_large_table[(size - 1) >> 10], __ATOMIC_RELAXED);
+  if (size - 1 < kSmallMax) return table_entry(&g_small_table[(size - 1) >> 3]);
+  if (size - 1 < kAllocMax) return table_entry(&g_large_table[(size - 1) >> 10]);
   return nullptr;
 }
 
