@@ -4,6 +4,7 @@
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
+#include <kernel/timer.h>
 #include <kernel/string.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
@@ -153,10 +154,15 @@ int exercise_report(unsigned cpus) {
 }
 
 int cmd_exercise(const char* cmd, int argc, char** argv) {
-  const char* usage = "usage: kmem exercise [rounds] [background] | kmem exercise status; rounds from 1 to 1000000";
+  const char* usage =
+      "usage: kmem exercise [rounds] [background] | kmem exercise status|wait; rounds from 1 to 1000000";
   Exercise& x = g_exercise;
-  if (argc == 3 && strcmp(argv[2], "status") == 0) {
+  if (argc == 3 && (strcmp(argv[2], "status") == 0 || strcmp(argv[2], "wait") == 0)) {
     if (!g_exercise_background) return shell::usage_error(cmd, "no background exercise was started");
+    // wait: until every core is done (a script's next command then sees
+    // their objects freed); a millisecond between looks.
+    if (argv[2][0] == 'w')
+      while (g_exercise_running.load(std::memory_order_acquire)) timer::delay_us(1000);
     unsigned left = g_exercise_running.load(std::memory_order_acquire);
     if (left) {
       kprintf("kmem exercise: running on %u cpus\n", left);
@@ -214,7 +220,7 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
 
 int cmd_kmem(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "exercise") == 0) return cmd_exercise(argv[0], argc, argv);
-  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors|exercise [rounds] [background]|exercise status");
+  if (argc != 2) return shell::usage_error(argv[0], "usage: kmem reap|move|errors|exercise [rounds] [background]|exercise status|wait");
   if (strcmp(argv[1], "reap") == 0) {
     mm::kmem_reap(true);
     mm::page_drain_cpu_caches();
@@ -253,4 +259,4 @@ SHELL_COMMAND(whatis, "who owns an address: whatis ADDR", cmd_whatis);
 SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
-SHELL_COMMAND(kmem, "kmem reap | move | errors | exercise [rounds] [background] | exercise status", cmd_kmem);
+SHELL_COMMAND(kmem, "kmem reap | move | errors | exercise [rounds] [background] | exercise status | exercise wait", cmd_kmem);

@@ -76,10 +76,19 @@ bool run_mailbox(PerCpu& cpu) {
 
 void wait_idle(PerCpu& cpu);
 
+// wait_idle, telling a call_async fn still running there that a call
+// waits for it (smp::another_call_waits).
+void wait_free(PerCpu& cpu) {
+  if (!cpu.call_fn.load(std::memory_order_acquire)) return;
+  cpu.call_waiting.store(true, std::memory_order_relaxed);
+  wait_idle(cpu);
+  cpu.call_waiting.store(false, std::memory_order_relaxed);
+}
+
 // Under g_call_lock. A call posted by call_async may still be running:
 // its mailbox is free once it has returned.
 void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
-  wait_idle(cpu);
+  wait_free(cpu);
   cpu.call_arg = arg;
   cpu.call_from = cpu_id();
   cpu.call_done.store(0, std::memory_order_relaxed);
@@ -205,6 +214,8 @@ void call_on(unsigned cpu, void (*fn)(void*), void* arg) {
   wait_done(g_percpu[cpu]);
 }
 
+bool another_call_waits() { return this_cpu().call_waiting.load(std::memory_order_relaxed); }
+
 bool in_cross_call() {
   PerCpu& self = this_cpu();
   return self.irq_depth != 0 || self.in_call != 0;
@@ -250,7 +261,7 @@ void stop_others(void (*fn)(void*), void* arg) {
   // Every mailbox free first (a call_async may still run), so no core
   // waits parked while another finishes a long call.
   for_each_cpu([&](PerCpu& c) {
-    if (other(c)) wait_idle(c);
+    if (other(c)) wait_free(c);
   });
   g_stop.parked.store(0, std::memory_order_relaxed);
   g_stop.released.store(false, std::memory_order_relaxed);

@@ -43,6 +43,29 @@
 //    records (objects allocated before: no backtrace, no age), then the
 //    hooks go on. Off: the hooks go off first. g_leak_on is read relaxed by
 //    the hooks: a stamp that races the switch is at worst missing.
+// 7. The stacks. The scanning CPU copies its own live stack first, before
+//    anything here loads an object's address (kmemleak_scan zeroes the
+//    dead stack below it first, so the scan's own frames hold nothing older
+//    than the scan); a stopped CPU's stack is read from its saved registers
+//    up (kernel: the interrupt's trap frame; host: the signal handler's
+//    frame). Conservative, as every stack scan is: a dead slot in a live
+//    frame can keep an object referenced (a false negative, never a false
+//    report). The heap's first page is never handed out, since its address
+//    is a value the allocators hold all the time.
+// 8. What it costs (figures from `bench` under qemu-run --icount and
+//    bench/kmemleak_bench; the README has them all):
+//    - The stopped world: pauses of 0.3 to 4 ms per scan on the virt boards
+//      under TCG (8 cores included), over about 400 KB of roots and objects.
+//    - A scanned word: 9.2 instructions on arm64, 9.8 on arm and riscv64,
+//      whole scan included, at 1% pointer density; 5 to 7 GB/s on the host.
+//      Four words a round against one span compare (scan_range).
+//    - An allocation while on: arm64 +57 instructions a pair, arm +120,
+//      riscv64 +62 (the record's lookup, a counter read and two stores; the
+//      hooked allocation path); frees pay nothing (their own switch, off).
+//      With backtraces: +713 / +981 / +1118 (a frame walk and a depot save).
+//    - Memory: a 16-byte record per buffer of a tracked slab and 3 bits
+//      (reached, scanned, in a magazine), allocated with the slab; 128 KiB of
+//      tables (the mark stack, the stack copy); the 1 MiB stack depot.
 #include <mm/kmemleak.h>
 #include <cstddef>
 #include <mm/hooks.h>

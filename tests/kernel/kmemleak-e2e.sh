@@ -7,6 +7,9 @@
 #  - each report's first backtrace frame is in the function of `kmemleak
 #    test` that allocated that object (the test says which, "by leak_...");
 #  - every scan printed its line (duration, pause, bytes, objects);
+#  - a cross-call to every core while the test holds one (`kmem exercise`
+#    in the foreground) does not wait for 'kmemleak test done': the
+#    holding core lets go and says so;
 #  - after a mark, a clean workload (`kmem exercise`, each object freed)
 #    leaves nothing live: `kmemleak since N` and `... unreferenced` list 0.
 # Usage: kmemleak-e2e.sh QEMU_RUN BOARD BUILD_DIR SYMBOLIZE [qemu-run options...]
@@ -31,7 +34,8 @@ kmemleak scan
 kmemleak scan
 kmemleak scan
 kmemleak all
-kmem exercise status
+kmem exercise wait
+kmem exercise 2
 kmemleak test done
 kmemleak clear
 kmemleak mark
@@ -73,6 +77,9 @@ check(f"every scan printed its line ({len(scans)} of 5)", len(scans) == 5)
 if scans: print("        longest pause seen: %s ms" % max(float(p) for p, _, _ in scans))
 since = re.findall(r"\n(\d+) (backtraces|backtraces of unreferenced objects)\n", text)
 check(f"after a clean workload nothing live since the mark ({since})", since == [("0", "backtraces"), ("0", "backtraces of unreferenced objects")])
+if "holds an object on its stack until" in text:
+    check("the holding core let go for the foreground exercise",
+          re.search(r"kmemleak test: cpu \d+ let go of 0x[0-9a-f]+ for another cross-call", text) is not None)
 check("no allocator error or panic", "PANIC" not in text and "\n0 allocator errors reported since boot" in text)
 sys.exit(1 if bad else 0)
 PY

@@ -57,6 +57,10 @@ struct PerCpu {
   // A word of per-CPU data for tests (kmemleak test keeps an object
   // reachable only from here).
   uintptr_t test_slot = 0;
+  // Set while another core waits for a call_async fn running here to
+  // finish (advisory, relaxed: smp::another_call_waits). After the fields
+  // the trap entry code reaches by offset.
+  std::atomic<bool> call_waiting{false};
 };
 
 extern PerCpu g_percpu[kMaxCpus];

@@ -30,6 +30,11 @@ void stop_others(void (*fn)(void*), void* arg);
 // waits for fn to finish. False (and nothing posted) if cpu is the calling
 // core, offline or out of range.
 bool call_async(unsigned cpu, void (*fn)(void*), void* arg);
+// Inside a call_async fn: does another call to this core wait for it to
+// finish? A fn that runs until told to stop (a test holding the core)
+// returns early then, so that no other cross-call (static-branch patching,
+// a reap, a bench) waits on it without end. Advisory: polled.
+bool another_call_waits();
 // Freezes every other online core wherever it is running, runs fn(arg) on
 // this one with interrupts masked, then lets them go: unlike stop_others,
 // a core busy with a long call (a background workload) is stopped in the
