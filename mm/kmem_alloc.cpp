@@ -133,18 +133,7 @@ __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_
 void kmem_alloc_init() {
   for (unsigned i = 0; i < kAllocCaches; i++) {
     char name[kNameLen];
-    const char* prefix = "kmem_alloc_";
-    unsigned n = 0;
-    for (; prefix[n]; n++) name[n] = prefix[n];
-    uint32_t v = kAllocSizes[i];
-    char digits[8];
-    unsigned d = 0;
-    do {
-      digits[d++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v);
-    while (d) name[n++] = digits[--d];
-    name[n] = 0;
+    cache_size_name(name, "kmem_alloc_", kAllocSizes[i]);
     size_t align = kAllocSizes[i] >= 64 ? 64 : kAllocSizes[i] >= 16 ? 16 : 8;
     if (kAllocSizes[i] % align) align = 8;
     g_alloc_caches[i] = cache_create(name, kAllocSizes[i], align, nullptr, nullptr, nullptr, nullptr, nullptr,

@@ -126,6 +126,20 @@ static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner
 // a mask, the same for every on-slab cache.
 constexpr uintptr_t kOnSlabHeader = kPageBytes - sizeof(Slab);
 
+// A size cache's name: prefix, then v in decimal ("kmem_alloc_96").
+inline void cache_size_name(char (&out)[kNameLen], const char* prefix, uint32_t v) {
+  unsigned n = 0;
+  for (; prefix[n] && n < kNameLen - 11; n++) out[n] = prefix[n];
+  char digits[10];
+  unsigned d = 0;
+  do {
+    digits[d++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (d) out[n++] = digits[--d];
+  out[n] = 0;
+}
+
 inline Slab* onslab_header(uintptr_t buf) {
   return reinterpret_cast<Slab*>((buf & ~(uintptr_t{kPageBytes} - 1)) + kOnSlabHeader);
 }

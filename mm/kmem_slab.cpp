@@ -328,17 +328,8 @@ Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller, Guard<>& g) {
 
 void internal_init() {
   for (unsigned shift = kInternalMinShift; shift <= kInternalMaxShift; shift++) {
-    char name[kNameLen] = "kmem_internal_";
-    unsigned n = 14;
-    uint32_t v = uint32_t{1} << shift;
-    char digits[8];
-    unsigned d = 0;
-    do {
-      digits[d++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v);
-    while (d) name[n++] = digits[--d];
-    name[n] = 0;
+    char name[kNameLen];
+    cache_size_name(name, "kmem_internal_", uint32_t{1} << shift);
     g_internal[shift - kInternalMinShift] =
         cache_create(name, size_t{1} << shift, 64, nullptr, nullptr, nullptr, nullptr, nullptr,
                      KMC_NOMAGAZINE | KMC_NOTRACK);

@@ -75,28 +75,18 @@ constexpr bool kLeafFramesSaveOnlyFp = false;
 // the section of its key as {site, target}. Two keys: the allocators' hooks
 // on allocation (.static_branches) and on free (.static_branches.free).
 #define ARCH_HAS_STATIC_BRANCH 1
-__attribute__((always_inline)) inline bool static_branch_alloc_hooks() {
-  asm goto(
-      "1: nop\n"
-      ".pushsection .static_branches, \"a\"\n"
-      ".balign 8\n"
-      ".quad 1b, %l[on]\n"
-      ".popsection\n" ::::on);
-  return false;
-on:
+#define ARCH_STATIC_BRANCH(section) \
+  asm goto(                                \
+      "1: nop\n"                           \
+      ".pushsection " section ", \"a\"\n"  \
+      ".balign 8\n"                        \
+      ".quad 1b, %l[on]\n"                 \
+      ".popsection\n" ::::on);             \
+  return false;                            \
+on:                                        \
   return true;
-}
-
-__attribute__((always_inline)) inline bool static_branch_free_hooks() {
-  asm goto(
-      "1: nop\n"
-      ".pushsection .static_branches.free, \"a\"\n"
-      ".balign 8\n"
-      ".quad 1b, %l[on]\n"
-      ".popsection\n" ::::on);
-  return false;
-on:
-  return true;
-}
+__attribute__((always_inline)) inline bool static_branch_alloc_hooks() { ARCH_STATIC_BRANCH(".static_branches") }
+__attribute__((always_inline)) inline bool static_branch_free_hooks() { ARCH_STATIC_BRANCH(".static_branches.free") }
+#undef ARCH_STATIC_BRANCH
 
 }  // namespace arch

@@ -108,36 +108,23 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 #define ARCH_HAS_STATIC_BRANCH 1
 // The site is a 4-byte nop on a 4-byte boundary (never a compressed one), so
 // that one aligned store turns it into a jal.
-__attribute__((always_inline)) inline bool static_branch_alloc_hooks() {
-  asm goto(
-      ".balign 4\n"  // before norvc: the padding may need a 2-byte c.nop
-      ".option push\n"
-      ".option norvc\n"
-      "1: nop\n"
-      ".option pop\n"
-      ".pushsection .static_branches, \"a\"\n"
-      ".balign 8\n"
-      ".dword 1b, %l[on]\n"
-      ".popsection\n" ::::on);
-  return false;
-on:
+// The .balign comes before norvc: the padding may need a 2-byte c.nop.
+#define ARCH_STATIC_BRANCH(section) \
+  asm goto(                                                                \
+      ".balign 4\n"                                                        \
+      ".option push\n"                                                     \
+      ".option norvc\n"                                                    \
+      "1: nop\n"                                                           \
+      ".option pop\n"                                                      \
+      ".pushsection " section ", \"a\"\n"                                  \
+      ".balign 8\n"                                                        \
+      ".dword 1b, %l[on]\n"                                                \
+      ".popsection\n" ::::on);                                             \
+  return false;                                                            \
+on:                                                                        \
   return true;
-}
-
-__attribute__((always_inline)) inline bool static_branch_free_hooks() {
-  asm goto(
-      ".balign 4\n"  // before norvc: the padding may need a 2-byte c.nop
-      ".option push\n"
-      ".option norvc\n"
-      "1: nop\n"
-      ".option pop\n"
-      ".pushsection .static_branches.free, \"a\"\n"
-      ".balign 8\n"
-      ".dword 1b, %l[on]\n"
-      ".popsection\n" ::::on);
-  return false;
-on:
-  return true;
-}
+__attribute__((always_inline)) inline bool static_branch_alloc_hooks() { ARCH_STATIC_BRANCH(".static_branches") }
+__attribute__((always_inline)) inline bool static_branch_free_hooks() { ARCH_STATIC_BRANCH(".static_branches.free") }
+#undef ARCH_STATIC_BRANCH
 
 }  // namespace arch
