@@ -126,7 +126,8 @@ static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner
 // a mask, the same for every on-slab cache.
 constexpr uintptr_t kOnSlabHeader = kPageBytes - sizeof(Slab);
 
-// A size cache's name: prefix, then v in decimal ("kmem_alloc_96").
+// A cache's name: prefix, then v in decimal ("kmem_alloc_96"). (vmem's
+// quantum caches have their own: vmem builds without kmem.)
 inline void cache_size_name(char (&out)[kNameLen], const char* prefix, uint32_t v) {
   unsigned n = 0;
   for (; prefix[n] && n < kNameLen - 11; n++) out[n] = prefix[n];

@@ -254,18 +254,7 @@ __attribute__((always_inline)) inline FreeStep reload_and_push(kmem_cache_t* cp,
 void magazine_init() {
   for (auto& mt : g_magtypes) {
     char name[kNameLen];
-    unsigned n = 0;
-    const char* prefix = "kmem_magazine_";
-    for (; prefix[n]; n++) name[n] = prefix[n];
-    uint32_t r = mt.rounds;
-    char digits[8];
-    unsigned d = 0;
-    do {
-      digits[d++] = static_cast<char>('0' + r % 10);
-      r /= 10;
-    } while (r);
-    while (d) name[n++] = digits[--d];
-    name[n] = 0;
+    cache_size_name(name, "kmem_magazine_", mt.rounds);
     mt.cache = cache_create(name, sizeof(Magazine) + mt.rounds * sizeof(void*), 64, nullptr, nullptr, nullptr,
                             nullptr, nullptr, KMC_NOMAGAZINE | KMC_NOTRACK);
   }
