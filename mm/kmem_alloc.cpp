@@ -94,6 +94,7 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
 __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller);
+  if (failslab_armed() && (kmflag & KM_NOSLEEP) && size && failslab_should_fail("kmem_alloc", size)) return nullptr;
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);

@@ -28,6 +28,7 @@
 //    header slab_create wrote before the slab's first buffer left the slab
 //    layer under slab_lock, so before any legitimate free of it).
 #pragma once
+#include <mm/failslab.h>
 #include <trace/record.h>
 #include "heap_index.h"
 #include "kmem_cache.h"
@@ -78,6 +79,9 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 template <bool kTraced = false>
 __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag, uint8_t type = 0,
                                                         size_t requested = 0, uintptr_t caller = 0) {
+  if constexpr (kTraced)
+    if (__builtin_expect(failslab_armed(), 0) && (kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize))
+      return nullptr;
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {

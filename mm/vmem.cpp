@@ -61,6 +61,7 @@
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
+#include <mm/failslab.h>
 #include <mm/vmem.h>
 #include <new>
 #include "kmemtrace_hooks.h"
@@ -1458,6 +1459,7 @@ __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size,
   return slow();
 }
 __attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
+  if (mm::failslab_armed() && (vmflag & VM_NOSLEEP) && mm::failslab_should_fail(vmp->name, size)) return nullptr;
   void* p = alloc_body(vmp, size, vmflag, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   return p;
@@ -1487,6 +1489,9 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
   uintptr_t caller = caller_of_api();
   Request r;
   if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
+  // Fault injection rides on the hooks' switch (a nop while it is off).
+  if (kmemtrace::on() && mm::failslab_armed() && (vmflag & VM_NOSLEEP) && mm::failslab_should_fail(vmp->name, size))
+    return nullptr;
   int policy = policy_of(vmflag, vmp);
   auto slow = [&] { return xalloc(vmp, r, policy, vmflag, false, caller); };
   void* p;

@@ -13,6 +13,7 @@ namespace mm {
 enum AllocFeature : unsigned {
   kFeatureKmemtrace = 1u << 0,
   kFeatureKmemleak = 1u << 1,
+  kFeatureFailslab = 1u << 2,  // fault injection (mm/failslab.h): allocations only
 };
 // The features that need the frees hooked too.
 constexpr unsigned kFeaturesOnFree = kFeatureKmemtrace;
