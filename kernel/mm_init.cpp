@@ -6,6 +6,7 @@
 #include <kernel/kmemtrace.h>
 #include <kernel/panic.h>
 #include <kernel/timer.h>
+#include <mm/failslab.h>
 #include <mm/kmem.h>
 #include <mm/platform.h>
 #include <mm/page.h>
@@ -50,6 +51,26 @@ uint64_t kept_pages_at_boot() { return g_kept_at_boot; }
 
 // Gives the page allocator every RAM bank minus the reserved ranges, then
 // brings vmem and kmem up.
+// kmem.fail=PROBABILITY,INTERVAL,TIMES[,cache=NAME][,space=BYTES]: fault
+// injection from boot (mm/failslab.h; `kmem fail` at run time).
+void failslab_setup() {
+  char buf[96];
+  if (!boot::arg_value("kmem.fail", buf, sizeof buf)) return;
+  mm::FailConfig c;
+  const char* why = "";
+  if (!mm::failslab_parse(buf, c, &why)) {
+    kprintf("mm: kmem.fail=%s: %s; fault injection stays off\n", buf, why);
+    return;
+  }
+  if (!mm::failslab_set(c)) {
+    kprintf("mm: kmem.fail: the allocators' hooks could not be switched on; fault injection stays off\n");
+    return;
+  }
+  kprintf("mm: fault injection on: %u%% of NOSLEEP allocations, every %llu, %lld times%s%s\n", c.probability,
+          static_cast<unsigned long long>(c.interval), static_cast<long long>(c.times), c.filter[0] ? ", cache " : "",
+          c.filter);
+}
+
 void init() {
   mm::plat::init_ticks();  // kmemleak's stamps (the counter's rate is known: arch::init_from_dtb)
   mm::PhysRange banks[kMaxMemBanks];
@@ -80,6 +101,7 @@ void init() {
   mm::kmem_init();
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();
+  failslab_setup();
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

@@ -6,6 +6,7 @@
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>
+#include <mm/failslab.h>
 #include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <mm/kmemleak.h>
@@ -125,6 +126,7 @@ kmem_cache_t* g_exhaust_cache;
 }
 
 KTEST(exhaustion_nosleep_fails_pushpage_succeeds_and_all_comes_back) {
+  if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): this test counts NOSLEEP failures itself");
   reap_everything();
   uint64_t boot = mm_boot::boot_free_pages();
   g_exhaust_cache = kmem_cache_create("test_exhaust", 2048, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -226,6 +228,7 @@ void counting_dtor(void* buf, void* priv) {
 }  // namespace
 
 KTEST(constructor_failure_returns_null_and_leaks_nothing) {
+  if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): this test counts constructor calls itself");
   static CtorState st;
   st = {};
   kmem_cache_t* cp = kmem_cache_create("test_ctor", 96, 0, counting_ctor, counting_dtor, nullptr, &st, nullptr, 0);
@@ -597,7 +600,7 @@ void cache_events(uint64_t& allocs, uint64_t& frees) {
 KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   if (kmemtrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
   if (mm::alloc_hooks_features() & ~unsigned{mm::kFeatureKmemtrace})
-    KSKIP("another feature holds the allocators' hooks on (kmemleak)");
+    KSKIP("another feature holds the allocators' hooks on (kmemleak or kmem.fail)");
   if (kmemtrace::enabled()) KSKIP("tracing is on (kmemtrace bootarg): the test needs it off");
   kmemtrace::clear();
   KEXPECT(&__static_branches_end[0] - &__static_branches_start[0] >= 10);  // every entry point has one
@@ -632,7 +635,8 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
 // entry point branches to its hooked copy and every freeing one keeps its
 // nop (frees cost what they cost with everything off); off again, all nops.
 KTEST(kmemleak_alone_hooks_the_allocations_not_the_frees) {
-  if (mm::alloc_hooks_features() != 0) KSKIP("a feature holds the allocators' hooks on (kmemtrace or kmemleak bootarg)");
+  if (mm::alloc_hooks_features() != 0)
+    KSKIP("a feature holds the allocators' hooks on (the kmemtrace, kmemleak or kmem.fail bootarg)");
   KEXPECT(&__static_branches_free_start[0] > &__static_branches_start[0]);  // both keys have sites
   KEXPECT(&__static_branches_end[0] > &__static_branches_free_start[0]);
   KEXPECT(sites_hold(false));
