@@ -394,6 +394,11 @@ __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uin
 __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   free_slow(cp, obj, caller ? caller : caller_of_api());
 }
+__attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+                                                     uintptr_t caller) {
+  if ((kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize)) return nullptr;
+  return cache_alloc<true, false>(cp, kmflag, type, requested, caller);
+}
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller) {
   void* obj = alloc_slow(cp, kmflag);

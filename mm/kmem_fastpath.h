@@ -45,6 +45,7 @@ namespace mm {
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
+void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
 // kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
 // frameless). Returns obj.
 
@@ -76,12 +77,14 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // untraced, and traced (kTraced) from their out-of-line traced copies:
 // then it records the event (type, requested, caller) as well, inside the
 // masked region on the magazine path, after the fact on the slow path.
-template <bool kTraced = false>
+// kFailslab: fault injection may fail it (mm/failslab.h), a tail call to
+// alloc_failslab while injection is on, so that the hooked copy stays a
+// leaf otherwise.
+template <bool kTraced = false, bool kFailslab = kTraced>
 __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag, uint8_t type = 0,
                                                         size_t requested = 0, uintptr_t caller = 0) {
-  if constexpr (kTraced)
-    if (__builtin_expect(failslab_armed(), 0) && (kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize))
-      return nullptr;
+  if constexpr (kFailslab)
+    if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller);
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
