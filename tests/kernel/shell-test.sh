@@ -97,5 +97,19 @@ boot 'test spinlock_guard\ntest kmemtrace_switch\ntest nosuchtest\npoweroff\n' -
   grep -q '^0 passed, 0 failed, 1 skipped[[:space:]]*$' "$log" && grep -q "test: no test name contains 'nosuchtest'" "$log"
 check "test NAME runs matching tests; a missing precondition is a visible SKIP with its reason" $?
 
+# 9. Fault injection from the shell: bad specs are refused with the reason,
+#    a good one is shown with its counts, a cache's NOSLEEP allocations fail
+#    (kmem exercise's own cache, twice), the exercise says they were
+#    injected and handled, and off is off.
+boot 'kmem fail\nkmem fail 101,1,1\nkmem fail 10,0,1\nkmem fail 10,1,1,colour=red\nkmem fail 100,1,2,cache=exercise\nkmem exercise 5\nkmem fail\nkmem fail off\nkmem fail\nkmem errors\npoweroff\n'; st=$?
+[[ $st -eq 0 ]] && [[ $(grep -c '^kmem fail: off[[:space:]]*$' "$log") -eq 3 ]] &&
+  grep -q "kmem: '101,1,1': PROBABILITY is a percentage, 0 to 100" "$log" &&
+  grep -q "kmem: '10,0,1': INTERVAL is a number of calls, 1 or more" "$log" &&
+  grep -q "kmem: '10,1,1,colour=red': after TIMES only cache=NAME and space=BYTES may follow" "$log" &&
+  grep -q '^kmem fail: 100% of KM_NOSLEEP/VM_NOSLEEP allocations, every 1 eligible, 2 of 2 left, cache exercise; 0 failed so far' "$log" &&
+  grep -q '; 2 failed[[:space:]]*$' "$log" && grep -q '^kmem exercise: kmem fail injected 2 failures meanwhile: each one handled' "$log" &&
+  grep -q '0 of 2 left, cache exercise; 2 failed so far' "$log" && grep -q '^0 allocator errors reported since boot' "$log"
+check "kmem fail: bad specs refused with the reason, injection counted, exercise handles it, off" $?
+
 echo "$((total - fails)) passed, $fails failed, 0 skipped"
 exit $(( fails > 0 ))
