@@ -403,7 +403,7 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
                                                   uintptr_t caller) {
   void* obj = alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
-  if (obj && leak_stamping()) leak_note_alloc(cp, obj, caller);
+  if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
   return obj;
 }
 

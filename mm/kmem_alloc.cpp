@@ -99,7 +99,7 @@ __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintp
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
   if (p && leak_stamping()) {
-    if (kmem_cache_t* c = size_cache(size)) leak_note_alloc(c, p, caller);  // kmem came up on this call (host)
+    if (kmem_cache_t* c = size_cache(size)) leak_stamp(c, p, caller);  // kmem came up on this call (host)
     else leak_note_large(p, caller);
   }
   return p;

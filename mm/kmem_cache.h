@@ -309,8 +309,7 @@ uint64_t leak_records_bytes();
 // kmemleak.cpp: is it on (the hooked copies stamp objects), and the stamps.
 extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, 6)
 inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
-void leak_note_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller);
-// The same, returning obj: the magazine path's tail call (kmem_fastpath.h).
+// Stamps obj's record (a tail call from the magazine path: returns obj).
 void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void leak_note_large(void* obj, uintptr_t caller);
 uint64_t kmemleak_metadata_pages();

@@ -770,7 +770,6 @@ __attribute__((noipa)) void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t c
   return stamp_slab(cp, onslab_header(reinterpret_cast<uintptr_t>(obj)), obj, caller);
 }
 
-void leak_note_alloc(kmem_cache_t* cp, void* obj, uintptr_t caller) { leak_stamp(cp, obj, caller); }
 
 void leak_note_large(void* obj, uintptr_t caller) {
   LargeLeakWords lw;
