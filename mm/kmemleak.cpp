@@ -59,10 +59,10 @@
 //    - A scanned word: 9.2 instructions on arm64, 9.8 on arm and riscv64,
 //      whole scan included, at 1% pointer density; 5 to 7 GB/s on the host.
 //      Four words a round against one span compare (scan_range).
-//    - An allocation while on: arm64 +57 instructions a pair, arm +120,
-//      riscv64 +62 (the record's lookup, a counter read and two stores; the
-//      hooked allocation path); frees pay nothing (their own switch, off).
-//      With backtraces: +713 / +981 / +1118 (a frame walk and a depot save).
+//    - An allocation while on: arm64 +61 instructions a pair, arm +125,
+//      riscv64 +66 (the record's lookup, a counter read and two stores; the
+//      hooked allocation path, with fault injection's flag); frees pay nothing (their own switch, off).
+//      With backtraces: +717 / +986 / +1122 (a frame walk and a depot save).
 //    - Memory: a 16-byte record per buffer of a tracked slab and 3 bits
 //      (reached, scanned, in a magazine), allocated with the slab; 128 KiB of
 //      tables (the mark stack, the stack copy); the 1 MiB stack depot.
