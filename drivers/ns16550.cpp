@@ -79,7 +79,7 @@ void ns16550_enable_rx_irq(uintptr_t base) {
   wr(p, kIer, kIerRxAvailable);
 }
 
-const UartOps kNs16550 = {"ns16550a", ns16550_putc, ns16550_getc, ns16550_enable_rx_irq};
+const UartOps kNs16550 = {"ns16550a", ns16550_putc, ns16550_getc, ns16550_enable_rx_irq, nullptr};
 }  // namespace
 
 extern const UartOps* const g_uart_ns16550a = &kNs16550;

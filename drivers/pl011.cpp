@@ -4,7 +4,8 @@
 #include <cstdint>
 
 namespace {
-constexpr uintptr_t kDr = 0x00, kFr = 0x18, kImsc = 0x38, kIcr = 0x44;
+constexpr uintptr_t kDr = 0x00, kFr = 0x18, kCr = 0x30, kImsc = 0x38, kIcr = 0x44;
+constexpr uint32_t kCrUartEn = 1 << 0, kCrTxe = 1 << 8, kCrRxe = 1 << 9;
 constexpr uint32_t kFrTxFull = 1 << 5, kFrRxEmpty = 1 << 4;
 constexpr uint32_t kIntRx = 1 << 4, kIntRxTimeout = 1 << 6;
 
@@ -28,7 +29,16 @@ void pl011_enable_rx_irq(uintptr_t base) {
   reg(base, kImsc) = reg(base, kImsc) | kIntRx | kIntRxTimeout;
 }
 
-const UartOps kPl011 = {"pl011", pl011_putc, pl011_getc, pl011_enable_rx_irq};
+// QEMU's PL011 moves bytes with UARTEN clear (its reset CR is 0x300); a real
+// one does not, and firmware that routed it elsewhere (the Pi's Bluetooth)
+// may have left it off. The baud rate stays what the firmware set.
+void pl011_init(uintptr_t base) {
+  uint32_t cr = reg(base, kCr);
+  if ((cr & (kCrUartEn | kCrTxe | kCrRxe)) != (kCrUartEn | kCrTxe | kCrRxe))
+    reg(base, kCr) = cr | kCrUartEn | kCrTxe | kCrRxe;
+}
+
+const UartOps kPl011 = {"pl011", pl011_putc, pl011_getc, pl011_enable_rx_irq, pl011_init};
 }  // namespace
 
 extern const UartOps* const g_uart_pl011 = &kPl011;

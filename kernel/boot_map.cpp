@@ -35,7 +35,12 @@ void map_kernel(uintptr_t dtb) {
       for (uint32_t i = 0; tree.reg(n, i, base, size); i++) {
         if (!size || base >= arch::kDirectMapLimit) continue;
         uint64_t end = base + size > arch::kDirectMapLimit ? arch::kDirectMapLimit : base + size;
-        map(base, end, kRam);
+        // Page 0 stays unmapped where RAM starts at 0 (raspi3b): a null
+        // pointer faults there as everywhere else. Whatever the firmware
+        // keeps there (the Pi's spin table, in /memreserve/) is reached
+        // through a mapping of its own (arch/arm64/spin_table.cpp).
+        if (base == 0) base = kPageSize;
+        if (end > base) map(base, end, kRam);
       }
     }
   }

@@ -48,6 +48,7 @@ void sink(void*, const char* s, size_t n) { put_locked(s, n); }
 namespace console {
 
 void attach(const UartOps* ops, uintptr_t base) {
+  if (ops->init) ops->init(base);
   g_uart_base = base;
   g_uart = ops;
 }

@@ -361,7 +361,45 @@ bool Tree::reg(Node n, uint32_t i, uint64_t& base, uint64_t& size) const {
   if (!prop(n, "reg", p)) return false;
   uint32_t stride = ac + sc;
   if ((uint64_t{i} + 1) * stride * 4 > p.len) return false;  // also keeps i * stride from wrapping
-  return p.cells(i * stride, ac, base) && p.cells(i * stride + ac, sc, size);
+  if (!p.cells(i * stride, ac, base) || !p.cells(i * stride + ac, sc, size)) return false;
+  return translate(par, base);
+}
+
+// Up the tree through each bus's "ranges" (child address, parent address,
+// size; the cell counts of the bus, of its parent, of the bus): an empty
+// "ranges" maps 1:1, an address no entry covers is not reachable from the
+// CPU. A bus without "ranges" ends the walk where it is (the old reading of
+// reg, which DTBs without bus translation rely on). The Pi's /soc maps
+// bus addresses 0x7e000000.. to CPU addresses 0x3f000000..
+bool Tree::translate(Node bus, uint64_t& addr) const {
+  for (unsigned depth = 0; depth < 16; depth++) {
+    Node up = parent(bus);
+    if (up == kNoNode) return true;  // the root's children: CPU addresses
+    Property r;
+    if (!prop(bus, "ranges", r)) return true;
+    if (r.len == 0) {
+      bus = up;
+      continue;
+    }
+    uint32_t cac = address_cells(bus), pac = address_cells(up), csc = size_cells(bus);
+    if (cac == 0 || cac > 2 || pac == 0 || pac > 2 || csc > 2) return false;
+    uint32_t stride = cac + pac + csc;
+    bool found = false;
+    for (uint32_t e = 0; (e + 1) * stride * 4 <= r.len; e++) {
+      uint64_t child, parent_addr, size;
+      if (!r.cells(e * stride, cac, child) || !r.cells(e * stride + cac, pac, parent_addr) ||
+          !r.cells(e * stride + cac + pac, csc, size))
+        return false;
+      if (addr >= child && addr - child < size) {
+        addr = parent_addr + (addr - child);
+        found = true;
+        break;
+      }
+    }
+    if (!found) return false;
+    bus = up;
+  }
+  return false;  // deeper than any real tree: a loop in a corrupt blob
 }
 
 bool Tree::memreserve(uint32_t i, uint64_t& base, uint64_t& size) const {

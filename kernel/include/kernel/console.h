@@ -12,6 +12,10 @@ struct UartOps {
   void (*putc)(uintptr_t base, char c);
   int (*getc)(uintptr_t base);              // -1 when nothing is waiting
   void (*enable_rx_irq)(uintptr_t base);   // received bytes raise an interrupt
+  // Makes the UART usable (powered, enabled; the baud rate the firmware set
+  // is kept). Idempotent: console::attach runs it for the early console and
+  // again for the DTB's. May be null.
+  void (*init)(uintptr_t base);
 };
 
 // UART drivers register by DTB compatible.

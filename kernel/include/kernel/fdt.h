@@ -88,8 +88,12 @@ class Tree {
   // #address-cells / #size-cells that apply to the children of n.
   uint32_t address_cells(Node n) const;
   uint32_t size_cells(Node n) const;
-  // Entry i of n's "reg", decoded with the parent's cell sizes.
+  // Entry i of n's "reg", decoded with the parent's cell sizes and
+  // translated to a CPU physical address through the buses' "ranges".
   bool reg(Node n, uint32_t i, uint64_t& base, uint64_t& size) const;
+  // Translates addr, an address on bus (the parent of the node it came
+  // from), up to the root's address space; false if no range covers it.
+  bool translate(Node bus, uint64_t& addr) const;
 
   uint32_t memreserve_count() const { return nreserve_; }
   bool memreserve(uint32_t i, uint64_t& base, uint64_t& size) const;
