@@ -32,17 +32,19 @@ inline volatile uint32_t& reg(uintptr_t base, uintptr_t off) {
   return *reinterpret_cast<volatile uint32_t*>(base + off);
 }
 
+// A UART already on (the firmware's, or ours from the early console) is
+// left as it is: resetting it would drop received bytes from its 8-byte
+// FIFO.
 void aux_init(uintptr_t base) {
-  if (!(reg(base, kAuxEnables) & kAuxEnableUart)) reg(base, kAuxEnables) = reg(base, kAuxEnables) | kAuxEnableUart;
-  if (reg(base, kBaud) == 0) {
-    reg(base, kCntl) = 0;
-    reg(base, kIer) = 0;
-    reg(base, kLcr) = kLcr8Bit;
-    reg(base, kMcr) = 0;
-    reg(base, kIir) = kIirClearFifos;
-    reg(base, kBaud) = kCoreClockHz / (8 * kBaudRate) - 1;
-  }
-  if ((reg(base, kCntl) & kCntlRxTx) != kCntlRxTx) reg(base, kCntl) = kCntlRxTx;
+  if ((reg(base, kAuxEnables) & kAuxEnableUart) && (reg(base, kCntl) & kCntlRxTx) == kCntlRxTx) return;
+  reg(base, kAuxEnables) = reg(base, kAuxEnables) | kAuxEnableUart;
+  reg(base, kCntl) = 0;
+  reg(base, kIer) = 0;
+  reg(base, kLcr) = kLcr8Bit;
+  reg(base, kMcr) = 0;
+  reg(base, kIir) = kIirClearFifos;
+  if (reg(base, kBaud) == 0) reg(base, kBaud) = kCoreClockHz / (8 * kBaudRate) - 1;
+  reg(base, kCntl) = kCntlRxTx;
 }
 
 void aux_putc(uintptr_t base, char c) {

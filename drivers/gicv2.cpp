@@ -82,7 +82,7 @@ bool gic_probe(const fdt::Tree& t, int node) {
   for (unsigned i = 32; i < g_lines; i++) d8(kGicdIpriority + i) = 0x80;
   for (unsigned i = 32; i < g_lines; i += 16) d32(kGicdIcfgr + i / 4) = 0;  // level-triggered
   d32(kGicdCtlr) = 1;
-  irq::set_chip(&kGicV2);
+  if (irq::add_chip(&kGicV2, g_lines) < 0) return false;
   irq::register_handler(kIpiSgi, ipi_handler, nullptr, "ipi");
   return true;
 }

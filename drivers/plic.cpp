@@ -130,7 +130,7 @@ bool plic_probe(const fdt::Tree& t, int node) {
     ctx_reg(g_ctx[c], kThreshold) = 1;
     for (unsigned w = 0; w <= g_ndev / 32; w++) enable_word(g_ctx[c], 32 * w) = 0;
   }
-  irq::set_chip(&kPlic);
+  if (irq::add_chip(&kPlic, g_ndev + 1) < 0) return false;
   return true;
 }
 

@@ -62,9 +62,9 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   if (e != fdt::Error::kOk) panic("device tree at 0x%lx is unusable: %s", static_cast<unsigned long>(dtb), fdt::error_name(e));
 
   platform::read_boot_info();
-  arch::init_from_dtb(g_boot.dtb);
   platform::probe_irqchip();
-  if (irq::chip()) irq::chip()->init_cpu();  // before any irq is routed to this core
+  arch::init_from_dtb(g_boot.dtb);  // after the controllers: it translates the timer's interrupts
+  irq::init_cpu();  // before any irq is routed to this core
   setup_console();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,
           g_boot.bootargs);

@@ -14,8 +14,17 @@ extern "C" const IrqChipDriver __drivers_irqchip_start[], __drivers_irqchip_end[
 extern "C" const UartDriver __drivers_uart_start[], __drivers_uart_end[];
 
 namespace {
-const IrqChipDriver* g_irq_driver;
-fdt::Node g_irq_node = fdt::kNoNode;
+// What probe_irqchip found for each irq domain (irq::add_chip's index):
+// the driver that decodes its specifiers and its node. Boot core only.
+const IrqChipDriver* g_irq_driver[irq::kMaxDomains];
+fdt::Node g_irq_node[irq::kMaxDomains] = {fdt::kNoNode, fdt::kNoNode, fdt::kNoNode, fdt::kNoNode};
+static_assert(irq::kMaxDomains == 4);
+
+int domain_of_node(fdt::Node n) {
+  for (int i = 0; i < irq::domain_count(); i++)
+    if (g_irq_node[i] == n) return i;
+  return -1;
+}
 
 void add_reserved(uint64_t base, uint64_t size, const char* what) {
   if (!size) return;
@@ -107,20 +116,52 @@ void read_boot_info() {
   if (g_boot.cpus_ignored) kprintf("dtb: %u cores beyond the limit of %u are left off\n", g_boot.cpus_ignored, kMaxCpus);
 }
 
+// Probes the interrupt controllers in the order the DTB's interrupt-parent
+// chain gives. The root is a controller whose interrupt parent is itself,
+// absent, or none we drive (a RISC-V hart's local controller). Then, round
+// by round, every controller whose parent is already probed becomes a
+// cascade behind the parent's interrupt it names (its "interrupts"), routed
+// to the boot core. Nothing here knows a particular chain: the Pi's
+// BCM2835 behind the BCM2836 local controller is one instance.
 void probe_irqchip() {
   const fdt::Tree& t = g_boot.dtb;
-  for (const IrqChipDriver* d = __drivers_irqchip_start; d < __drivers_irqchip_end; d++) {
-    for (fdt::Node n = t.find_compatible(d->compatible); n != fdt::kNoNode; n = t.find_compatible(d->compatible, n)) {
-      if (!status_okay(t, n)) continue;
-      if (d->probe(t, n)) {
-        g_irq_driver = d;
-        g_irq_node = n;
-        kprintf("irq: %s (%s)\n", irq::chip()->name, t.name(n));
-        return;
+  auto known = [&](fdt::Node n) {
+    for (const IrqChipDriver* d = __drivers_irqchip_start; d < __drivers_irqchip_end; d++)
+      if (t.is_compatible(n, d->compatible)) return true;
+    return false;
+  };
+  for (int round = 0; round < irq::kMaxDomains; round++) {
+    bool progress = false;
+    for (const IrqChipDriver* d = __drivers_irqchip_start; d < __drivers_irqchip_end; d++) {
+      for (fdt::Node n = t.find_compatible(d->compatible); n != fdt::kNoNode; n = t.find_compatible(d->compatible, n)) {
+        if (!status_okay(t, n) || domain_of_node(n) >= 0 || irq::domain_count() == irq::kMaxDomains) continue;
+        fdt::Node parent = interrupt_parent(t, n);
+        bool root = parent == n || parent == fdt::kNoNode || !known(parent);
+        if (root != (irq::domain_count() == 0)) continue;  // one root, first
+        if (!root && domain_of_node(parent) < 0) continue;  // its parent in a later round
+        int before = irq::domain_count();
+        if (!d->probe(t, n) || irq::domain_count() != before + 1) continue;
+        g_irq_driver[before] = d;
+        g_irq_node[before] = n;
+        progress = true;
+        if (root) {
+          kprintf("irq: %s (%s)\n", irq::chip()->name, t.name(n));
+          continue;
+        }
+        unsigned parent_irq;
+        if (!irq::from_dtb(t, n, 0, parent_irq)) {
+          kprintf("irq: %s (%s) has no usable interrupt on %s: its interrupts are lost\n",
+                  irq::domain_chip(before)->name, t.name(n), t.name(parent));
+          continue;
+        }
+        irq::set_cascade(before, parent_irq, 0);
+        kprintf("irq: %s (%s) cascaded on %s irq %u, irqs from %u\n", irq::domain_chip(before)->name, t.name(n),
+                t.name(parent), parent_irq, irq::domain_base(before));
       }
     }
+    if (!progress) break;
   }
-  kprintf("irq: no supported interrupt controller in the device tree; no interrupts\n");
+  if (!irq::chip()) kprintf("irq: no supported interrupt controller in the device tree; no interrupts\n");
 }
 
 // The UART named by /chosen/stdout-path, else the first one a driver knows.
@@ -172,10 +213,12 @@ bool probe_console(uint64_t& base_out, fdt::Node& node_out, const UartOps*& ops_
 
 namespace irq {
 
+// For a controller node, its interrupt parent is the controller its
+// output feeds (interrupt_parent starts at the node itself).
 bool from_dtb(const fdt::Tree& t, int node, unsigned i, unsigned& out) {
-  if (!g_irq_driver) return false;
   fdt::Node parent = interrupt_parent(t, node);
-  if (parent != g_irq_node) return false;
+  int dom = domain_of_node(parent);
+  if (dom < 0) return false;
   fdt::Property cells_p, ints;
   if (!t.prop(parent, "#interrupt-cells", cells_p) || cells_p.len != 4) return false;
   uint32_t nc = cells_p.u32();
@@ -183,7 +226,10 @@ bool from_dtb(const fdt::Tree& t, int node, unsigned i, unsigned& out) {
   if ((i + 1) * nc * 4 > ints.len) return false;
   uint32_t cells[4];
   for (uint32_t k = 0; k < nc; k++) cells[k] = ints.u32(i * nc + k);
-  return g_irq_driver->translate(cells, nc, out);
+  unsigned n;
+  if (!g_irq_driver[dom]->translate(cells, nc, n)) return false;
+  out = irq::domain_base(dom) + n;
+  return out < irq::kMaxIrq;
 }
 
 }  // namespace irq

@@ -171,7 +171,7 @@ void ipi_interrupt() {
 
 extern "C" void secondary_main(PerCpu* cpu) {
   arch::init_secondary_cpu(*cpu);
-  if (irq::chip()) irq::chip()->init_cpu();
+  irq::init_cpu();
   timer::init_cpu();
   cpu->online.store(true, std::memory_order_release);
   smp::idle_loop();

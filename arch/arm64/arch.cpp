@@ -29,14 +29,15 @@ namespace {
 
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
 
+extern "C" uintptr_t arm64_semihost(uintptr_t op, uintptr_t arg);  // vectors.S
+
+// Returns only where there is no semihosting (a board without a debugger).
 void semihost_exit(int code) {
   // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
   static uint64_t block[2];
   block[0] = 0x20026;
   block[1] = static_cast<uint64_t>(code);
-  register uint64_t x0 asm("x0") = 0x20;
-  register uint64_t x1 asm("x1") = reinterpret_cast<uintptr_t>(block);
-  asm volatile("hlt #0xf000" : "+r"(x0) : "r"(x1) : "memory");
+  arm64_semihost(0x20, reinterpret_cast<uintptr_t>(block));
 }
 
 const char* fault_status(uint64_t dfsc) {
@@ -116,6 +117,11 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
       f->elr = extable::recover(f->elr, f->far, true, "data abort", describe_sync(f->esr, buf, sizeof buf));
       return;
     }
+    // A semihosting call where nothing serves it (arm64_semihost).
+    if (ec == 0x00 && extable::fixup(f->elr)) {
+      f->elr = extable::recover(f->elr, 0, false, "undefined instruction", "semihosting unavailable");
+      return;
+    }
     // An instruction fetch a probe expects (expected_fault::probe_execute).
     if (ec == 0x21) expected_fault::instruction_fetch(f->elr, f->far, describe_sync(f->esr, buf, sizeof buf));
     bool has_far = ec == 0x25 || ec == 0x24 || ec == 0x21 || ec == 0x20 || ec == 0x22;
@@ -145,17 +151,13 @@ void init_boot_cpu(PerCpu& cpu) {
 
 void init_from_dtb(const fdt::Tree& t) {
   psci::init(t);
+  // Interrupts in the binding's order: secure physical, non-secure
+  // physical, virtual, hypervisor; the kernel uses the virtual timer. The
+  // Pi's DTB says armv7-timer (the binding's older name) for the same timer.
   fdt::Node timer = t.find_compatible("arm,armv8-timer");
+  if (timer == fdt::kNoNode) timer = t.find_compatible("arm,armv7-timer");
   unsigned irq;
   if (timer != fdt::kNoNode && irq::from_dtb(t, timer, 2, irq)) g_timer_irq = irq;
-}
-
-bool start_cpu(PerCpu& cpu) {
-  // The HVC/SMC is not a memory access: complete every store the new core
-  // will read (its PerCpu, the tables) before the firmware starts it.
-  asm volatile("dsb ish" ::: "memory");
-  return psci::cpu_on(cpu.index, cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
-                      reinterpret_cast<uintptr_t>(&cpu));
 }
 
 void init_secondary_cpu(PerCpu&) {
@@ -176,8 +178,13 @@ void timer_arm(uint64_t ticks) {
   asm volatile("msr cntv_tval_el0, %0\n msr cntv_ctl_el0, %1\n isb" ::"r"(ticks), "r"(1ull) : "memory");
 }
 
+// PSCI where the DTB has it (virt); else semihosting's exit with status 0
+// (QEMU raspi3b); else nothing can turn the board off: stop here.
 void poweroff() {
   psci::system_off();
+  semihost_exit(0);
+  kprintf("poweroff: no PSCI and no semihosting: halting (it is safe to cut the power)\n");
+  irq_disable();
   for (;;) asm volatile("wfi");
 }
 

@@ -82,6 +82,28 @@ secondary_entry:
 1:  wfe
     b       1b
 
+// Spin-table entry (arch/arm64/cpu_start.cpp): a core the firmware held in
+// its wfe loop jumps here at EL2 or EL1 with the MMU and caches off and
+// x0-x3 = 0. It takes its PerCpu from arm64_spin_release, {PerCpu*, hwid},
+// once the hwid there is its own MPIDR affinity; the releasing core
+// cleaned that line to the point of coherency before its sev (these loads
+// bypass the caches). A core released late (after start_cpu gave up on
+// it) keeps waiting rather than take another core's PerCpu.
+.global spin_table_entry
+spin_table_entry:
+    adrp    x1, arm64_spin_release
+    add     x1, x1, :lo12:arm64_spin_release
+    mrs     x3, mpidr_el1
+    ldr     x4, =0xff00ffffff           // MPIDR affinity fields
+    and     x3, x3, x4
+1:  ldr     x2, [x1, #8]
+    cmp     x2, x3
+    b.eq    2f
+    wfe
+    b       1b
+2:  ldr     x0, [x1]
+    b       secondary_entry
+
 // If entered at EL2, configure EL1 as AArch64 with access to the counters
 // and return to the caller at EL1h with interrupts masked. Clobbers x0-x2.
 drop_to_el1:

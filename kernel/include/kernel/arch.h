@@ -28,7 +28,8 @@ void init_boot_cpu(PerCpu& cpu);
 void init_secondary_cpu(PerCpu& cpu);
 
 // Reads the arch's boot-time facts from the DTB (PSCI conduit, timer
-// interrupt numbers, ISA extensions). Called once, on the boot core.
+// interrupt numbers, ISA extensions). Called once, on the boot core, after
+// the interrupt controllers are probed (it translates interrupt specifiers).
 void init_from_dtb(const fdt::Tree& tree);
 
 // Whether the kernel can run on the /cpus node n (RISC-V: it needs S-mode
