@@ -765,6 +765,58 @@ TEST(Fdt, RegRejectsUnusableCellCounts) {
   EXPECT_FALSE(o.tree.reg(dev, 0, base, size));
 }
 
+// reg() translates through each bus's "ranges" as the Pi's /soc needs: bus
+// addresses 0x7e000000.. are CPU addresses 0x3f000000..; an empty ranges is
+// 1:1; an address no range covers is unreachable; a bus without ranges ends
+// the walk (the old reading).
+TEST(Fdt, RegTranslatesThroughRanges) {
+  FdtBuilder b;
+  b.begin("").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {1});
+  b.begin("soc")
+      .prop_cells("#address-cells", {1})
+      .prop_cells("#size-cells", {1})
+      .prop_cells("ranges", {0x7e000000, 0x3f000000, 0x1000000, 0x40000000, 0x40000000, 0x1000});
+  Node uart = b.here();
+  b.begin("serial@7e215040").prop_cells("reg", {0x7e215040, 0x40}).end();
+  Node local = b.here();
+  b.begin("local_intc@40000000").prop_cells("reg", {0x40000000, 0x100}).end();
+  Node outside = b.here();
+  b.begin("dev@50000000").prop_cells("reg", {0x50000000, 0x100}).end();
+  b.begin("bus")
+      .prop_cells("#address-cells", {1})
+      .prop_cells("#size-cells", {1})
+      .prop_cells("ranges", {0x0, 0x7e100000, 0x1000});
+  Node nested = b.here();
+  b.begin("dev@24").prop_cells("reg", {0x24, 0x4}).end();
+  b.end();  // bus
+  b.begin("flat").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {1}).prop_empty("ranges");
+  Node flat = b.here();
+  b.begin("dev@7e201000").prop_cells("reg", {0x7e201000, 0x1000}).end();
+  b.end();  // flat
+  b.begin("i2c").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {0});
+  Node client = b.here();
+  b.begin("sensor@48").prop_cells("reg", {0x48}).end();
+  b.end();  // i2c
+  b.end();  // soc
+  b.end();
+  Opened o(b.build().bytes);
+  ASSERT_EQ(o.err, Error::kOk);
+  const fdt::Tree& t = o.tree;
+  uint64_t base = 0, size = 0;
+  ASSERT_TRUE(t.reg(uart, 0, base, size));
+  EXPECT_EQ(base, 0x3f215040u);
+  EXPECT_EQ(size, 0x40u);
+  ASSERT_TRUE(t.reg(local, 0, base, size));
+  EXPECT_EQ(base, 0x40000000u);
+  EXPECT_FALSE(t.reg(outside, 0, base, size));
+  ASSERT_TRUE(t.reg(nested, 0, base, size));  // bus -> soc -> root
+  EXPECT_EQ(base, 0x3f100024u);
+  ASSERT_TRUE(t.reg(flat, 0, base, size));  // empty ranges, then soc's
+  EXPECT_EQ(base, 0x3f201000u);
+  ASSERT_TRUE(t.reg(client, 0, base, size));  // i2c has no ranges: as written
+  EXPECT_EQ(base, 0x48u);
+}
+
 TEST(Fdt, MemoryReservations) {
   Sample s = make_sample();
   Opened o(s.blob.bytes);
