@@ -14,6 +14,8 @@
 
 extern const UartOps* const EARLY_UART_OPS;
 
+#include <kernel/poweroff.h>
+
 namespace platform {
 void read_boot_info();
 void probe_irqchip();
@@ -66,6 +68,7 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   arch::init_from_dtb(g_boot.dtb);  // after the controllers: it translates the timer's interrupts
   irq::init_cpu();  // before any irq is routed to this core
   setup_console();
+  platform::probe_poweroff();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,
           g_boot.bootargs);
   mm_boot::init();

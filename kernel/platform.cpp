@@ -6,16 +6,19 @@
 #include <kernel/console.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/poweroff.h>
 #include <kernel/string.h>
 
 BootInfo g_boot;
 
 extern "C" const IrqChipDriver __drivers_irqchip_start[], __drivers_irqchip_end[];
 extern "C" const UartDriver __drivers_uart_start[], __drivers_uart_end[];
+extern "C" const PoweroffDriver __drivers_poweroff_start[], __drivers_poweroff_end[];
 
 namespace {
 // What probe_irqchip found for each irq domain (irq::add_chip's index):
 // the driver that decodes its specifiers and its node. Boot core only.
+const PoweroffDriver* g_poweroff;  // set once on the boot core before the others start
 const IrqChipDriver* g_irq_driver[irq::kMaxDomains];
 fdt::Node g_irq_node[irq::kMaxDomains] = {fdt::kNoNode, fdt::kNoNode, fdt::kNoNode, fdt::kNoNode};
 static_assert(irq::kMaxDomains == 4);
@@ -209,7 +212,27 @@ bool probe_console(uint64_t& base_out, fdt::Node& node_out, const UartOps*& ops_
   return false;
 }
 
+void probe_poweroff() {
+  const fdt::Tree& t = g_boot.dtb;
+  for (int pass = 0; pass < 2 && !g_poweroff; pass++) {
+    for (const PoweroffDriver* d = __drivers_poweroff_start; d < __drivers_poweroff_end && !g_poweroff; d++) {
+      for (fdt::Node n = t.find_compatible(d->compatible); n != fdt::kNoNode; n = t.find_compatible(d->compatible, n)) {
+        fdt::Property p;
+        if (!status_okay(t, n) || (pass == 0 && !t.prop(n, "system-power-controller", p))) continue;
+        if (d->probe(t, n)) {
+          g_poweroff = d;
+          break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace platform
+
+void board_poweroff() {
+  if (g_poweroff) g_poweroff->off();
+}
 
 namespace irq {
 

@@ -179,11 +179,13 @@ void timer_arm(uint64_t ticks) {
 }
 
 // PSCI where the DTB has it (virt); else semihosting's exit with status 0
-// (QEMU raspi3b); else nothing can turn the board off: stop here.
+// (QEMU raspi3b); else the board's power-off device (the Pi's watchdog);
+// else nothing can turn the board off: stop here.
 void poweroff() {
   psci::system_off();
   semihost_exit(0);
-  kprintf("poweroff: no PSCI and no semihosting: halting (it is safe to cut the power)\n");
+  board_poweroff();
+  kprintf("poweroff: no PSCI, semihosting or power-off device: halting (it is safe to cut the power)\n");
   irq_disable();
   for (;;) asm volatile("wfi");
 }
