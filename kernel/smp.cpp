@@ -17,7 +17,9 @@
 //   fields, g_boot, g_cpu_count, the page tables) is complete before the
 //   firmware is asked to start it: a full fence here, and the arch's
 //   start_cpu adds what its call needs (a DSB before PSCI's HVC/SMC, which
-//   is not a memory access). The new core reads them after its MMU is on.
+//   is not a memory access; for a spin table, the release written back to
+//   memory the waiting core reads with its caches off, then `sev`:
+//   arch/arm64/cpu_start.cpp). The new core reads them after its MMU is on.
 // - PerCpu::online: stored with release by the core itself once it is set
 //   up (its GIC interface bit, its timer, its mailbox ready); every reader
 //   loads it with acquire before it posts a call or sends an IPI there.
@@ -27,7 +29,8 @@
 //   (acquired by wait_done) and frees the mailbox with call_fn = null
 //   (acquired by wait_idle before the next post writes it). An IPI is not a
 //   memory access: arch::send_ipi puts a barrier before raising it (GICv2:
-//   a DMB before the SGI register write; SBI: a fence before the ecall), so
+//   a DMB before the SGI register write; the BCM2836's mailboxes: the same
+//   before the mailbox write; SBI: a fence before the ecall), so
 //   the stores it announces are visible to the woken core.
 // - stop_others: the park's count and release flag, commented below.
 #include <kernel/arch.h>
