@@ -16,9 +16,12 @@ extern "C" const UartDriver __drivers_uart_start[], __drivers_uart_end[];
 extern "C" const PoweroffDriver __drivers_poweroff_start[], __drivers_poweroff_end[];
 
 namespace {
+// The power-off device: set once on the boot core before the others start
+// (published by smp::start_secondaries' fence).
+const PoweroffDriver* g_poweroff;
+
 // What probe_irqchip found for each irq domain (irq::add_chip's index):
 // the driver that decodes its specifiers and its node. Boot core only.
-const PoweroffDriver* g_poweroff;  // set once on the boot core before the others start
 const IrqChipDriver* g_irq_driver[irq::kMaxDomains];
 fdt::Node g_irq_node[irq::kMaxDomains] = {fdt::kNoNode, fdt::kNoNode, fdt::kNoNode, fdt::kNoNode};
 static_assert(irq::kMaxDomains == 4);
