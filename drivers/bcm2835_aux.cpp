@@ -58,9 +58,9 @@ int aux_getc(uintptr_t base) {
   return static_cast<int>(reg(base, kIo) & 0xff);
 }
 
-void aux_enable_rx_irq(uintptr_t base) { reg(base, kIer) = kIerRx; }
+void aux_set_rx_irq(uintptr_t base, bool on) { reg(base, kIer) = on ? kIerRx : 0; }
 
-const UartOps kAuxUart = {"bcm2835-aux", aux_putc, aux_getc, aux_enable_rx_irq, aux_init};
+const UartOps kAuxUart = {"bcm2835-aux", aux_putc, aux_getc, aux_set_rx_irq, aux_init};
 }  // namespace
 
 extern const UartOps* const g_uart_bcm2835_aux = &kAuxUart;

@@ -73,13 +73,13 @@ int ns16550_getc(uintptr_t base) {
   return rd(p, kRbr);
 }
 
-void ns16550_enable_rx_irq(uintptr_t base) {
+void ns16550_set_rx_irq(uintptr_t base, bool on) {
   Port p = lookup(base);
-  wr(p, kMcr, rd(p, kMcr) | kMcrOut2);
-  wr(p, kIer, kIerRxAvailable);
+  if (on) wr(p, kMcr, rd(p, kMcr) | kMcrOut2);
+  wr(p, kIer, on ? kIerRxAvailable : 0);
 }
 
-const UartOps kNs16550 = {"ns16550a", ns16550_putc, ns16550_getc, ns16550_enable_rx_irq, nullptr};
+const UartOps kNs16550 = {"ns16550a", ns16550_putc, ns16550_getc, ns16550_set_rx_irq, nullptr};
 }  // namespace
 
 extern const UartOps* const g_uart_ns16550a = &kNs16550;

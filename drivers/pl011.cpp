@@ -24,7 +24,11 @@ int pl011_getc(uintptr_t base) {
   return static_cast<int>(reg(base, kDr) & 0xff);
 }
 
-void pl011_enable_rx_irq(uintptr_t base) {
+void pl011_set_rx_irq(uintptr_t base, bool on) {
+  if (!on) {
+    reg(base, kImsc) = reg(base, kImsc) & ~(kIntRx | kIntRxTimeout);
+    return;
+  }
   reg(base, kIcr) = kIntRx | kIntRxTimeout;
   reg(base, kImsc) = reg(base, kImsc) | kIntRx | kIntRxTimeout;
 }
@@ -38,7 +42,7 @@ void pl011_init(uintptr_t base) {
     reg(base, kCr) = cr | kCrUartEn | kCrTxe | kCrRxe;
 }
 
-const UartOps kPl011 = {"pl011", pl011_putc, pl011_getc, pl011_enable_rx_irq, pl011_init};
+const UartOps kPl011 = {"pl011", pl011_putc, pl011_getc, pl011_set_rx_irq, pl011_init};
 }  // namespace
 
 extern const UartOps* const g_uart_pl011 = &kPl011;

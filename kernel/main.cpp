@@ -40,7 +40,7 @@ void setup_console() {
   if (irq::from_dtb(g_boot.dtb, node, 0, irq)) {
     irq::register_handler(irq, rx_irq, nullptr, "uart");
     irq::enable(irq, 0);
-    ops->enable_rx_irq(va);
+    ops->set_rx_irq(va, true);
   } else {
     kprintf("console: UART interrupt not usable; input is polled\n");
   }

@@ -11,7 +11,10 @@ struct UartOps {
   const char* name;
   void (*putc)(uintptr_t base, char c);
   int (*getc)(uintptr_t base);              // -1 when nothing is waiting
-  void (*enable_rx_irq)(uintptr_t base);   // received bytes raise an interrupt
+  // on: received bytes raise an interrupt; off: they wait in the UART's
+  // FIFO (and, once it is full, the sender waits where there is flow
+  // control, as QEMU's serial backends do; on a bare line they are lost).
+  void (*set_rx_irq)(uintptr_t base, bool on);
   // Makes the UART usable (powered, enabled; the baud rate the firmware set
   // is kept). Idempotent: console::attach runs it for the early console and
   // again for the DTB's. May be null.
@@ -32,6 +35,9 @@ void attach(const UartOps* ops, uintptr_t base);
 const UartOps* uart();
 void write(const char* s, size_t n);
 // Called from the UART's interrupt: drains the UART into the input ring.
+// When the ring is full it switches the receive interrupt off and leaves
+// the rest in the UART (throttling); the reader switches it back on once
+// the ring is half empty.
 void rx_interrupt();
 // True if the receive interrupt has queued input (not counting a UART that
 // is only polled).
