@@ -14,6 +14,11 @@
 #include <mm/whatis.h>
 #include "mm_accounting.h"
 
+namespace torture {
+// `kmem torture OPS [SEED]` (kernel/torture.cpp): argv[1] is "torture".
+int run(const char* cmd, int argc, char** argv);
+}
+
 namespace {
 
 using ull = unsigned long long;
@@ -268,8 +273,11 @@ int cmd_fail(const char* cmd, int argc, char** argv) {
 int cmd_kmem(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "exercise") == 0) return cmd_exercise(argv[0], argc, argv);
   if (argc >= 2 && strcmp(argv[1], "fail") == 0) return cmd_fail(argv[0], argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "torture") == 0) return torture::run(argv[0], argc, argv);
   if (argc != 2)
-    return shell::usage_error(argv[0], "usage: kmem reap|move|errors|fail [SPEC|off]|exercise [rounds] [background]|exercise status|wait");
+    return shell::usage_error(argv[0],
+                              "usage: kmem reap|move|errors|fail [SPEC|off]|exercise [rounds] [background]|"
+                              "exercise status|wait|torture OPS [SEED]");
   if (strcmp(argv[1], "reap") == 0) {
     mm::kmem_reap(true);
     mm::page_drain_cpu_caches();
@@ -285,7 +293,7 @@ int cmd_kmem(int argc, char** argv) {
     kprintf("%llu allocator errors reported since boot\n", (ull)mm::error_count());
     return 0;
   }
-  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors, fail, exercise)", argv[1]);
+  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors, fail, exercise, torture)", argv[1]);
 }
 
 // whatis ADDR: who owns an address, in one line (mdb's ::whatis).
@@ -308,4 +316,7 @@ SHELL_COMMAND(whatis, "who owns an address: whatis ADDR", cmd_whatis);
 SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", cmd_slabinfo);
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
-SHELL_COMMAND(kmem, "kmem reap | move | errors | fail [SPEC|off] | exercise [rounds] [background] | exercise status | exercise wait", cmd_kmem);
+SHELL_COMMAND(kmem,
+              "kmem reap | move | errors | fail [SPEC|off] | exercise [rounds] [background] | exercise status | "
+              "exercise wait | torture OPS [SEED]",
+              cmd_kmem);
