@@ -78,7 +78,7 @@ using ull = unsigned long long;
 constexpr uint64_t kMaxOps = 10'000'000'000ull;
 constexpr unsigned kHeld = 64;          // slots per core
 constexpr unsigned kInbox = 64;         // items per core's inbox
-constexpr unsigned kRegSlots = 512;     // per movable cache
+constexpr unsigned kRegSlots = 2048;    // per movable cache
 constexpr unsigned kMaxReports = 16;    // corruptions printed in full
 constexpr size_t kMaxKmemSize = 64 * 1024;
 constexpr uint32_t kCtorGen = 0;        // the constructed pattern's generation
@@ -292,8 +292,6 @@ void unconstruct(void* obj, const CacheSpec& cs) {
   if (cs.ctor) stamp(obj, cs.size, kCtorGen);
 }
 
-Counts& my_counts() { return g_core[cpu_id()].n; }
-
 kmem_cbrc_t move_cb(void* old, void* dst, size_t, void* priv) {
   auto* r = static_cast<Registry*>(priv);
   const CacheSpec& cs = kCaches[r->cache];
@@ -302,15 +300,16 @@ kmem_cbrc_t move_cb(void* old, void* dst, size_t, void* priv) {
   Guard<SpinLock, IrqSave> g(r->lock);
   if (slot >= kRegSlots || r->slot[slot].p != old) return KMEM_CBRC_DONT_KNOW;
   RegSlot& s = r->slot[slot];
-  Counts& n = my_counts();
-  uint64_t h = mix(reinterpret_cast<uintptr_t>(old) ^ s.gen);
-  if (h % 8 == 0) {
+  Core& c = g_core[cpu_id()];
+  Counts& n = c.n;
+  uint32_t h = c.rng.below(16);  // random, not per object: a LATER ends this victim's pass
+  if (h == 0) {
     n.later++;
     return KMEM_CBRC_LATER;
   }
   check_movable(old, cs, slot, s.gen);
   if (cs.ctor) check(cs.name, dst, cs.size, kCtorGen);  // kmem hands a constructed buffer
-  if (h % 16 == 1) {  // the client lets it go: kmem frees both
+  if (h == 1) {  // the client lets it go: kmem frees both
     unconstruct(old, cs);
     s.p = nullptr;
     n.dont_need++;
@@ -519,7 +518,13 @@ void slot_op(Core& c) {
   release(c, copy);
 }
 
-void movable_op(Core& c) {
+// Movable caches fill and drain in phases of kPhaseOps operations of each
+// core: a random mix alone keeps slabs nearly full, and only a cache with
+// sparse slabs gives the consolidator work.
+constexpr uint64_t kPhaseOps = 8192;
+
+void movable_op(Core& c, uint64_t op) {
+  bool draining = (op / kPhaseOps) % 2;
   unsigned m = c.rng.below(kNumMovable);
   Registry& r = g_t.reg[m];
   const CacheSpec& cs = kCaches[r.cache];
@@ -529,6 +534,8 @@ void movable_op(Core& c) {
     Guard<SpinLock, IrqSave> g(r.lock);
     taken = r.slot[i];
     if (taken.p == kReserved) return;  // another core's allocation on its way
+    if (!taken.p && draining) return;
+    if (taken.p && !draining && c.rng.below(4)) return;  // filling: frees are rarer
     r.slot[i].p = taken.p ? nullptr : kReserved;
   }
   if (taken.p) {  // ours now: the callback no longer finds it
@@ -615,7 +622,7 @@ void worker(void*) {
     } else if (pick < 10) {
       ephemeral_op(c);
     } else if (pick < 2500) {
-      movable_op(c);
+      movable_op(c, op);
     } else {
       slot_op(c);
     }
@@ -781,6 +788,15 @@ int run(const char* cmd, int argc, char** argv) {
     total.later += n.later;
     total.dont_need += n.dont_need;
   }
+  // What the callback did must be what kmem counted (before the destroys).
+  uint64_t kmem_yes = 0, kmem_later = 0, kmem_dont_need = 0;
+  for (unsigned i = kFirstMovable; i < kNumCaches; i++) {
+    mm::KmemCacheStats st;
+    mm::kmem_cache_stats(g_t.cache[i], st);
+    kmem_yes += st.moves_yes;
+    kmem_later += st.moves_later;
+    kmem_dont_need += st.moves_dont_need;
+  }
   bool destroyed = teardown(total);
   bool bitmaps_clear = true;
   for (auto& a : g_t.bitmap)
@@ -791,7 +807,7 @@ int run(const char* cmd, int argc, char** argv) {
 
   kprintf("kmem torture: %llu ops on %u cpus, seed %llu\n", (ull)total.ops, g_t.cpus, (ull)seed);
   kprintf("  %-15s %10s %10s %9s %10s\n", "kind", "allocs", "frees", "failed", "cross-cpu");
-  bool balanced = true;
+  bool balanced = kmem_yes == total.moves && kmem_later == total.later && kmem_dont_need == total.dont_need;
   for (unsigned k = 0; k < kKinds; k++) {
     bool eq = total.allocs[k] == total.frees[k];
     balanced &= eq;
@@ -804,6 +820,9 @@ int run(const char* cmd, int argc, char** argv) {
           "dont_need %llu\n",
           (ull)ctors, (ull)dtors, (ull)total.reaps, (ull)total.move_passes, (ull)total.moves, (ull)total.later,
           (ull)total.dont_need);
+  if (kmem_yes != total.moves || kmem_later != total.later || kmem_dont_need != total.dont_need)
+    kprintf("  UNBALANCED: kmem counted %llu moved, %llu later, %llu dont_need\n", (ull)kmem_yes, (ull)kmem_later,
+            (ull)kmem_dont_need);
   if (!destroyed || !bitmaps_clear || g_t.eph_destroy_fail.load())
     kprintf("  a cache or arena would not be destroyed (%llu of its own), or a vmem bitmap is not clear\n",
             (ull)g_t.eph_destroy_fail.load());
