@@ -1,0 +1,24 @@
+// `kmem torture` in the in-kernel suite: its checker sees a changed byte,
+// and a short run on every core passes. The full-size runs are the CTests
+// BOARD/torture (tests/kernel/torture-test.sh).
+#include <kernel/ktest.h>
+#include <mm/kmem.h>
+
+namespace torture {
+int run(const char* cmd, int argc, char** argv);
+bool detects_corruption();
+}  // namespace torture
+
+KTEST(kmem_torture_checker_reports_a_changed_byte) { KEXPECT(torture::detects_corruption()); }
+
+KTEST(kmem_torture_short_run_passes) {
+  char a0[] = "kmem", a1[] = "torture", a2[] = "5000", a3[] = "3";
+  char* argv[] = {a0, a1, a2, a3};
+  uint64_t errors = mm::error_count();
+  KEXPECT_EQ(torture::run("kmem", 4, argv), 0);
+  KEXPECT_EQ(mm::error_count(), errors);
+  // Bad input: a usage message, nothing run.
+  char b2[] = "lots";
+  char* bad[] = {a0, a1, b2};
+  KEXPECT(torture::run("kmem", 3, bad) != 0);
+}
