@@ -16,6 +16,7 @@ trap 'rm -f "$log"' EXIT
 printf 'kmem torture %s 12345\nkmem torture lots\nkmem torture 0\nkmem torture 99999999999\nkmem torture 10 seed\nkmem errors\npoweroff\n' "$ops" |
   "$run" "$board" --build-dir "$build" --smp 8 --timeout 240 "$@" >"$log" 2>&1
 status=$?
+sed -i 's/\r$//' "$log"  # the serial console's line ends
 cat "$log"
 fails=0
 bad() { echo "torture-test: $*"; fails=1; }
