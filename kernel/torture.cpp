@@ -49,7 +49,8 @@
 //    bitmaps are clear and constructors equal destructors, reaps everything
 //    (kmem_reap(true) and the per-CPU page caches, as `kmem reap`), and
 //    compares free pages with their value after the same reap at the start,
-//    allowing for the pages kmem and vmem kept for their own metadata. The
+//    allowing for the pages kmem and vmem kept for their own metadata and
+//    new page tables of the heap (neither is given back by a reap). The
 //    last line says PASS or FAIL. Ops per second are of the monotonic clock
 //    (virtual time under --icount); instructions per operation are the
 //    arch cycle counter's ticks over the run, sampled by the calling core
@@ -66,6 +67,7 @@
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
+#include "mm_accounting.h"
 
 namespace torture {
 int run(const char* cmd, int argc, char** argv);
@@ -656,7 +658,12 @@ uint64_t free_pages() {
   mm::page_stats(s);
   return s.free_pages;
 }
-uint64_t metadata_pages() { return mm::kmem_metadata_pages() + mm::vmem_metadata_pages(); }
+// What a reap does not give back: kmem's and vmem's own bookkeeping
+// (boundary-tag pages, grown hash tables) and the page tables of heap
+// addresses mapped for the first time (as meminfo counts them).
+uint64_t metadata_pages() {
+  return mm::kmem_metadata_pages() + mm::vmem_metadata_pages() + mm_boot::page_table_pages();
+}
 
 // move_cb's priv must be the registry, also for the movable cache whose
 // constructor wants its CacheSpec: that cache's constructor and destructor
@@ -856,11 +863,9 @@ int run(const char* cmd, int argc, char** argv) {
   if (!destroyed || !bitmaps_clear || g_t.eph_destroy_fail.load())
     kprintf("  a cache or arena would not be destroyed (%llu of its own), or a vmem bitmap is not clear\n",
             (ull)g_t.eph_destroy_fail.load());
-  // Pages: what kmem and vmem kept for their own bookkeeping (boundary-tag
-  // pages, grown hash tables) is not given back by a reap.
   uint64_t kept = meta1 > meta0 ? meta1 - meta0 : 0;
   bool pages_ok = free1 + kept == free0;
-  kprintf("  free pages: %llu before, %llu after (+%llu kept as kmem/vmem metadata)%s\n", (ull)free0, (ull)free1,
+  kprintf("  free pages: %llu before, %llu after (+%llu kept as kmem/vmem metadata and page tables)%s\n", (ull)free0, (ull)free1,
           (ull)kept, pages_ok ? "" : "  UNBALANCED");
   uint64_t ms = ns / 1000000;
   kprintf("  %llu ms, %llu ops/s, %llu instructions/op (counter ticks: instructions under --icount)\n", (ull)ms,
