@@ -234,6 +234,15 @@ void report_corruption(const char* what, const void* obj, size_t off, uint8_t fo
           (ull)off, found, want, cpu_id());
 }
 
+// A corruption that is not a wrong byte (vmem overlaps and constraints, a
+// movable object's header).
+void report_problem(const char* what, const void* obj, size_t off, const char* detail) {
+  g_t.corruptions.fetch_add(1, std::memory_order_relaxed);
+  g_t.last_offset.store(off, std::memory_order_relaxed);
+  if (g_t.reports.fetch_add(1, std::memory_order_relaxed) >= kMaxReports) return;
+  kprintf("kmem torture: CORRUPTION in %s: %p offset %llu: %s (cpu %u)\n", what, obj, (ull)off, detail, cpu_id());
+}
+
 // Checks the pattern; reports the first bad byte. zero: expects zeroes.
 bool check(const char* what, const void* obj, size_t size, uint32_t gen, bool zero = false, size_t from = 0) {
   auto* b = static_cast<const uint8_t*>(obj);
@@ -286,7 +295,7 @@ bool check_movable(void* obj, const CacheSpec& cs, uint32_t slot, uint32_t gen) 
   uint32_t h[2];
   memcpy(h, obj, sizeof h);
   if (h[0] != slot || h[1] != gen) {
-    report_corruption(cs.name, obj, h[0] != slot ? 0 : 4, 0, 0);
+    report_problem(cs.name, obj, h[0] != slot ? 0 : 4, "the header names another registry slot or generation");
     return false;
   }
   return check(cs.name, obj, cs.size, gen, false, kHeader);
@@ -343,7 +352,7 @@ uint32_t bits_of(const ArenaSpec& a, uintptr_t addr, size_t size, uint32_t& firs
 void mark(unsigned ai, uintptr_t addr, size_t size) {
   const ArenaSpec& a = kArenas[ai];
   if (addr < a.base || addr + size > a.base + a.size || addr + size < addr) {
-    report_corruption(a.name, reinterpret_cast<void*>(addr), 0, 0, 0);
+    report_problem(a.name, reinterpret_cast<void*>(addr), 0, "segment outside the arena");
     return;
   }
   uint32_t first, n = bits_of(a, addr, size, first);
@@ -352,7 +361,8 @@ void mark(unsigned ai, uintptr_t addr, size_t size) {
     // allocation of the same quanta.
     uint32_t old = g_t.bitmap[ai][q / 32].fetch_or(1u << (q % 32), std::memory_order_relaxed);
     if (old & (1u << (q % 32))) {
-      report_corruption(a.name, reinterpret_cast<void*>(addr), (q - first) * a.quantum, 1, 0);
+      report_problem(a.name, reinterpret_cast<void*>(addr), (q - first) * a.quantum,
+                     "this quantum is already part of another live segment");
       return;
     }
   }
@@ -399,7 +409,7 @@ void* random_xalloc(Rng& r, unsigned ai, size_t& size) {
             "returned %p, outside its constraints\n",
             a.name, (ull)size, (ull)align, (ull)phase, (ull)nocross, reinterpret_cast<void*>(minaddr),
             reinterpret_cast<void*>(maxaddr), p);
-    report_corruption(a.name, p, 0, 0, 0);
+    report_problem(a.name, p, 0, "vmem_xalloc broke its constraints");
   }
   return p;
 }
