@@ -3,7 +3,9 @@
 # in parallel on the host's cores), then bad arguments, then `kmem errors`.
 # Passes when the run's last line says PASS with 0 corruptions, balanced
 # counts and pages and 0 allocator errors, every bad argument got its usage
-# message, `kmem errors` says 0 and the shell went on to poweroff.
+# message, `kmem errors` says 0 and the shell went on to poweroff. With
+# fault injection on (an option --append kmem.fail=...), also that
+# `kmem fail` made allocations fail.
 #
 #   torture-test.sh QEMU_RUN BOARD BUILD_DIR [OPS [QEMU-RUN OPTIONS...]]
 set -uo pipefail
@@ -13,7 +15,7 @@ shift $(( $# >= 4 ? 4 : 3 ))
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-printf 'kmem torture %s 12345\nkmem torture lots\nkmem torture 0\nkmem torture 99999999999\nkmem torture 10 seed\nkmem errors\npoweroff\n' "$ops" |
+printf 'kmem torture %s 12345\nkmem torture lots\nkmem torture 0\nkmem torture 99999999999\nkmem torture 10 seed\nkmem errors\nkmem fail\npoweroff\n' "$ops" |
   "$run" "$board" --build-dir "$build" --smp 8 --timeout 240 "$@" >"$log" 2>&1
 status=$?
 sed -i 's/\r$//' "$log"  # the serial console's line ends
@@ -31,6 +33,9 @@ n=$(grep -c '^kmem: usage: kmem torture OPS \[SEED\]' "$log")
 [[ $n -eq 4 ]] || bad "$n usage messages for the 4 bad commands"
 grep -q '^0 allocator errors reported since boot' "$log" || bad "kmem errors is not 0"
 grep -q '^powering off' "$log" || bad "the shell did not reach poweroff"
+if [[ "$*" == *kmem.fail=* ]]; then
+  grep -qE '^kmem fail: .*; [1-9][0-9]* failed so far' "$log" || bad "fault injection made nothing fail"
+fi
 grep 'ops/s' "$log" | sed 's/^ */torture-test: /'
 [[ $fails -eq 0 ]] && echo "torture-test: PASS"
 exit $fails
