@@ -5,6 +5,7 @@
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/timer.h>
+#include <kernel/torture.h>
 #include <kernel/string.h>
 #include <mm/failslab.h>
 #include <mm/kmem.h>
@@ -14,10 +15,6 @@
 #include <mm/whatis.h>
 #include "mm_accounting.h"
 
-namespace torture {
-// `kmem torture OPS [SEED]` (kernel/torture.cpp): argv[1] is "torture".
-int run(const char* cmd, int argc, char** argv);
-}
 
 namespace {
 

@@ -64,15 +64,12 @@
 #include <kernel/spinlock.h>
 #include <kernel/string.h>
 #include <kernel/timer.h>
+#include <kernel/torture.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
 #include "mm_accounting.h"
 
-namespace torture {
-int run(const char* cmd, int argc, char** argv);
-bool detects_corruption();
-}  // namespace torture
 
 namespace {
 
@@ -119,9 +116,10 @@ constexpr ArenaSpec kArenas[] = {
     {"torture_qc", 0x10000000, size_t{16} << 20, 4096, 8 * 4096},  // with quantum caches
     {"torture_64", 0x20000000, size_t{1} << 20, 64, 0},
 };
-constexpr unsigned kNumArenas = 2;
+constexpr unsigned kNumArenas = sizeof kArenas / sizeof kArenas[0];
 constexpr size_t kMaxQuanta = (size_t{1} << 20) / 64;  // the larger bitmap
 constexpr size_t kBitmapWords = kMaxQuanta / 32;
+static_assert(kArenas[0].size / kArenas[0].quantum <= kMaxQuanta && kArenas[1].size / kArenas[1].quantum <= kMaxQuanta);
 
 struct Item {
   void* p = nullptr;
@@ -340,7 +338,8 @@ kmem_cbrc_t move_cb(void* old, void* dst, size_t, void* priv) {
 // --- one operation ----------------------------------------------------------
 
 size_t random_size(Rng& r) {
-  size_t cap = size_t{1} << r.below(17);  // 1 .. 64 KiB, each power of two as likely
+  static_assert(kMaxKmemSize == size_t{1} << 16);
+  size_t cap = size_t{1} << r.below(17);  // 1 B .. 64 KiB, each power of two as likely a bound
   return 1 + r.next() % cap;
 }
 

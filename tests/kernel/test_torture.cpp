@@ -2,12 +2,9 @@
 // and a short run on every core passes. The full-size runs are the CTests
 // BOARD/torture (tests/kernel/torture-test.sh).
 #include <kernel/ktest.h>
+#include <kernel/torture.h>
 #include <mm/kmem.h>
 
-namespace torture {
-int run(const char* cmd, int argc, char** argv);
-bool detects_corruption();
-}  // namespace torture
 
 KTEST(kmem_torture_checker_reports_a_changed_byte) { KEXPECT(torture::detects_corruption()); }
 
