@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# CTest BOARD/torture: `kmem torture OPS` on 8 cores (MTTCG: the vCPUs run
-# in parallel on the host's cores), then bad arguments, then `kmem errors`.
+# CTest BOARD/torture: `kmem torture OPS` on 8 cores, or the cores a
+# --smp N among the options asks for (a fixed-shape board: its own), with
+# MTTCG (the vCPUs run in parallel on the host's cores), then bad
+# arguments, then `kmem errors`. OPS is the total, split over the cores.
 # Passes when the run's last line says PASS with 0 corruptions, balanced
 # counts and pages and 0 allocator errors, every bad argument got its usage
 # message, `kmem errors` says 0 and the shell went on to poweroff. With
@@ -12,11 +14,16 @@ set -uo pipefail
 [[ $# -ge 3 ]] || { echo "usage: torture-test.sh QEMU_RUN BOARD BUILD_DIR [OPS [QEMU-RUN OPTIONS...]]" >&2; exit 2; }
 run=$1 board=$2 build=$3 ops=${4:-1000000}
 shift $(( $# >= 4 ? 4 : 3 ))
+opts=("$@") cpus=8 smp_given=0
+for ((i = 0; i + 1 < ${#opts[@]}; i++)); do
+  [[ ${opts[i]} == --smp ]] && cpus=${opts[i + 1]} smp_given=1
+done
+((smp_given)) || opts=(--smp "$cpus" "${opts[@]}")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 printf 'kmem torture %s 12345\nkmem torture lots\nkmem torture 0\nkmem torture 99999999999\nkmem torture 10 seed\nkmem errors\nkmem fail\npoweroff\n' "$ops" |
-  "$run" "$board" --build-dir "$build" --smp 8 --timeout 240 "$@" >"$log" 2>&1
+  "$run" "$board" --build-dir "$build" --timeout 240 "${opts[@]}" >"$log" 2>&1
 status=$?
 sed -i 's/\r$//' "$log"  # the serial console's line ends
 cat "$log"
@@ -25,7 +32,7 @@ bad() { echo "torture-test: $*"; fails=1; }
 [[ $status -eq 0 ]] || bad "the run exited with status $status"
 grep -q '^PANIC' "$log" && bad "the kernel panicked"
 grep -q 'CORRUPTION' "$log" && bad "corruption reported"
-grep -q "^kmem torture: $ops ops on 8 cpus, seed 12345\$" "$log" || bad "no '$ops ops on 8 cpus' line"
+grep -q "^kmem torture: $ops ops on $cpus cpus, seed 12345\$" "$log" || bad "no '$ops ops on $cpus cpus' line"
 last=$(grep '^kmem torture: \(PASS\|FAIL\)' "$log" | tail -1)
 [[ $last == "kmem torture: PASS: 0 corruptions, counts balanced, pages balanced, 0 allocator errors" ]] ||
   bad "the final line is '${last:-missing}'"
@@ -33,7 +40,7 @@ n=$(grep -c '^kmem: usage: kmem torture OPS \[SEED\]' "$log")
 [[ $n -eq 4 ]] || bad "$n usage messages for the 4 bad commands"
 grep -q '^0 allocator errors reported since boot' "$log" || bad "kmem errors is not 0"
 grep -q '^powering off' "$log" || bad "the shell did not reach poweroff"
-if [[ "$*" == *kmem.fail=* ]]; then
+if [[ "${opts[*]}" == *kmem.fail=* ]]; then
   grep -qE '^kmem fail: .*; [1-9][0-9]* failed so far' "$log" || bad "fault injection made nothing fail"
 fi
 grep 'ops/s' "$log" | sed 's/^ */torture-test: /'

@@ -51,6 +51,9 @@ case_ "a FAIL line fails it" 1 "final line is 'kmem torture: FAIL" \
 case_ "no verdict fails it" 1 "final line is 'missing'" "$head$usage$usage$usage$usage$tail_"
 case_ "another core count fails it" 1 "no '1000 ops on 8 cpus' line" \
   "${head/8 cpus/4 cpus}$pass$usage$usage$usage$usage$tail_"
+case_ "--smp 4 (a fixed-shape board's cores) expects 4 cpus" 0 '^torture-test: PASS$' \
+  "${head/8 cpus/4 cpus}$pass$usage$usage$usage$usage$tail_" --smp 4
+case_ "--smp 4 and a run on 8 fails it" 1 "no '1000 ops on 4 cpus' line" "$good" --smp 4
 case_ "a bad argument without its usage message fails it" 1 '3 usage messages' \
   "$head$pass$usage$usage$usage$tail_"
 case_ "allocator errors fail it" 1 'kmem errors is not 0' \
