@@ -4,7 +4,11 @@
 // 1. The kernel runs on an identity map (virtual = physical) of every RAM
 //    bank and of the devices it uses, all global (G). The image is mapped
 //    W^X: text R+X, rodata R, data/bss/stacks/tables R+W. Every leaf has A
-//    set (and D when writable) so the hardware never has to update them.
+//    and D set, read-only ones too (as Linux's PAGE_KERNEL_READ): the
+//    privileged spec lets a hart raise a page fault instead of setting them
+//    itself, and SiFive's U54 (the FU540 of sifive_u) does, where QEMU sets
+//    them in the PTE. Table pointers have neither (the spec reserves A, D
+//    and U in non-leaf entries).
 // 2. riscv_early_mmu() builds the tables with paging off, after start.S has
 //    cleared .bss. The root table and the boot pool live in .pgtables (the
 //    .noinit area), like arm64's. What it maps is the portable part
@@ -109,9 +113,9 @@ bool is_leaf(uint64_t pte) { return (pte & kPteV) && (pte & kPteLeafMask); }
 bool is_table(uint64_t pte) { return (pte & kPteV) && !(pte & kPteLeafMask); }
 
 uint64_t leaf_bits(unsigned flags) {
-  uint64_t b = kPteV | kPteA | kPteG;
+  uint64_t b = kPteV | kPteA | kPteD | kPteG;  // A and D always: point 1
   if (flags & arch::kMapRead) b |= kPteR;
-  if (flags & arch::kMapWrite) b |= kPteW | kPteD | kPteR;  // W without R is reserved
+  if (flags & arch::kMapWrite) b |= kPteW | kPteR;  // W without R is reserved
   if (flags & arch::kMapExec) b |= kPteX;
   return b;
 }
@@ -439,6 +443,34 @@ unsigned mapping_flags(uintptr_t va) {
   if (pte & kPteX) f |= kMapExec;
   return f;
 }
+
+}  // namespace arch
+
+// For arch/riscv64/test_mmu.cpp: every entry of the live tables, and one
+// leaf. Lock-free reads, as the walkers' (point 6): tables are never freed.
+namespace riscv {
+void visit_entries(void (*fn)(uint64_t pte, unsigned level, void* arg), void* arg) {
+  struct Walk {
+    static void table(const Table* t, unsigned level, void (*fn)(uint64_t, unsigned, void*), void* arg) {
+      for (const uint64_t& slot : t->e) {
+        uint64_t e = load_entry(&slot);
+        if (!(e & kPteV)) continue;
+        fn(e, level, arg);
+        if (is_table(e) && level > 0) table(reinterpret_cast<const Table*>(pte_pa(e)), level - 1, fn, arg);
+      }
+    }
+  };
+  Walk::table(&riscv_root_table, kLevels - 1, fn, arg);
+}
+
+uint64_t leaf_entry(uintptr_t va) {
+  unsigned level;
+  uint64_t pte;
+  return find_leaf(va, pte, level) ? pte : 0;
+}
+}  // namespace riscv
+
+namespace arch {
 
 uint32_t return_instruction() { return 0x00008067; }  // jalr x0, 0(ra)
 
