@@ -33,6 +33,7 @@ __attribute__((section(".data"))) PerCpu* riscv_starting_cpu = nullptr;
 
 extern "C" char riscv_trap_entry[], secondary_entry[];
 extern "C" bool riscv_stimecmp_usable();
+extern "C" uintptr_t riscv_semihost(uintptr_t op, uintptr_t arg);  // trap.S
 
 namespace arch {
 uint64_t g_timebase_hz = 10000000;  // QEMU virt's; the DTB says for sure
@@ -48,6 +49,18 @@ constexpr uint64_t kStimecmp = 0x14d;  // Sstc
 bool g_sstc;            // program the timer through stimecmp, not SBI
 uintptr_t g_test_dev;   // QEMU's "sifive,test" finisher, 0 if none
 constexpr uint32_t kTestFail = 0x3333;
+
+// SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status. Returns
+// only where there is no semihosting (a board without a debugger).
+void semihost_exit(int code) {
+  static bool unavailable;  // tried once already (exit falls back on poweroff)
+  static uint64_t block[2];
+  if (unavailable) return;
+  block[0] = 0x20026;
+  block[1] = static_cast<uint64_t>(code);
+  riscv_semihost(0x20, reinterpret_cast<uintptr_t>(block));
+  unavailable = true;
+}
 
 // A cause name for every exception code the privileged spec defines.
 const char* exception_name(uint64_t code) {
@@ -168,6 +181,11 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   // the old invalid entry): fence and retry.
   uint64_t cause = f->scause;
   if ((cause == 12 || cause == 13 || cause == 15) && arch::spurious_fault(f->stval, cause == 15, cause == 12)) return;
+  // A semihosting call where nothing serves it (riscv_semihost).
+  if (cause == 3 && extable::fixup(f->sepc)) {
+    f->sepc = extable::recover(f->sepc, 0, false, "breakpoint", "semihosting unavailable");
+    return;
+  }
   char buf[96];
   // An instruction fetch a probe expects (expected_fault::probe_execute).
   if (cause == 12 || cause == 1) expected_fault::instruction_fetch(f->sepc, f->stval, describe_exception(f, buf, sizeof buf));
@@ -276,19 +294,33 @@ void timer_arm(uint64_t ticks) {
   else sbi::set_timer(when);
 }
 
+// SBI SRST where the firmware can shut this machine down (virt); else
+// semihosting's exit with status 0 (QEMU sifive_u, whose OpenSBI has no
+// shutdown device); else the DTB's power-off device; else the legacy SBI
+// shutdown where there is no SRST at all (pre-0.3 firmware); else nothing
+// can turn the board off (the HiFive Unleashed has no power-off device):
+// stop here.
 void poweroff() {
   sbi::system_off(false);
+  semihost_exit(0);
+  board_poweroff();
+  if (!sbi::has_srst()) sbi::legacy_shutdown();
+  kprintf("poweroff: no SBI shutdown, semihosting or power-off device: halting (it is safe to cut the power)\n");
+  irq_disable();
   for (;;) asm volatile("wfi");
 }
 
+// The status through the virt test device, else semihosting (sifive_u);
+// the SRST shutdown's failure reason says only "failed".
 void exit(int code) {
   if (code == 0) poweroff();
   if (g_test_dev) {
     *reinterpret_cast<volatile uint32_t*>(g_test_dev) = (static_cast<uint32_t>(code) << 16) | kTestFail;
     asm volatile("fence" ::: "memory");
   }
+  semihost_exit(code);
   sbi::system_off(true);
-  for (;;) asm volatile("wfi");
+  poweroff();
 }
 
 void dump_registers(const TrapFrame* f) {

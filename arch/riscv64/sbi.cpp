@@ -118,7 +118,10 @@ Result remote_sfence_vma_mask(unsigned long mask, unsigned long base, uintptr_t 
 
 void system_off(bool failure) {
   if (g_sbi.srst) call(kEidSrst, 0, 0 /* shutdown */, failure ? 1 : 0);
-  legacy(kLegacyShutdown);
 }
+
+bool has_srst() { return g_sbi.srst; }
+
+void legacy_shutdown() { legacy(kLegacyShutdown); }
 
 }  // namespace sbi

@@ -37,7 +37,13 @@ Result remote_sfence_vma(uint64_t hartid);
 // start + size): OpenSBI signals them all before waiting, instead of one
 // round trip per hart.
 Result remote_sfence_vma_mask(unsigned long mask, unsigned long base, uintptr_t start, size_t size);
-// SRST: shut the system down; `failure` reports a system failure.
+// SRST: shut the system down; `failure` reports a system failure. Returns
+// where the firmware has no SRST, or no shutdown for this machine
+// (OpenSBI on sifive_u answers NOT_SUPPORTED: it has no power-off device).
 void system_off(bool failure);
+bool has_srst();
+// The legacy (v0.1) shutdown, for firmware without SRST. Never returns on
+// OpenSBI: without a shutdown device it stops every hart in M-mode.
+void legacy_shutdown();
 
 }  // namespace sbi

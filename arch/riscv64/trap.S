@@ -221,7 +221,30 @@ stimecmp_probe_fixup:
     li      a0, 0
     ret
 
+// uintptr_t riscv_semihost(uintptr_t op, uintptr_t arg)
+// A semihosting call: the three-instruction sequence the RISC-V semihosting
+// spec fixes (uncompressed, within one page: QEMU reads the neighbours of
+// the ebreak). Where nothing serves it (no debugger, QEMU without
+// -semihosting: the real board) the ebreak is a breakpoint exception, which
+// OpenSBI delegates to S-mode; riscv_trap finds semihost_insn in __extable
+// and resumes at semihost_fixup, which returns -1.
+.balign 16
+.global riscv_semihost
+riscv_semihost:
+.option push
+.option norvc
+    slli    zero, zero, 0x1f
+semihost_insn:
+    ebreak
+    srai    zero, zero, 7
+.option pop
+    ret
+semihost_fixup:
+    li      a0, -1
+    ret
+
 .section __extable, "a"
 .balign 8
     .dword  probe_write_insn, probe_write_fixup
     .dword  stimecmp_probe_insn, stimecmp_probe_fixup
+    .dword  semihost_insn, semihost_fixup
