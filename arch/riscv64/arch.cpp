@@ -37,6 +37,7 @@ extern "C" uintptr_t riscv_semihost(uintptr_t op, uintptr_t arg);  // trap.S
 
 namespace arch {
 uint64_t g_timebase_hz = 10000000;  // QEMU virt's; the DTB says for sure
+uint64_t g_counter_at_tick;         // coarse_counter() (ops.h)
 void mmu_live();
 const char* describe_mapping(uintptr_t va, char* buf, size_t size);
 }  // namespace arch
@@ -289,7 +290,12 @@ bool start_cpu(PerCpu& cpu) {
 void timer_init_cpu() { asm volatile("csrs sie, %0" ::"r"(SIE_STIE) : "memory"); }
 
 void timer_arm(uint64_t ticks) {
-  uint64_t when = counter() + ticks;
+  uint64_t now = counter();
+  // The largest reading yet, for coarse_counter(): amomaxu keeps it from
+  // going back when two harts' ticks race. A time stamp, publishing
+  // nothing: no ordering.
+  asm volatile("amomaxu.d zero, %1, %0" : "+A"(g_counter_at_tick) : "r"(now));
+  uint64_t when = now + ticks;
   if (g_sstc) asm volatile("csrw %0, %1" ::"i"(kStimecmp), "r"(when) : "memory");
   else sbi::set_timer(when);
 }

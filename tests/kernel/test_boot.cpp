@@ -1,8 +1,10 @@
 // Boot foundation tests: the DTB as QEMU passed it, every core online,
 // per-CPU isolation, spinlocks under contention from every core, W^X of
-// the image, the heap and the stacks, and timer interrupts on every core.
+// the image, the heap and the stacks, timer interrupts on every core, and
+// mm's ticks against the counter.
 #include <kernel/arch.h>
 #include <kernel/boot.h>
+#include <kernel/config.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
 #include <kernel/irq.h>
@@ -13,6 +15,7 @@
 #include <kernel/timer.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/platform.h>
 
 namespace {
 
@@ -295,4 +298,23 @@ KTEST(monotonic_clock_advances) {
   uint64_t b = timer::now_ns();
   KEXPECT(b >= a + 2000000);
   KEXPECT(b < a + 1000000000ull);
+}
+
+// mm's ticks (kmemleak's stamps) follow the counter: never ahead of it, at
+// most two ticks behind (RISC-V's coarse_counter is the reading of the
+// latest tick on any hart), and they advance with it.
+KTEST(mm_ticks_follow_the_counter) {
+  const uint64_t per_tick = arch::counter_frequency() / kTimerHz;
+  KASSERT(per_tick > 0);
+  for (int round = 0; round < 5; round++) {
+    uint64_t t = mm::plat::ticks();
+    uint64_t exact = arch::counter() / per_tick;
+    KEXPECT(t <= exact);
+    KEXPECT(exact - t <= 2);
+    arch::wait_for_interrupt();  // a tick (or another interrupt) later
+  }
+  uint64_t start = mm::plat::ticks();
+  uint64_t deadline = timer::now_ns() + 2000000000ull;
+  while (mm::plat::ticks() < start + 5 && timer::now_ns() < deadline) arch::wait_for_interrupt();
+  KEXPECT(mm::plat::ticks() >= start + 5);
 }

@@ -56,6 +56,9 @@ inline uint64_t counter_frequency() {
   asm volatile("mrc p15, 0, %0, c14, c0, 0" : "=r"(v));
   return v;
 }
+// The counter for time stamps on fast paths (plat::ticks): CNTVCT is a
+// register read, cheap enough to read every time.
+inline uint64_t coarse_counter() { return counter(); }
 
 // The PMU cycle counter PMCCNTR (enabled on every core at boot). It is 32
 // bits wide and wraps within seconds: callers take differences of nearby

@@ -76,13 +76,27 @@ inline PerCpu* this_cpu() {
 }
 inline void set_this_cpu(PerCpu* p) { asm volatile("mv tp, %0" ::"r"(p) : "memory"); }
 
-// The time CSR and its frequency.
+// The time CSR and its frequency. A hart need not implement the CSR: the
+// FU540's U54s (sifive_u) do not, and a read traps to OpenSBI, which
+// emulates it from the CLINT's mtime (some 30 plain csrr's worth, two
+// trips through M-mode). Keep it off fast paths: coarse_counter().
 inline uint64_t counter() {
   uint64_t v;
   asm volatile("rdtime %0" : "=r"(v)::"memory");
   return v;
 }
 inline uint64_t counter_frequency() { return g_timebase_hz; }
+
+// The counter for time stamps on fast paths (plat::ticks: kmemleak stamps
+// every allocation): the latest reading any hart's timer tick took
+// (timer_arm, arch.cpp), one load and never a trap. It lags counter() by
+// less than a tick period while some hart takes its ticks, and never goes
+// back. 0 before the first tick.
+extern uint64_t g_counter_at_tick;
+inline uint64_t coarse_counter() {
+  // A time stamp: it orders nothing, so relaxed.
+  return __atomic_load_n(&g_counter_at_tick, __ATOMIC_RELAXED);
+}
 
 // The cycle CSR (the firmware lets S-mode read it: mcounteren.CY). Under
 // QEMU with -icount shift=0 it counts instructions exactly.

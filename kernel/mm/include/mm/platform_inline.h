@@ -53,7 +53,11 @@ __attribute__((always_inline)) inline bool free_hooks_on() {
 // stop while they idle): counter / (frequency / kTimerHz), as the high half
 // of the counter's product with the divisor's reciprocal (platform.cpp):
 // every allocation stamps one while kmemleak is on, and a 64-bit division
-// is a library call on 32-bit ARM. At most one tick short, ever. The
+// is a library call on 32-bit ARM. The counter is the arch's
+// coarse_counter(): the counter itself on ARM (at most one tick short,
+// ever), the reading of the latest timer tick on RISC-V, where reading the
+// counter may trap to the firmware (at most two ticks short while the
+// harts take their ticks). The
 // reciprocal is set at boot (init_ticks, from mm's init, once the DTB has
 // given the counter's rate), before any allocation can ask.
 extern uint64_t g_tick_reciprocal;
@@ -68,7 +72,7 @@ inline uint64_t high_product(uint64_t a, uint64_t b) {
   return hh + (hl >> 32) + (lh >> 32) + (mid >> 32);
 #endif
 }
-inline uint64_t ticks() { return high_product(arch::counter(), g_tick_reciprocal); }
+inline uint64_t ticks() { return high_product(arch::coarse_counter(), g_tick_reciprocal); }
 
 // RAM is identity-mapped in the kernel.
 inline void* phys_to_virt(uint64_t pa) { return reinterpret_cast<void*>(static_cast<uintptr_t>(pa)); }
