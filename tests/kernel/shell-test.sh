@@ -18,11 +18,14 @@ check() {  # check NAME CONDITION-STATUS
 }
 
 # 1. cpus lists every core, poweroff exits 0: 3 cores, or the board's own
-#    count where its machine has a fixed shape (raspi3b: 4).
+#    count where its machine has a fixed shape (raspi3b: 4; sifive_u: 4,
+#    its CPUS, the U54s of its 5 harts).
 ncpu=3 smp_args=(--smp 3)
 conf=$(dirname "$run")/../boards/$board/board.conf
 if [[ -n $(sed -n 's/^QEMU_FIXED_SHAPE=//p' "$conf") ]]; then
-  ncpu=$(sed -n 's/^QEMU_SMP=//p' "$conf") smp_args=()
+  ncpu=$(sed -n 's/^CPUS=//p' "$conf")
+  [[ -n $ncpu ]] || ncpu=$(sed -n 's/^QEMU_SMP=//p' "$conf")
+  smp_args=()
 fi
 boot 'cpus\npoweroff\n' "${smp_args[@]}"; st=$?
 [[ $st -eq 0 && $(grep -c '^cpu [0-9]*: .* online' "$log") -eq $ncpu ]] && grep -q "^cpu $((ncpu - 1)): " "$log"
