@@ -78,8 +78,8 @@ inline void set_this_cpu(PerCpu* p) { asm volatile("mv tp, %0" ::"r"(p) : "memor
 
 // The time CSR and its frequency. A hart need not implement the CSR: the
 // FU540's U54s (sifive_u) do not, and a read traps to OpenSBI, which
-// emulates it from the CLINT's mtime (some 30 plain csrr's worth, two
-// trips through M-mode). Keep it off fast paths: coarse_counter().
+// emulates it from the CLINT's mtime (about 350 instructions in M-mode,
+// counted under QEMU's -icount). Keep it off fast paths: coarse_counter().
 inline uint64_t counter() {
   uint64_t v;
   asm volatile("rdtime %0" : "=r"(v)::"memory");
