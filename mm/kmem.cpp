@@ -84,6 +84,17 @@ void copy_name(char* dst, const char* src) {
 
 bool is_pow2(size_t v) { return v && !(v & (v - 1)); }
 
+// The free-list links' secret (kmem_slab.cpp, 8): the cycle counter, the
+// time and the cache's address, mixed (splitmix64's finaliser).
+uint32_t link_secret_for(const kmem_cache_t* cp) {
+  static uint64_t counter;
+  uint64_t x = plat::cycles() ^ plat::ticks() << 32 ^ reinterpret_cast<uintptr_t>(cp) ^
+               __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<uint32_t>(x ^ (x >> 31));
+}
+
 unsigned struct_order() {
   unsigned order = 0;
   while ((kPageBytes << order) < sizeof(kmem_cache)) order++;
@@ -235,7 +246,14 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   cp->arena = arena;
   cp->flags = static_cast<uint32_t>(cflags);
   copy_name(cp->arena_name, vs.name);
+  bool heap_memory = vmem_imports_from(arena, segkmem_heap_arena());
+  cp->debug = debug_flags_for(cp->name, cflags, heap_memory);
+  if (cp->debug) debug_layout(cp);  // the buffer tag after each buffer; no magazines
   cache_layout(cp, quantum);
+  // The on-slab free list's link: the first word of a free buffer, or its
+  // tag's (kmem_debug.cpp, 3), stored xor a key (kmem_slab.cpp, 8).
+  if (cp->debug && !cp->offslab) cp->link_off = cp->tag_off + 16;
+  cp->link_secret = link_secret_for(cp);
   if (cp->slab_size > capacity) {
     report("kmem_cache_create with a buffer size the arena can never provide", shown, nullptr, caller, bufsize);
     cp->~kmem_cache();
@@ -243,10 +261,10 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
     return nullptr;
   }
   if (!cp->offslab) cp->owner_check = kOwnerOnSlab;
-  else if (vmem_imports_from(arena, segkmem_heap_arena())) cp->owner_check = kOwnerIndex;
+  else if (heap_memory) cp->owner_check = kOwnerIndex;
   else cp->owner_check = kOwnerNone;
   // kmemleak objects: buffers of heap memory that are nobody's bookkeeping.
-  cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && vmem_imports_from(arena, segkmem_heap_arena());
+  cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && heap_memory;
   if (cp->offslab) {
     cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
     __builtin_memset(cp->hash, 0, kPageBytes);
@@ -295,6 +313,7 @@ void kmem_init() {
   static plat::Lock init_lock;
   Guard<> g(init_lock);
   if (g_ready) return;
+  debug_init();    // the host's MM_KMEM_DEBUG, before the first cache
   segkmem_init();  // page allocator, heap and kmem_default arenas
   internal_init();  // off-slab headers and kmemleak's records come from these
   // Magazine caches next: every other cache's free path may need them.
@@ -305,6 +324,7 @@ void kmem_init() {
   __atomic_store_n(&g_ready, true, __ATOMIC_RELEASE);  // releases all of the above
   g.unlock();
   vmem_set_cache_layer(&kVmemLayer);
+  debug_init_done();
 }
 
 // ---------------------------------------------------------------------------
@@ -401,7 +421,8 @@ __attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmfla
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller) {
-  void* obj = alloc_slow(cp, kmflag);
+  // A debugged cache gets the size asked for (its redzone starts there).
+  void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
   if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
   return obj;
@@ -449,7 +470,8 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
     live = cp->buf_slab_inuse;
   }
   if (live) {
-    report("kmem_cache_destroy of a cache with live objects", cp->name, cp, caller, live);
+    if (cp->debug) debug_report_live(cp, live, caller);  // with the live buffers and their trails
+    else report("kmem_cache_destroy of a cache with live objects", cp->name, cp, caller, live);
     return false;
   }
   slab_reap(cp);

@@ -122,7 +122,13 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
 
 __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_free<true>(cp, buf, kmemtrace::kTypeKmalloc, caller);
+  if (__builtin_expect(cp != nullptr, 1)) {
+    if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
+      kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);
+      return free_unmagazined(cp, buf, caller, size);
+    }
+    return cache_free<true>(cp, buf, kmemtrace::kTypeKmalloc, caller);
+  }
   // Relaxed: only whether to record; kmem_free_body checks again with acquire.
   if (__atomic_load_n(&g_ready, __ATOMIC_RELAXED) && size != 0)
     kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);  // else refused below

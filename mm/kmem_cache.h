@@ -16,6 +16,7 @@
 //   kmem_whatis.cpp       any address to its owner (kmem_whatis)
 #pragma once
 #include <mm/kmem.h>
+#include <mm/kmem_debug.h>
 #include <mm/page.h>
 #include <mm/platform.h>
 #include "assert.h"
@@ -187,7 +188,17 @@ struct kmem_cache {
   uint32_t refs;  // walkers holding this cache (cache_next)
   bool dead;      // destroyed: freed when the last walker lets go
 
-    bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
+  bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
+
+  // Debug modes (kmem_debug.cpp): KMF_ flags, 0 for none. A debugged cache
+  // has KMC_NOMAGAZINE set and a BufTag at tag_off in every buffer.
+  uint32_t debug;
+  uint32_t tag_off;
+  // On-slab caches: where a free buffer keeps its slab free-list link (0, or
+  // inside the BufTag of a debugged cache), and the link's secret
+  // (kmem_slab.cpp, 8).
+  uint32_t link_off;
+  uint32_t link_secret;
 
   // Slab layer (slab_lock).
   mm::plat::Lock slab_lock;
@@ -258,6 +269,54 @@ void for_each_cache(F&& f) {
 void* meta_alloc(unsigned order, int kmflag);
 void meta_free(void* p, unsigned order);
 
+// --- kmem_debug.cpp -------------------------------------------------------
+// What a check found while a lock was held, reported once it is dropped.
+struct Finding {
+  const char* kind = nullptr;  // null: nothing found
+  uintptr_t addr = 0;
+  uint64_t detail = 0;
+  MemDetail* d = nullptr;  // the caller's, filled when kind is set
+};
+void report_finding(kmem_cache_t* cp, const Finding& f, uintptr_t caller);
+// At creation: the KMF_ flags a cache gets (its cflags, and the configured
+// ones for caches that can be debugged), and its layout with a BufTag.
+uint32_t debug_flags_for(const char* name, int cflags, bool heap_memory);
+void debug_layout(kmem_cache_t* cp);
+// A new slab's buffers: free, tagged (and poisoned).
+void debug_slab_init(kmem_cache_t* cp, Slab* sp);
+// The audit backtrace of an operation (taken before any lock).
+uint32_t debug_stack(const kmem_cache_t* cp, uintptr_t caller);
+// slab_lock held: buffer i of sp was just taken for an allocation of
+// `requested` bytes: check its poison and tag (f gets what was wrong, and
+// the buffer is repaired), fill it, mark it allocated, audit it.
+void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32_t stack, Finding& f);
+// slab_lock held: a buffer whose constructor failed goes back as free.
+void debug_untake(kmem_cache_t* cp, uintptr_t buf);
+// slab_lock held, on a free of buffer i of sp (size: what kmem_free was
+// given, 0: none): false to refuse the free (freed already, a wrong size:
+// f says which); true to go on (f may hold an overrun, repaired), with the
+// buffer marked as being freed.
+bool debug_free_check(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t size, Finding& f);
+// slab_lock held, once the destructor ran: keep the contents (log), poison,
+// mark free, audit the free.
+void debug_free_commit(kmem_cache_t* cp, uintptr_t buf, uint32_t stack);
+// A free of a pointer that is no buffer of cp: inside one, or someone else's.
+void debug_report_bad_pointer(kmem_cache_t* cp, void* buf, uintptr_t caller);
+// kmem_cache_destroy found live objects: report them, with their trails.
+void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller);
+// kmem_init, first: the host's MM_KMEM_DEBUG; last: kmem_alloc's hooks if
+// its caches are debugged (they need the size the caller asked for).
+void debug_init();
+void debug_init_done();
+// report.cpp: one line for a trail ("  last allocated on cpu 1 at 2.5 s:"),
+// then its frames.
+void print_audit(const char* what, const BufAudit& a);
+// kmem_magazine.cpp: an allocation or free of a KMC_NOMAGAZINE cache,
+// counted as the magazine layer counts (requested, caller, size: as
+// slab_alloc and slab_free take them).
+void* alloc_unmagazined(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t caller);
+void free_unmagazined(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t size);
+
 // --- kmem_slab.cpp --------------------------------------------------------
 void internal_init();
 // kmem's own bookkeeping (off-slab headers, kmemleak's per-slab metadata):
@@ -266,8 +325,23 @@ void internal_init();
 void* internal_alloc(size_t size, int kmflag);
 void internal_free(void* p, size_t size);
 void cache_layout(kmem_cache_t* cp, size_t quantum);
-void* slab_alloc(kmem_cache_t* cp, int kmflag);
-void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller);
+// requested and caller matter to debugged caches only (the redzone starts
+// at requested; the audit trail starts at caller, 0: the whole backtrace).
+void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested = 0, uintptr_t caller = 0);
+// size: what kmem_free was given (debugged caches check it; 0: unknown).
+void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller, size_t size = 0);
+// The on-slab free list's links, stored encoded (kmem_slab.cpp, 8).
+inline uint32_t link_key(const kmem_cache_t* cp, uintptr_t at) {
+  return static_cast<uint32_t>(at >> 2) * 0x9e3779b1u ^ cp->link_secret;
+}
+inline void link_store(const kmem_cache_t* cp, uintptr_t buf, uint32_t next) {
+  uintptr_t at = buf + cp->link_off;
+  *reinterpret_cast<uint32_t*>(at) = next ^ link_key(cp, at);
+}
+inline uint32_t link_load(const kmem_cache_t* cp, uintptr_t buf) {
+  uintptr_t at = buf + cp->link_off;
+  return *reinterpret_cast<const uint32_t*>(at) ^ link_key(cp, at);
+}
 Slab* slab_lookup(kmem_cache_t* cp, uintptr_t buf, uint32_t& index);
 unsigned slab_reap(kmem_cache_t* cp);
 void slab_reap_all();

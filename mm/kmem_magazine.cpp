@@ -281,6 +281,9 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
   // other CPUs start.)
   if (__builtin_expect(!kmem_ready(), 0)) kmem_init();
 #endif
+  // No magazine layer (a debugged cache among them): untraced, alloc_slow
+  // is the entry point's tail call, so its return address is the caller.
+  if (cp->flags & KMC_NOMAGAZINE) return alloc_unmagazined(cp, kmflag, 0, caller_of_api());
   for (;;) {
     Leftover left;
     bool to_slab = false;
@@ -288,12 +291,7 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
     {
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
-      if (cp->flags & KMC_NOMAGAZINE) {
-        cc->allocs++;
-        to_slab = true;
-      } else {
-        obj = reload_and_pop(cp, cc, left, &to_slab);
-      }
+      obj = reload_and_pop(cp, cc, left, &to_slab);
       plat::irq_restore(s);
     }
     if (__builtin_expect(left.any, 0)) left.run(cp);
@@ -302,8 +300,23 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
   }
 }
 
+void* alloc_unmagazined(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t caller) {
+  auto s = plat::irq_save();
+  cp->cpu[plat::cpu_id()].allocs++;
+  plat::irq_restore(s);
+  return slab_alloc(cp, kmflag, requested, caller);
+}
+
+void free_unmagazined(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t size) {
+  auto s = plat::irq_save();
+  cp->cpu[plat::cpu_id()].frees++;
+  plat::irq_restore(s);
+  slab_free(cp, obj, true, caller, size);
+}
+
 // Slow path of kmem_cache_free: the loaded magazine is full (or absent).
 __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  if (cp->flags & KMC_NOMAGAZINE) return free_unmagazined(cp, obj, caller, 0);
   for (;;) {
     Leftover left;
     FreeStep step;
@@ -311,13 +324,8 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
     {
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
-      if (cp->flags & KMC_NOMAGAZINE) {
-        cc->frees++;
-        step = FreeStep::kToSlab;
-      } else {
-        step = reload_and_push(cp, cc, obj, left);
-        mt = ld_relaxed(cp->magtype);  // a hint: checked again under depot_lock below
-      }
+      step = reload_and_push(cp, cc, obj, left);
+      mt = ld_relaxed(cp->magtype);  // a hint: checked again under depot_lock below
       plat::irq_restore(s);
     }
     if (__builtin_expect(left.any, 0)) left.run(cp);

@@ -719,15 +719,7 @@ bool annotated_object(const char* what, const void* ptr, bool interior, Obj& o, 
 namespace {
 __attribute__((noinline)) uint32_t capture(uintptr_t caller) {  // its frame off the stamp's path
   if (!__atomic_load_n(&g_backtraces, __ATOMIC_RELAXED)) return 0;
-  uintptr_t pcs[kStackDepotMaxFrames + 8];
-  unsigned n = plat::backtrace(pcs, kStackDepotMaxFrames + 8, 0);
-  unsigned from = 0;
-  while (from < n && pcs[from] != caller) from++;
-  if (from == n) {  // the walk did not reach the caller: start with it
-    pcs[0] = caller;
-    return stackdepot_save(pcs, 1);
-  }
-  return stackdepot_save(pcs + from, n - from);
+  return stackdepot_capture_from(caller);
 }
 
 // The stamp, on every allocation while kmemleak is on: the record found as

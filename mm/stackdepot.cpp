@@ -304,6 +304,20 @@ __attribute__((noinline)) StackHandle stackdepot_capture(unsigned skip) {
   return stackdepot_save(pcs, n);
 }
 
+__attribute__((noinline)) StackHandle stackdepot_capture_from(uintptr_t caller) {
+  if (!g_buckets.load(std::memory_order_relaxed)) return 0;
+  uintptr_t pcs[kStackDepotMaxFrames + 8];
+  unsigned n = plat::backtrace(pcs, kStackDepotMaxFrames + 8, 1);
+  if (!caller) return stackdepot_save(pcs, n);
+  unsigned from = 0;
+  while (from < n && pcs[from] != caller) from++;
+  if (from == n) {  // the walk did not reach the caller: start with it
+    pcs[0] = caller;
+    return stackdepot_save(pcs, 1);
+  }
+  return stackdepot_save(pcs + from, n - from);
+}
+
 unsigned stackdepot_fetch(StackHandle h, const uintptr_t** pcs) {
   MM_DEBUG_ASSERT(pcs);
   *pcs = nullptr;

@@ -14,9 +14,10 @@ enum AllocFeature : unsigned {
   kFeatureKmemtrace = 1u << 0,
   kFeatureKmemleak = 1u << 1,
   kFeatureFailslab = 1u << 2,  // fault injection (mm/failslab.h): allocations only
+  kFeatureDebug = 1u << 3,     // debugged kmem_alloc caches (mm/kmem_debug.h): the sizes asked for and freed
 };
 // The features that need the frees hooked too.
-constexpr unsigned kFeaturesOnFree = kFeatureKmemtrace;
+constexpr unsigned kFeaturesOnFree = kFeatureKmemtrace | kFeatureDebug;
 
 // Turns a feature's use of the hooks on or off; the allocation switch is on
 // while any feature is, the free switch while one of kFeaturesOnFree is. Not from interrupt context (the kernel patches code and

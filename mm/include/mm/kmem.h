@@ -30,6 +30,15 @@ typedef enum kmem_cbrc {
 #define KMC_KMEM_ALLOC 0x00200000  // (internal) a kmem_alloc size cache
 #define KMC_NOTRACK 0x00400000     // not leak-tracked: buffers are never kmemleak objects nor scanned
                                    // (the allocators' own metadata; kmemleak's own state)
+// Debug modes for this cache (mm/kmem_debug.h), as illumos's kmem_flags
+// KMF_AUDIT, KMF_DEADBEEF, KMF_REDZONE and KMF_CONTENTS give them to every
+// cache: KMC_DEBUG_FLAGS(KMF_...) or the KMC_ names below.
+#define KMC_DEBUG_SHIFT 24
+#define KMC_DEBUG_FLAGS(kmf) ((kmf) << KMC_DEBUG_SHIFT)
+#define KMC_AUDIT 0x01000000     // last alloc and free per buffer, and the transaction log
+#define KMC_DEADBEEF 0x02000000  // poison: free buffers 0xdeadbeef, new ones 0xbaddcafe
+#define KMC_REDZONE 0x04000000   // guard bytes after each buffer, checked on free
+#define KMC_CONTENTS 0x08000000  // the log keeps the first bytes of each freed buffer (implies KMC_AUDIT)
 
 kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align,
                                 int (*constructor)(void* buf, void* priv, int kmflags),
@@ -84,12 +93,16 @@ uint64_t kmem_metadata_pages();
 // wrong cache, wrong size, destroy with live objects...). The default hook
 // logs the report and the bad operation is refused; tests may install their
 // own to capture it.
+struct MemDetail;  // what a debug mode found (mm/kmem_debug.h)
 struct MemError {
   const char* kind;      // "double free", "free of unallocated buffer", ...
   const char* where;     // cache or arena name
   uintptr_t address;
   uintptr_t caller;
   uint64_t detail;       // size passed, count outstanding, ...
+  // Reports of the debug modes: the buffer, the bytes found and its audit
+  // trail (null otherwise). Valid during the hook only.
+  const MemDetail* more = nullptr;
 };
 using MemErrorHook = void (*)(const MemError& e);
 MemErrorHook set_error_hook(MemErrorHook hook);

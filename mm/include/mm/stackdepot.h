@@ -38,6 +38,11 @@ StackHandle stackdepot_save(const uintptr_t* pcs, unsigned n);
 // and saves it. 0 if there is none or the depot is full or not initialised. With skip 0 the first
 // frame is the return address into the function that called stackdepot_capture.
 StackHandle stackdepot_capture(unsigned skip);
+// The backtrace of an operation made on behalf of `caller` (a return
+// address into the code that called the allocator): the walk from caller
+// outwards, the allocator's own frames left out; just [caller] when the
+// walk does not reach it; the whole walk for caller 0.
+StackHandle stackdepot_capture_from(uintptr_t caller);
 // The frames of a handle (innermost first); 0 for handle 0 or an invalid handle. Lock-free.
 // *pcs points into the depot (valid for ever: records are never freed); nullptr when it returns 0.
 unsigned stackdepot_fetch(StackHandle h, const uintptr_t** pcs);

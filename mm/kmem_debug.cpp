@@ -1,0 +1,777 @@
+// kmem's debug modes: redzones, poisoning, audit trails and the
+// transaction log (mm/kmem_debug.h), after illumos's KMF_REDZONE,
+// KMF_DEADBEEF, KMF_AUDIT and KMF_CONTENTS.
+//
+// 1. Which caches. A cache's KMF_ flags are fixed when it is created: its
+//    cflags (KMC_REDZONE ...), plus the configured flags (kmem.debug=, or
+//    MM_KMEM_DEBUG on the host) for every cache the configuration names (or
+//    all) that can be debugged: heap memory kmem may write to, not mm's own
+//    bookkeeping (KMC_NOTRACK, KMC_NODEBUG), not a vmem quantum cache.
+//    Contents implies audit.
+// 2. No magazines. A debugged cache is KMC_NOMAGAZINE: its per-CPU layer
+//    stays empty, so kmem_cache_alloc and kmem_cache_free miss the magazine
+//    on their first test and go to the slab layer, where every operation
+//    passes the checks. The fast paths of other caches are the same
+//    instructions as without debugging (nothing on them tests a debug
+//    flag). A buffer is then either allocated or free in its slab: a double
+//    free is caught on the second free however late it comes, and buffers
+//    of caches with constructors are destructed on every free and
+//    constructed on every allocation, so a free buffer can be poisoned
+//    (illumos does the same: constructed state and poison cannot coexist).
+// 3. The buffer tag. Every buffer of a debugged cache is laid out as
+//      [0, size)             the caller's bytes
+//      [size, tag_off)       redzone bytes, 0xbb (redzone mode)
+//      [tag_off, +24)        BufTag: the redzone word 0xfeedfacefeedface,
+//                            the state word, the size the caller asked
+//                            for, the slab free-list link (on-slab caches:
+//                            kmem_slab.cpp, 8: it lives here, not in the
+//                            poisoned bytes), a spare word
+//      [tag_off + 24, +24)   AuditTag (audit mode): last allocation's and
+//                            last free's stack handle, time and CPU
+//    tag_off is the cache's buffer size rounded up to 8, so kmem_alloc's
+//    buffers get redzone bytes from the exact size asked for (illumos's
+//    KMEM_SIZE_ENCODE): an overrun of kmem_alloc(50) into the 64-byte
+//    class's slack is caught. The state word is kStateAlloc, kStateFreeing
+//    or kStateFree xor the low 32 bits of the buffer's address, so a stray
+//    value (or a copy of another buffer's tag) matches none.
+// 4. Checks. On allocation (debug_take): a free buffer must hold its
+//    poison and an intact tag, else "write after free", with the offset
+//    and bytes of the first difference and the last free's trail; the
+//    buffer is repaired and handed out (the report names the writer's
+//    victim; refusing the allocation would only move the damage). On free
+//    (debug_free_check): the slab's bitmap and the state word refuse a
+//    double free, the size kept in the tag refuses a kmem_free of a wrong
+//    size within the right class, and the redzone from the size asked for
+//    through the state word must be intact, else "buffer overrun" (the
+//    free goes on; the redzone is repaired). kmem_verify checks every
+//    buffer of a cache the same way on demand.
+// 5. Locking. The checks, fills and tag updates run under the cache's
+//    slab_lock, interrupts masked (a debugged cache's free buffers are only
+//    touched under it, and kmem_verify reads a stable picture): the price
+//    is a memset under the lock per operation, paid only by debugged
+//    caches. The constructor and destructor run without it, the tag saying
+//    "being freed" meanwhile (kmem_verify skips such a buffer). Backtraces
+//    are taken before the lock (the stack depot has a lock of its own).
+// 6. The transaction log: a ring of N entries (kmem.debug=...,log=N),
+//    written without a lock by every CPU: an atomic counter hands out
+//    sequence numbers, the entry's seq word is cleared, a release fence,
+//    the fields (relaxed atomics), then seq stored with release. A reader
+//    loads seq (acquire), copies the fields, an acquire fence, loads seq
+//    again: a copy is kept only if both loads match the number it expects
+//    (a writer that lapped the ring meanwhile changed seq first, and the
+//    fences order that change before any field the reader may have seen).
+//    Entries name their cache by pointer; a reader prints the name only of
+//    caches still on the cache list.
+#include <mm/kmem_debug.h>
+#include <mm/hooks.h>
+#include <mm/segkmem.h>
+#include <mm/stackdepot.h>
+#include <mm/vmem.h>
+#include "kmem_cache.h"
+#include "kmem_fastpath.h"
+#if !defined(MM_KERNEL)
+#include <cstdlib>
+#endif
+
+namespace mm {
+namespace {
+
+constexpr uint64_t kRedzoneWord = 0xfeedfacefeedfaceull;
+constexpr uint8_t kRedzoneByte = 0xbb;
+constexpr uint32_t kFreePattern = 0xdeadbeef;
+constexpr uint32_t kUninitPattern = 0xbaddcafe;
+constexpr uint32_t kStateAlloc = 0xa110ca7e;
+constexpr uint32_t kStateFreeing = 0xf4eeb5ed;
+constexpr uint32_t kStateFree = 0xf4eef4ee;
+
+struct BufTag {
+  uint64_t redzone;
+  uint32_t state;  // kState* ^ uint32_t(buffer address)
+  uint32_t size;   // bytes asked for by the last allocation
+  uint32_t link;   // the slab free list's (kmem_slab.cpp, 8)
+  uint32_t spare;
+};
+static_assert(sizeof(BufTag) == 24);
+constexpr size_t kGuardBytes = offsetof(BufTag, size);  // the redzone word and the state word
+
+struct AuditTag {
+  uint32_t stack[2];  // [0]: last allocation, [1]: last free
+  uint32_t ticks[2];
+  uint16_t cpu[2];
+  uint32_t valid;  // bit 0: allocation recorded, bit 1: free
+};
+static_assert(sizeof(AuditTag) == 24);
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+BufTag* tag_of(const kmem_cache_t* cp, uintptr_t buf) { return reinterpret_cast<BufTag*>(buf + cp->tag_off); }
+AuditTag* audit_of(const kmem_cache_t* cp, uintptr_t buf) {
+  return reinterpret_cast<AuditTag*>(buf + cp->tag_off + sizeof(BufTag));
+}
+uint32_t state_word(uint32_t state, uintptr_t buf) { return state ^ static_cast<uint32_t>(buf); }
+
+// The configuration (kmem_debug_configure), under g_lock.
+plat::Lock g_lock;
+KmemDebugConfig g_config;
+
+// --- Patterns -------------------------------------------------------------
+
+uint64_t pattern64(uint32_t p) { return uint64_t{p} << 32 | p; }
+
+// Fills [p, p + n) with the 32-bit pattern as if from a pattern-aligned
+// start (byte k is byte k % 4 of the pattern, little-endian).
+void fill_pattern(uint8_t* p, size_t n, uint32_t pattern) {
+  size_t i = 0;
+  uint64_t w = pattern64(pattern);
+  for (; i + 8 <= n; i += 8) __builtin_memcpy(p + i, &w, 8);
+  for (; i < n; i++) p[i] = static_cast<uint8_t>(pattern >> (8 * (i % 4)));
+}
+
+// What the guard and pattern bytes of a buffer should be, byte by byte,
+// over [from, to) (offsets from the buffer's start): the region after the
+// caller's bytes (poison for a free buffer, 0xbb for an allocated one in
+// redzone mode, anything otherwise) and the tag's redzone and state words.
+struct Expect {
+  const kmem_cache_t* cp;
+  uintptr_t buf;
+  uint32_t state;
+  bool region;        // check [from, tag_off)
+  uint32_t pattern;   // kFreePattern, or 0 for kRedzoneByte
+  uint8_t at(size_t off) const {
+    if (off < cp->tag_off) return pattern ? static_cast<uint8_t>(pattern >> (8 * (off % 4))) : kRedzoneByte;
+    size_t t = off - cp->tag_off;
+    if (t < 8) return static_cast<uint8_t>(kRedzoneWord >> (8 * t));
+    return static_cast<uint8_t>(state_word(state, buf) >> (8 * (t - 8)));
+  }
+};
+
+// The first offset in [from, tag_off + kGuardBytes) whose byte differs from
+// e (-1: none): whole words while they match, then byte by byte.
+int64_t first_bad(const Expect& e, size_t from) {
+  auto* p = reinterpret_cast<const uint8_t*>(e.buf);
+  size_t end = e.cp->tag_off + kGuardBytes;
+  size_t off = e.region ? from : e.cp->tag_off;
+  if (e.region && e.pattern) {  // poison: word-aligned from 0, compare 8 bytes at a time
+    uint64_t w = pattern64(e.pattern);
+    for (; off + 8 <= e.cp->tag_off; off += 8) {
+      uint64_t v;
+      __builtin_memcpy(&v, p + off, 8);
+      if (v != w) break;
+    }
+  }
+  for (; off < end; off++)
+    if (p[off] != e.at(off)) return static_cast<int64_t>(off);
+  return -1;
+}
+
+// Restores what e says over [from, tag_off + kGuardBytes).
+void repair(const Expect& e, size_t from) {
+  auto* p = reinterpret_cast<uint8_t*>(e.buf);
+  size_t off = e.region ? from : e.cp->tag_off;
+  for (; off < e.cp->tag_off + kGuardBytes; off++) p[off] = e.at(off);
+}
+
+void fill_trail(const kmem_cache_t* cp, uintptr_t buf, MemDetail& d) {
+  if (!(cp->debug & KMF_AUDIT)) return;
+  const AuditTag* a = audit_of(cp, buf);
+  BufAudit* out[2] = {&d.alloc, &d.free};
+  for (int k = 0; k < 2; k++)
+    *out[k] = BufAudit{(a->valid >> k & 1) != 0, a->stack[k], a->ticks[k], a->cpu[k]};
+}
+
+// A finding at offset `bad` of buf (d: bytes found there, trail).
+void found(const kmem_cache_t* cp, uintptr_t buf, int64_t bad, const char* kind, const char* expected, Finding& f) {
+  f.kind = kind;
+  f.addr = buf;
+  f.detail = static_cast<uint64_t>(bad);
+  MemDetail& d = *f.d;
+  d = MemDetail{};
+  d.buffer = buf;
+  d.size = tag_of(cp, buf)->size;
+  d.offset = bad;
+  size_t end = cp->tag_off + kGuardBytes;
+  size_t n = end - static_cast<size_t>(bad);
+  d.nfound = static_cast<uint8_t>(n < sizeof d.found ? n : sizeof d.found);
+  __builtin_memcpy(d.found, reinterpret_cast<const uint8_t*>(buf) + bad, d.nfound);
+  d.expected = expected;
+  fill_trail(cp, buf, d);
+}
+
+const char* expected_name(const kmem_cache_t* cp, int64_t bad, bool free_buffer) {
+  if (static_cast<size_t>(bad) >= cp->tag_off + 8) return "the buffer's state word";
+  if (static_cast<size_t>(bad) >= cp->tag_off) return "the redzone word 0xfeedfacefeedface";
+  return free_buffer ? "0xdeadbeef (poison)" : "0xbb (redzone)";
+}
+
+// A free buffer's poison (poison mode) and tag. -1 if intact.
+int64_t check_free(const kmem_cache_t* cp, uintptr_t buf) {
+  return first_bad(Expect{cp, buf, kStateFree, (cp->debug & KMF_DEADBEEF) != 0, kFreePattern}, 0);
+}
+// An allocated buffer's redzone (redzone mode) and tag. -1 if intact.
+int64_t check_alloc(const kmem_cache_t* cp, uintptr_t buf) {
+  return first_bad(Expect{cp, buf, kStateAlloc, (cp->debug & KMF_REDZONE) != 0, 0}, tag_of(cp, buf)->size);
+}
+
+// --- The transaction log (6.) ---------------------------------------------------
+
+struct LogSlot {
+  uint64_t seq;  // 0: being written
+  uintptr_t buf;
+  const kmem_cache_t* cp;
+  uint32_t stack, ticks;
+  uint32_t op;  // bit 0: alloc; bits 8..15: bytes of contents
+  uint32_t cpu;
+  uint64_t contents[2];
+};
+
+constexpr uint32_t kDefaultLogEntries = 1024;
+LogSlot* g_log;          // set once (release) under g_lock; read with acquire
+uint32_t g_log_entries;  // written before g_log is published
+unsigned g_log_order;
+uint64_t g_log_next;     // sequence numbers handed out (atomic)
+
+template <typename T>
+void st(T& v, T x) {
+  __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+}
+template <typename T>
+T ld(const T& v) {
+  return __atomic_load_n(&v, __ATOMIC_RELAXED);
+}
+
+void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, uint32_t ticks, uint32_t cpu) {
+  LogSlot* log = __atomic_load_n(&g_log, __ATOMIC_ACQUIRE);
+  if (!log) return;
+  uint64_t seq = __atomic_add_fetch(&g_log_next, 1, __ATOMIC_RELAXED);
+  LogSlot& s = log[(seq - 1) % g_log_entries];
+  st(s.seq, uint64_t{0});
+  __atomic_thread_fence(__ATOMIC_RELEASE);  // seq's clearing before any field (6.)
+  st(s.buf, buf);
+  st(s.cp, cp);
+  st(s.stack, stack);
+  st(s.ticks, ticks);
+  st(s.cpu, cpu);
+  uint32_t op = alloc ? 1u : 0u;
+  uint64_t c[2] = {0, 0};
+  if (!alloc && (cp->debug & KMF_CONTENTS)) {  // before the poison: the caller holds slab_lock
+    uint32_t size = tag_of(cp, buf)->size;
+    uint32_t n = size < 16 ? size : 16;
+    __builtin_memcpy(c, reinterpret_cast<const void*>(buf), n);
+    op |= n << 8;
+  }
+  st(s.contents[0], c[0]);
+  st(s.contents[1], c[1]);
+  st(s.op, op);
+  __atomic_store_n(&s.seq, seq, __ATOMIC_RELEASE);  // the fields before the number
+}
+
+bool log_read(const LogSlot& s, uint64_t want, KmemLogEntry& e, const kmem_cache_t*& cp) {
+  if (__atomic_load_n(&s.seq, __ATOMIC_ACQUIRE) != want) return false;
+  e.seq = want;
+  e.buffer = ld(s.buf);
+  cp = ld(s.cp);
+  e.stack = ld(s.stack);
+  e.ticks = ld(s.ticks);
+  e.cpu = ld(s.cpu);
+  uint32_t op = ld(s.op);
+  uint64_t c[2] = {ld(s.contents[0]), ld(s.contents[1])};
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);  // the fields before the second look at seq
+  if (__atomic_load_n(&s.seq, __ATOMIC_RELAXED) != want) return false;
+  e.alloc = op & 1;
+  e.ncontents = static_cast<uint8_t>(op >> 8);
+  __builtin_memcpy(e.contents, c, sizeof e.contents);
+  return true;
+}
+
+// Sets the log up (once) with the configured size: the first audited cache.
+void log_ensure() {
+  if (__atomic_load_n(&g_log, __ATOMIC_ACQUIRE)) return;
+  Guard<> g(g_lock);
+  if (g_log) return;
+  uint32_t n = g_config.log_entries ? g_config.log_entries : kDefaultLogEntries;
+  size_t bytes = size_t{n} * sizeof(LogSlot);
+  unsigned order = 0;
+  while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
+  g.unlock();
+  auto* log = static_cast<LogSlot*>(meta_alloc(order, KM_NOSLEEP));
+  if (!log) {
+    plat::log("kmem: no memory for the transaction log (%u entries); audit goes on without it", n);
+    return;
+  }
+  __builtin_memset(log, 0, kPageBytes << order);
+  g.lock();
+  if (g_log) {
+    g.unlock();
+    meta_free(log, order);
+    return;
+  }
+  g_log_entries = static_cast<uint32_t>((kPageBytes << order) / sizeof(LogSlot));
+  g_log_order = order;
+  __atomic_store_n(&g_log, log, __ATOMIC_RELEASE);  // entries, zeroed, and the size before the pointer
+}
+
+void audit_ensure() {
+  stackdepot_init(kStackDepotDefaultPool);  // idempotent; without it, trails have no backtraces
+  log_ensure();
+}
+
+void audit_note(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack) {
+  if (!(cp->debug & KMF_AUDIT)) return;
+  AuditTag* a = audit_of(cp, buf);
+  int k = alloc ? 0 : 1;
+  uint32_t ticks = static_cast<uint32_t>(plat::ticks());
+  uint32_t cpu = plat::cpu_id();
+  a->stack[k] = stack;
+  a->ticks[k] = ticks;
+  a->cpu[k] = static_cast<uint16_t>(cpu);
+  a->valid |= 1u << k;
+  log_op(cp, buf, alloc, stack, ticks, cpu);
+}
+
+bool name_is(const char* a, const char* b) {
+  for (unsigned i = 0; i < 32; i++) {
+    if (a[i] != b[i]) return false;
+    if (!a[i]) return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+// --- Configuration -----------------------------------------------------------
+
+bool kmem_debug_parse(const char* spec, KmemDebugConfig& out, const char** why) {
+  out = KmemDebugConfig{};
+  static const char* bad = "";
+  *why = bad;
+  if (!spec || !*spec) {
+    *why = "empty: give redzone, poison, audit, contents, all, none or a number, then ,cache=NAME or ,log=N";
+    return false;
+  }
+  const char* p = spec;
+  bool any_flag = false;
+  while (*p) {
+    const char* end = p;
+    while (*end && *end != ',' && *end != '+') end++;
+    size_t n = static_cast<size_t>(end - p);
+    auto is = [&](const char* w) {
+      size_t k = 0;
+      while (w[k] && k < n && p[k] == w[k]) k++;
+      return !w[k] && k == n;
+    };
+    auto starts = [&](const char* w, size_t& len) {
+      len = 0;
+      while (w[len] && len < n && p[len] == w[len]) len++;
+      return !w[len];
+    };
+    size_t plen;
+    if (n == 0) {
+      *why = "an empty word (two separators in a row)";
+      return false;
+    } else if (is("redzone")) {
+      out.flags |= KMF_REDZONE;
+      any_flag = true;
+    } else if (is("poison") || is("deadbeef")) {
+      out.flags |= KMF_DEADBEEF;
+      any_flag = true;
+    } else if (is("audit")) {
+      out.flags |= KMF_AUDIT;
+      any_flag = true;
+    } else if (is("contents")) {
+      out.flags |= KMF_CONTENTS | KMF_AUDIT;
+      any_flag = true;
+    } else if (is("all")) {
+      out.flags |= KMF_ALL;
+      any_flag = true;
+    } else if (is("none")) {
+      any_flag = true;
+    } else if (starts("cache=", plen)) {
+      if (n == plen) {
+        *why = "cache= without a name";
+        return false;
+      }
+      if (n - plen >= sizeof out.names[0]) {
+        *why = "a cache name longer than 31 characters";
+        return false;
+      }
+      if (out.nnames == KmemDebugConfig::kMaxNames) {
+        *why = "more than 8 cache= names";
+        return false;
+      }
+      __builtin_memcpy(out.names[out.nnames], p + plen, n - plen);
+      out.names[out.nnames][n - plen] = 0;
+      out.nnames++;
+    } else if (starts("log=", plen)) {
+      uint64_t v = 0;
+      size_t k = plen;
+      for (; k < n && p[k] >= '0' && p[k] <= '9' && v <= 1000000; k++) v = v * 10 + static_cast<uint64_t>(p[k] - '0');
+      if (k == plen || k != n || v == 0 || v > 1000000) {
+        *why = "log= takes a number of entries from 1 to 1000000";
+        return false;
+      }
+      out.log_entries = static_cast<uint32_t>(v);
+    } else if (*p >= '0' && *p <= '9') {
+      uint64_t v = 0;
+      bool hex = n > 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+      size_t k = hex ? 2 : 0;
+      for (; k < n; k++) {
+        char c = p[k];
+        unsigned dgt;
+        if (c >= '0' && c <= '9') dgt = static_cast<unsigned>(c - '0');
+        else if (hex && c >= 'a' && c <= 'f') dgt = static_cast<unsigned>(c - 'a' + 10);
+        else if (hex && c >= 'A' && c <= 'F') dgt = static_cast<unsigned>(c - 'A' + 10);
+        else break;
+        v = v * (hex ? 16 : 10) + dgt;
+        if (v > 0xffff) break;
+      }
+      if (k != n || (v & ~uint64_t{KMF_ALL})) {
+        *why = "a number must be KMF_ bits: audit 1, poison (deadbeef) 2, redzone 4, contents 8";
+        return false;
+      }
+      out.flags |= static_cast<uint32_t>(v);
+      if (v & KMF_CONTENTS) out.flags |= KMF_AUDIT;
+      any_flag = true;
+    } else {
+      *why = "unknown word: use redzone, poison, audit, contents, all, none, a number, cache=NAME or log=N";
+      return false;
+    }
+    p = *end ? end + 1 : end;
+    if (*end && !*p) {
+      *why = "a separator at the end";
+      return false;
+    }
+  }
+  if (!any_flag) {
+    *why = "no mode given (redzone, poison, audit, contents, all or none)";
+    return false;
+  }
+  return true;
+}
+
+void kmem_debug_configure(const KmemDebugConfig& c) {
+  Guard<> g(g_lock);
+  g_config = c;
+}
+
+void kmem_debug_config(KmemDebugConfig& out) {
+  Guard<> g(g_lock);
+  out = g_config;
+}
+
+uint32_t kmem_cache_debug_flags(const kmem_cache_t* cp) { return cp->debug; }
+
+void kmem_debug_flags_name(uint32_t flags, char* out, size_t len) {
+  static const struct {
+    uint32_t bit;
+    const char* name;
+  } names[] = {{KMF_REDZONE, "redzone"}, {KMF_DEADBEEF, "poison"}, {KMF_AUDIT, "audit"}, {KMF_CONTENTS, "contents"}};
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    for (; *s && n + 1 < len; s++) out[n++] = *s;
+  };
+  for (auto& e : names)
+    if (flags & e.bit) {
+      if (n) put("+");
+      put(e.name);
+    }
+  if (!n) put("none");
+  if (len) out[n < len ? n : len - 1] = 0;
+}
+
+// --- Creation ------------------------------------------------------------------
+
+uint32_t debug_flags_for(const char* name, int cflags, bool heap_memory) {
+  if (cflags & (KMC_NOTOUCH | KMC_QCACHE)) return 0;
+  uint32_t f = static_cast<uint32_t>(cflags >> KMC_DEBUG_SHIFT) & KMF_ALL;
+  if (!(cflags & (KMC_NODEBUG | KMC_NOTRACK)) && heap_memory) {
+    Guard<> g(g_lock);
+    bool named = g_config.nnames == 0;
+    for (unsigned i = 0; i < g_config.nnames && !named; i++) named = name_is(g_config.names[i], name);
+    if (named) f |= g_config.flags;
+  }
+  if (f & KMF_CONTENTS) f |= KMF_AUDIT;
+  return f;
+}
+
+void debug_layout(kmem_cache_t* cp) {
+  cp->tag_off = static_cast<uint32_t>(round_up(cp->bufsize, 8));
+  size_t tag = sizeof(BufTag) + (cp->debug & KMF_AUDIT ? sizeof(AuditTag) : 0);
+  cp->chunk = round_up(cp->tag_off + tag, cp->align);
+  cp->flags |= KMC_NOMAGAZINE;
+  // Audit's backtraces and log; kmem_init's own caches get them at its end
+  // (the host's stackdepot_init brings kmem up first).
+  if ((cp->debug & KMF_AUDIT) && kmem_ready()) audit_ensure();
+}
+
+void debug_slab_init(kmem_cache_t* cp, Slab* sp) {
+  for (uint32_t i = 0; i < sp->chunks; i++) {
+    uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+    BufTag* t = tag_of(cp, buf);  // t->link: set by slab_create already
+    t->redzone = kRedzoneWord;
+    t->state = state_word(kStateFree, buf);
+    t->size = 0;
+    t->spare = 0;
+    if (cp->debug & KMF_AUDIT) __builtin_memset(audit_of(cp, buf), 0, sizeof(AuditTag));
+    if (cp->debug & KMF_DEADBEEF) fill_pattern(reinterpret_cast<uint8_t*>(buf), cp->tag_off, kFreePattern);
+  }
+}
+
+uint32_t debug_stack(const kmem_cache_t* cp, uintptr_t caller) {
+  if (!(cp->debug & KMF_AUDIT)) return 0;
+  return stackdepot_capture_from(caller);
+}
+
+// --- Allocation and free ------------------------------------------------------------
+
+void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32_t stack, Finding& f) {
+  assert_held(cp->slab_lock);
+  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+  BufTag* t = tag_of(cp, buf);
+  int64_t bad = check_free(cp, buf);
+  if (__builtin_expect(bad >= 0, 0)) {
+    found(cp, buf, bad, "write after free (a free buffer was modified)", expected_name(cp, bad, true), f);
+    repair(Expect{cp, buf, kStateFree, (cp->debug & KMF_DEADBEEF) != 0, kFreePattern}, 0);
+  }
+  auto* p = reinterpret_cast<uint8_t*>(buf);
+  if ((cp->debug & KMF_DEADBEEF) && !cp->ctor) fill_pattern(p, requested, kUninitPattern);
+  if (cp->debug & KMF_REDZONE) __builtin_memset(p + requested, kRedzoneByte, cp->tag_off - requested);
+  t->size = static_cast<uint32_t>(requested);
+  t->state = state_word(kStateAlloc, buf);
+  audit_note(cp, buf, true, stack);
+}
+
+void debug_untake(kmem_cache_t* cp, uintptr_t buf) {
+  assert_held(cp->slab_lock);
+  tag_of(cp, buf)->state = state_word(kStateFree, buf);
+  if (cp->debug & KMF_DEADBEEF) fill_pattern(reinterpret_cast<uint8_t*>(buf), cp->tag_off, kFreePattern);
+}
+
+bool debug_free_check(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t size, Finding& f) {
+  assert_held(cp->slab_lock);
+  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+  BufTag* t = tag_of(cp, buf);
+  uint32_t state = t->state ^ static_cast<uint32_t>(buf);
+  if (slab_buffer_free(sp, i) || state == kStateFree || state == kStateFreeing) {
+    f.kind = "double free";
+    f.addr = buf;
+    *f.d = MemDetail{};
+    f.d->buffer = buf;
+    f.d->size = t->size;
+    f.d->offset = -1;
+    fill_trail(cp, buf, *f.d);
+    return false;
+  }
+  if (size && size != t->size && state == kStateAlloc) {
+    f.kind = "kmem_free with the wrong size (not the size kmem_alloc was given)";
+    f.addr = buf;
+    f.detail = size;
+    *f.d = MemDetail{};
+    f.d->buffer = buf;
+    f.d->size = t->size;
+    f.d->offset = -1;
+    fill_trail(cp, buf, *f.d);
+    return false;
+  }
+  int64_t bad = check_alloc(cp, buf);
+  if (__builtin_expect(bad >= 0, 0)) {
+    found(cp, buf, bad, "buffer overrun (the redzone after the buffer was written)", expected_name(cp, bad, false),
+          f);
+    // Bytes past what a corrupt size word allows are the tag's: repair
+    // from the size kept when it is sane.
+    size_t from = t->size <= cp->tag_off ? t->size : cp->tag_off;
+    t->size = static_cast<uint32_t>(from);
+    repair(Expect{cp, buf, kStateAlloc, (cp->debug & KMF_REDZONE) != 0, 0}, from);
+  }
+  t->state = state_word(kStateFreeing, buf);
+  return true;
+}
+
+void debug_free_commit(kmem_cache_t* cp, uintptr_t buf, uint32_t stack) {
+  assert_held(cp->slab_lock);
+  audit_note(cp, buf, false, stack);  // contents, into the log, before the poison
+  if (cp->debug & KMF_DEADBEEF) fill_pattern(reinterpret_cast<uint8_t*>(buf), cp->tag_off, kFreePattern);
+  tag_of(cp, buf)->state = state_word(kStateFree, buf);
+}
+
+void debug_report_bad_pointer(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  auto a = reinterpret_cast<uintptr_t>(obj);
+  Slab* sp = slab_of_heap_address(a);
+  if (sp && sp->cache == cp && a >= sp->base && a < sp->base + uintptr_t{sp->chunks} * cp->chunk) {
+    uintptr_t start = sp->base + (a - sp->base) / cp->chunk * cp->chunk;
+    MemDetail d{};
+    d.buffer = start;
+    d.offset = static_cast<int64_t>(a - start);
+    {
+      Guard<> g(cp->slab_lock);
+      d.size = tag_of(cp, start)->size;
+      fill_trail(cp, start, d);
+    }
+    report_error(MemError{"free of an address inside a buffer (not its start)", cp->name, a, caller,
+                          a - start, &d});
+    return;
+  }
+  free_bad_owner(cp, obj, caller);
+}
+
+void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller) {
+  constexpr unsigned kShown = 4;
+  MemDetail d[kShown] = {};
+  unsigned n = 0;
+  {
+    Guard<> g(cp->slab_lock);
+    SlabList* lists[] = {&cp->partial, &cp->full};
+    for (SlabList* l : lists)
+      for (Slab* sp = l->head; sp && n < kShown; sp = sp->next)
+        for (uint32_t i = 0; i < sp->chunks && n < kShown; i++) {
+          if (slab_buffer_free(sp, i)) continue;
+          uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+          d[n].buffer = buf;
+          d[n].size = tag_of(cp, buf)->size;
+          d[n].offset = -1;
+          fill_trail(cp, buf, d[n]);
+          n++;
+        }
+  }
+  report_error(MemError{"kmem_cache_destroy of a cache with live objects", cp->name,
+                        n ? d[0].buffer : reinterpret_cast<uintptr_t>(cp), caller, live, n ? &d[0] : nullptr});
+  for (unsigned k = 1; k < n; k++) {
+    plat::log("kmem:   also live: buffer %p (size %llu)", reinterpret_cast<void*>(d[k].buffer),
+              static_cast<unsigned long long>(d[k].size));
+    print_audit("allocated", d[k].alloc);
+  }
+  if (live > n) plat::log("kmem:   and %llu more", static_cast<unsigned long long>(live - n));
+}
+
+void report_finding(kmem_cache_t* cp, const Finding& f, uintptr_t caller) {
+  report_error(MemError{f.kind, cp->name, f.addr, caller, f.detail, f.d});
+}
+
+void debug_init() {
+#if !defined(MM_KERNEL)
+  // The host library's configuration: MM_KMEM_DEBUG, the bootarg's syntax.
+  if (const char* env = getenv("MM_KMEM_DEBUG")) {
+    KmemDebugConfig c;
+    const char* why;
+    if (kmem_debug_parse(env, c, &why)) kmem_debug_configure(c);
+    else plat::log("MM_KMEM_DEBUG=%s: %s; debugging stays off", env, why);
+  }
+#endif
+}
+
+void debug_init_done() {
+  // kmem_alloc's debugged size caches need the size the caller asked for:
+  // its hooked copies pass it (mm/hooks.h, kFeatureDebug).
+  bool any = false, audit = false;
+  for_each_cache([&](kmem_cache_t* c) {
+    any |= c->debug && (c->flags & KMC_KMEM_ALLOC);
+    audit |= (c->debug & KMF_AUDIT) != 0;
+  });
+  if (audit) audit_ensure();
+  if (any && !alloc_hooks_set(kFeatureDebug, true))
+    plat::log("kmem: the allocators' hooks could not be switched on: kmem_alloc's redzones start at the class size");
+}
+
+// --- Inspection ----------------------------------------------------------------------
+
+uint64_t kmem_verify(kmem_cache_t* only, uint64_t* checked) {
+  uint64_t total = 0, seen = 0;
+  auto one = [&](kmem_cache_t* cp) {
+    if (!cp->debug) return;
+    constexpr unsigned kShown = 4;
+    MemDetail d[kShown];
+    Finding f[kShown];
+    unsigned n = 0;
+    uint64_t bad_here = 0;
+    {
+      Guard<> g(cp->slab_lock);
+      SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
+      for (SlabList* l : lists)
+        for (Slab* sp = l->head; sp; sp = sp->next)
+          for (uint32_t i = 0; i < sp->chunks; i++) {
+            uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+            bool is_free = slab_buffer_free(sp, i);
+            uint32_t state = tag_of(cp, buf)->state ^ static_cast<uint32_t>(buf);
+            if (!is_free && state != kStateAlloc && (state == kStateFree || state == kStateFreeing))
+              continue;  // being allocated or freed right now
+            seen++;
+            int64_t bad = is_free ? check_free(cp, buf) : check_alloc(cp, buf);
+            if (bad < 0) continue;
+            bad_here++;
+            if (n == kShown) continue;
+            f[n] = Finding{nullptr, 0, 0, &d[n]};
+            found(cp, buf, bad,
+                  is_free ? "write after free (a free buffer was modified)"
+                          : "buffer overrun (the redzone after the buffer was written)",
+                  expected_name(cp, bad, is_free), f[n]);
+            n++;
+          }
+    }
+    for (unsigned k = 0; k < n; k++) report_finding(cp, f[k], 0);
+    if (bad_here > n)
+      plat::log("kmem verify: %llu more corrupt buffers in '%s'", static_cast<unsigned long long>(bad_here - n),
+                cp->name);
+    total += bad_here;
+  };
+  if (only) one(only);
+  else for_each_cache(one);
+  if (checked) *checked = seen;
+  return total;
+}
+
+bool kmem_debug_trail(const void* addr, KmemTrail& out) {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  Slab* sp = slab_of_heap_address(a);
+  if (!sp) return false;
+  kmem_cache_t* cp = sp->cache;
+  if (!cp->debug || a < sp->base || a >= sp->base + uintptr_t{sp->chunks} * cp->chunk) return false;
+  uint32_t i = static_cast<uint32_t>((a - sp->base) / cp->chunk);
+  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+  out = KmemTrail{};
+  out.cache = cp;
+  out.buffer = buf;
+  MemDetail d{};
+  Guard<> g(cp->slab_lock);
+  out.allocated = !slab_buffer_free(sp, i);
+  out.size = tag_of(cp, buf)->size;
+  fill_trail(cp, buf, d);
+  out.alloc = d.alloc;
+  out.free = d.free;
+  return true;
+}
+
+uint64_t kmem_log_walk(uintptr_t addr, void (*fn)(const KmemLogEntry& e, void* arg), void* arg) {
+  LogSlot* log = __atomic_load_n(&g_log, __ATOMIC_ACQUIRE);
+  if (!log) return 0;
+  uint64_t last = __atomic_load_n(&g_log_next, __ATOMIC_RELAXED);
+  uint64_t first = last > g_log_entries ? last - g_log_entries + 1 : 1;
+  uint64_t visited = 0;
+  for (uint64_t seq = first; seq <= last; seq++) {
+    KmemLogEntry e{};
+    const kmem_cache_t* cp;
+    if (!log_read(log[(seq - 1) % g_log_entries], seq, e, cp)) continue;  // overwritten meanwhile
+    if (addr) {
+      // The buffer's chunk, from the cache if it still exists.
+      bool alive = false;
+      uint64_t chunk = 0;
+      for_each_cache([&](kmem_cache_t* c) {
+        if (c == cp) {
+          alive = true;
+          chunk = c->chunk;
+        }
+      });
+      if (!alive || addr < e.buffer || addr >= e.buffer + chunk) continue;
+    }
+    e.cache = "(destroyed cache)";
+    for_each_cache([&](kmem_cache_t* c) {
+      if (c == cp) e.cache = c->name;  // valid while the cache lives: printed at once by fn
+    });
+    fn(e, arg);
+    visited++;
+  }
+  return visited;
+}
+
+uint32_t kmem_log_capacity() { return __atomic_load_n(&g_log, __ATOMIC_ACQUIRE) ? g_log_entries : 0; }
+uint64_t kmem_log_total() { return __atomic_load_n(&g_log_next, __ATOMIC_RELAXED); }
+
+}  // namespace mm
