@@ -1,6 +1,7 @@
 // Shell commands that show the memory subsystem: slabinfo, vmem, buddyinfo,
 // kmem (reap, move, stats) and the memory accounting behind meminfo.
 #include <kernel/console.h>
+#include <kernel/kmem_debug.h>
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
@@ -271,10 +272,14 @@ int cmd_kmem(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "exercise") == 0) return cmd_exercise(argv[0], argc, argv);
   if (argc >= 2 && strcmp(argv[1], "fail") == 0) return cmd_fail(argv[0], argc, argv);
   if (argc >= 2 && strcmp(argv[1], "torture") == 0) return torture::run(argv[0], argc, argv);
+  if (argc >= 2) {
+    int r = kmem_debug_shell::command(argv[0], argc, argv);
+    if (r >= 0) return r;
+  }
   if (argc != 2)
     return shell::usage_error(argv[0],
-                              "usage: kmem reap|move|errors|fail [SPEC|off]|exercise [rounds] [background]|"
-                              "exercise status|wait|torture OPS [SEED]");
+                              "usage: kmem reap|move|errors|debug|verify [CACHE]|log [ADDR]|test KIND|all|"
+                              "fail [SPEC|off]|exercise [rounds] [background]|exercise status|wait|torture OPS [SEED]");
   if (strcmp(argv[1], "reap") == 0) {
     mm::kmem_reap(true);
     mm::page_drain_cpu_caches();
@@ -290,7 +295,10 @@ int cmd_kmem(int argc, char** argv) {
     kprintf("%llu allocator errors reported since boot\n", (ull)mm::error_count());
     return 0;
   }
-  return shell::usage_error(argv[0], "unknown subcommand '%s' (reap, move, errors, fail, exercise, torture)", argv[1]);
+  return shell::usage_error(argv[0],
+                            "unknown subcommand '%s' (reap, move, errors, debug, verify, log, test, fail, exercise, "
+                            "torture)",
+                            argv[1]);
 }
 
 // whatis ADDR: who owns an address, in one line (mdb's ::whatis).
@@ -304,6 +312,7 @@ int cmd_whatis(int argc, char** argv) {
   char line[192];
   mm::kmem_whatis_format(w, line, sizeof line);
   kprintf("%s\n", line);
+  kmem_debug_shell::print_trail(reinterpret_cast<const void*>(static_cast<uintptr_t>(v)));  // debugged buffers
   return 0;
 }
 
@@ -314,6 +323,6 @@ SHELL_COMMAND(slabinfo, "kmem caches, one row each: slabinfo [name-substring]", 
 SHELL_COMMAND(vmem, "vmem arenas: size, in use, imported, segments", cmd_vmem);
 SHELL_COMMAND(buddyinfo, "free page blocks per order", cmd_buddyinfo);
 SHELL_COMMAND(kmem,
-              "kmem reap | move | errors | fail [SPEC|off] | exercise [rounds] [background] | exercise status | "
-              "exercise wait | torture OPS [SEED]",
+              "kmem reap | move | errors | debug | verify [CACHE] | log [ADDR] | test KIND|all | fail [SPEC|off] | "
+              "exercise [rounds] [background] | exercise status | exercise wait | torture OPS [SEED]",
               cmd_kmem);

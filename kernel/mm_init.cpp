@@ -3,6 +3,7 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/kmemleak.h>
+#include <kernel/kmem_debug.h>
 #include <kernel/kmemtrace.h>
 #include <kernel/panic.h>
 #include <kernel/timer.h>
@@ -98,6 +99,7 @@ void init() {
     __builtin_memset(p, 0, mm::kPageBytes);
     return reinterpret_cast<uintptr_t>(p);
   });
+  kmem_debug_shell::setup();  // kmem.debug=: before the first cache
   mm::kmem_init();
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();

@@ -76,6 +76,8 @@ __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* 
   // lock, orders the tables now).
   if (kmem_cache_t* cp = size_cache(size)) {
     *chunk = cp->chunk;
+    // A debugged class (kmem came up on this call) gets the size asked for.
+    if (cp->debug) return alloc_unmagazined(cp, kmflag, size, caller ? caller : caller_of_api());
     return cache_alloc(cp, kmflag);
   }
   // Untraced, a tail call from kmem_alloc: our own return address is its caller.

@@ -308,9 +308,6 @@ void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller);
 // its caches are debugged (they need the size the caller asked for).
 void debug_init();
 void debug_init_done();
-// report.cpp: one line for a trail ("  last allocated on cpu 1 at 2.5 s:"),
-// then its frames.
-void print_audit(const char* what, const BufAudit& a);
 // kmem_magazine.cpp: an allocation or free of a KMC_NOMAGAZINE cache,
 // counted as the magazine layer counts (requested, caller, size: as
 // slab_alloc and slab_free take them).

@@ -54,12 +54,15 @@
 //    are taken before the lock (the stack depot has a lock of its own).
 // 6. The transaction log: a ring of N entries (kmem.debug=...,log=N),
 //    written without a lock by every CPU: an atomic counter hands out
-//    sequence numbers, the entry's seq word is cleared, a release fence,
-//    the fields (relaxed atomics), then seq stored with release. A reader
-//    loads seq (acquire), copies the fields, an acquire fence, loads seq
-//    again: a copy is kept only if both loads match the number it expects
-//    (a writer that lapped the ring meanwhile changed seq first, and the
-//    fences order that change before any field the reader may have seen).
+//    sequence numbers; the entry's seq word is cleared, then each field is
+//    stored with release, then seq with release. A reader loads seq
+//    (acquire), loads each field with acquire, loads seq again: a copy is
+//    kept only if both loads give the number it expects. A field the
+//    reader loaded from a writer that lapped the ring meanwhile was stored
+//    with release after that writer cleared seq, so the reader's acquire of
+//    it makes the clearing (or a later seq) visible to its second load.
+//    (A seqlock with fences would be cheaper; ThreadSanitizer checks no
+//    fences, and this is a debug mode.)
 //    Entries name their cache by pointer; a reader prints the name only of
 //    caches still on the cache list.
 #include <mm/kmem_debug.h>
@@ -232,11 +235,11 @@ uint64_t g_log_next;     // sequence numbers handed out (atomic)
 
 template <typename T>
 void st(T& v, T x) {
-  __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+  __atomic_store_n(&v, x, __ATOMIC_RELEASE);  // after seq's clearing (6.)
 }
 template <typename T>
 T ld(const T& v) {
-  return __atomic_load_n(&v, __ATOMIC_RELAXED);
+  return __atomic_load_n(&v, __ATOMIC_ACQUIRE);  // before seq's second load (6.)
 }
 
 void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, uint32_t ticks, uint32_t cpu) {
@@ -244,8 +247,7 @@ void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, u
   if (!log) return;
   uint64_t seq = __atomic_add_fetch(&g_log_next, 1, __ATOMIC_RELAXED);
   LogSlot& s = log[(seq - 1) % g_log_entries];
-  st(s.seq, uint64_t{0});
-  __atomic_thread_fence(__ATOMIC_RELEASE);  // seq's clearing before any field (6.)
+  __atomic_store_n(&s.seq, uint64_t{0}, __ATOMIC_RELAXED);
   st(s.buf, buf);
   st(s.cp, cp);
   st(s.stack, stack);
@@ -275,7 +277,6 @@ bool log_read(const LogSlot& s, uint64_t want, KmemLogEntry& e, const kmem_cache
   e.cpu = ld(s.cpu);
   uint32_t op = ld(s.op);
   uint64_t c[2] = {ld(s.contents[0]), ld(s.contents[1])};
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);  // the fields before the second look at seq
   if (__atomic_load_n(&s.seq, __ATOMIC_RELAXED) != want) return false;
   e.alloc = op & 1;
   e.ncontents = static_cast<uint8_t>(op >> 8);

@@ -397,8 +397,8 @@ struct LogSeen {
 };
 
 TEST(kmem_debug, TheTransactionLogKeepsEveryOperationAndTheContents) {
-  ASSERT_GE(mm::kmem_log_capacity(), 256u);
   kmem_cache_t* cp = make("t_log", 40, KMC_CONTENTS);
+  ASSERT_GE(mm::kmem_log_capacity(), 256u);
   auto* p = static_cast<char*>(kmem_cache_alloc(cp, KM_SLEEP));
   std::memcpy(p, "magpie-log-bytes!", 17);
   kmem_cache_free(cp, p);

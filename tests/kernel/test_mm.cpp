@@ -44,7 +44,7 @@ uint64_t free_pages() {
 // Captures allocator error reports during a test.
 struct ErrorCapture {
   static inline unsigned count;
-  static inline mm::MemError last;
+  static inline mm::MemError last{nullptr, nullptr, 0, 0, 0, nullptr};  // constant: no static constructor
   static void hook(const mm::MemError& e) {
     count++;
     last = e;

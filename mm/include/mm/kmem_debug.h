@@ -68,6 +68,10 @@ struct BufAudit {
   uint32_t cpu;
 };
 
+// Prints a trail through plat::log: "kmem:   last allocated on cpu 1 at
+// 2.500 s (tick 250):", then its frames as "[<0x...>]" (tools/symbolize).
+void print_audit(const char* what, const BufAudit& a);
+
 // What a debug mode found, attached to the MemError it reports.
 struct MemDetail {
   uintptr_t buffer;        // the buffer's start (0: none)
