@@ -8,6 +8,7 @@
 #include <kernel/panic.h>
 #include <kernel/timer.h>
 #include <mm/failslab.h>
+#include <mm/kmem_debug.h>
 #include <mm/kmem.h>
 #include <mm/platform.h>
 #include <mm/page.h>
@@ -104,6 +105,7 @@ void init() {
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();
   failslab_setup();
+  mm::kmem_debug_start();  // debugged kmem_alloc caches: the hooks pass the sizes asked for
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

@@ -660,16 +660,23 @@ void debug_init() {
 }
 
 void debug_init_done() {
-  // kmem_alloc's debugged size caches need the size the caller asked for:
-  // its hooked copies pass it (mm/hooks.h, kFeatureDebug).
-  bool any = false, audit = false;
-  for_each_cache([&](kmem_cache_t* c) {
-    any |= c->debug && (c->flags & KMC_KMEM_ALLOC);
-    audit |= (c->debug & KMF_AUDIT) != 0;
-  });
+  bool audit = false;
+  for_each_cache([&](kmem_cache_t* c) { audit |= (c->debug & KMF_AUDIT) != 0; });
   if (audit) audit_ensure();
-  if (any && !alloc_hooks_set(kFeatureDebug, true))
-    plat::log("kmem: the allocators' hooks could not be switched on: kmem_alloc's redzones start at the class size");
+#if !defined(MM_KERNEL)
+  kmem_debug_start();
+#endif
+}
+
+// kmem_alloc's debugged size caches need the size the caller asked for:
+// its hooked copies pass it (mm/hooks.h, kFeatureDebug).
+bool kmem_debug_start() {
+  bool any = false;
+  for_each_cache([&](kmem_cache_t* c) { any |= c->debug && (c->flags & KMC_KMEM_ALLOC); });
+  if (!any) return true;
+  if (alloc_hooks_set(kFeatureDebug, true)) return true;
+  plat::log("kmem: the allocators' hooks could not be switched on: kmem_alloc's redzones start at the class size");
+  return false;
 }
 
 // --- Inspection ----------------------------------------------------------------------

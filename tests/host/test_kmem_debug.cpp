@@ -342,7 +342,7 @@ TEST(kmem_debug, FreeListCorruptionIsReportedAndNeverFollowed) {
     for (char* p : v) kmem_cache_free(cp, p);
     // The last freed is the slab's free-list head; its link is next taken.
     char* head = v.back();
-    size_t link_at = flags == KMC_REDZONE ? 64 + 16 : 0;  // the tag's link, or the first word
+    size_t link_at = mm::kmem_cache_debug_flags(cp) ? 64 + 16 : 0;  // the tag's link, or the first word
     uint32_t plausible = 2;  // an index that exists, written raw
     std::memcpy(head + link_at, &plausible, 4);
     {

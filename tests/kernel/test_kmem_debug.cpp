@@ -198,7 +198,9 @@ KTEST(kmem_debug_free_list_corruption_is_reported_and_never_followed) {
     for (auto& p : v) p = static_cast<char*>(kmem_cache_alloc(cp, KM_SLEEP));
     for (char* p : v) kmem_cache_free(cp, p);
     uint32_t plausible = 3;
-    memcpy(v[7] + (flags == KMC_REDZONE ? 64 + 16 : 0), &plausible, 4);
+    // The link: the tag's in a debugged cache (kmem.debug= may debug the
+    // plain one too), else the first word.
+    memcpy(v[7] + (mm::kmem_cache_debug_flags(cp) ? 64 + 16 : 0), &plausible, 4);
     Capture c;
     char* w[16];
     for (auto& p : w) p = static_cast<char*>(kmem_cache_alloc(cp, KM_SLEEP));

@@ -52,6 +52,11 @@ bool kmem_debug_parse(const char* spec, KmemDebugConfig& out, const char** why);
 // Sets the configuration for the caches created from now on (before
 // kmem_init: every cache, kmem_alloc's included).
 void kmem_debug_configure(const KmemDebugConfig& c);
+// After kmem_init, once the platform can switch the allocators' hooks (the
+// kernel: after its static branches are set up; the host's kmem_init calls
+// it): kmem_alloc's debugged caches need the hooked copies, which pass the
+// size the caller asked for. False if the hooks could not be switched on.
+bool kmem_debug_start();
 // The configuration in force.
 void kmem_debug_config(KmemDebugConfig& out);
 // The KMF_ flags of a cache (0: not debugged).
