@@ -38,7 +38,7 @@ int cmd_debug_show() {
     if (c.nnames == 0) kprintf(", every cache");
     for (unsigned i = 0; i < c.nnames; i++) kprintf("%scache %s", i ? ", " : ", ", c.names[i]);
   }
-  kprintf("; transaction log %u entries, %llu operations logged\n", mm::kmem_log_capacity(),
+  kprintf("; transaction log %u entries, %llu operations logged\n", static_cast<unsigned>(mm::kmem_log_capacity()),
           (ull)mm::kmem_log_total());
   struct Ctx {
     unsigned n;
@@ -89,7 +89,8 @@ int cmd_verify(const char* cmd, int argc, char** argv) {
 }
 
 void print_log_entry(const mm::KmemLogEntry& e, void*) {
-  kprintf("%8llu  cpu %-2u tick %-8u %-5s 0x%llx  %s\n", (ull)e.seq, e.cpu, e.ticks, e.alloc ? "alloc" : "free",
+  kprintf("%8llu  cpu %-2u tick %-8u %-5s 0x%llx  %s\n", (ull)e.seq, static_cast<unsigned>(e.cpu),
+          static_cast<unsigned>(e.ticks), e.alloc ? "alloc" : "free",
           (ull)e.buffer, e.cache);
   if (e.ncontents) {
     kprintf("          contents:");
@@ -110,7 +111,7 @@ int cmd_log(const char* cmd, int argc, char** argv) {
   }
   uint64_t n = mm::kmem_log_walk(static_cast<uintptr_t>(addr), print_log_entry, nullptr);
   kprintf("%llu entries%s (of the last %u operations; %llu logged since boot)\n", (ull)n,
-          addr ? " for that buffer" : "", mm::kmem_log_capacity(), (ull)mm::kmem_log_total());
+          addr ? " for that buffer" : "", static_cast<unsigned>(mm::kmem_log_capacity()), (ull)mm::kmem_log_total());
   return 0;
 }
 

@@ -296,7 +296,7 @@ void log_ensure() {
   g.unlock();
   auto* log = static_cast<LogSlot*>(meta_alloc(order, KM_NOSLEEP));
   if (!log) {
-    plat::log("kmem: no memory for the transaction log (%u entries); audit goes on without it", n);
+    plat::log("kmem: no memory for the transaction log (%u entries); audit goes on without it", static_cast<unsigned>(n));
     return;
   }
   __builtin_memset(log, 0, kPageBytes << order);

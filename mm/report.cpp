@@ -50,8 +50,8 @@ void default_error_hook(const MemError& e) {
 void print_audit(const char* what, const BufAudit& a) {
   unsigned tps = plat::ticks_per_second();
   unsigned long long ms = tps ? static_cast<unsigned long long>(a.ticks) * 1000 / tps : 0;
-  plat::log("kmem:   last %s on cpu %u at %llu.%03llu s (tick %u)%s", what, a.cpu, ms / 1000, ms % 1000, a.ticks,
-            a.stack ? ":" : ", no backtrace");
+  plat::log("kmem:   last %s on cpu %u at %llu.%03llu s (tick %u)%s", what, static_cast<unsigned>(a.cpu), ms / 1000,
+            ms % 1000, static_cast<unsigned>(a.ticks), a.stack ? ":" : ", no backtrace");
   const uintptr_t* pcs;
   unsigned n = stackdepot_fetch(a.stack, &pcs);
   for (unsigned i = 0; i < n; i++) plat::log("kmem:     [<0x%llx>]", static_cast<unsigned long long>(pcs[i]));

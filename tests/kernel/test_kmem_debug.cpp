@@ -191,7 +191,8 @@ KTEST(kmem_debug_destroy_with_live_objects_names_who_allocated_them) {
 // buffer, the tag of a debugged one): a plausible index written raw is
 // caught when the list is followed, and the list is rebuilt.
 KTEST(kmem_debug_free_list_corruption_is_reported_and_never_followed) {
-  for (int flags : {KMC_NOMAGAZINE, KMC_REDZONE}) {
+  const int kFlags[] = {KMC_NOMAGAZINE, KMC_REDZONE};
+  for (int flags : kFlags) {
     kmem_cache_t* cp = make("kt_freelist", 64, flags);
     KASSERT(cp != nullptr);
     char* v[8];
