@@ -505,6 +505,32 @@ void bench_leak(Table& t, const Counts& c) {
   kmem_cache_destroy(cp);
 }
 
+// The slab layer and the debug modes, per alloc+free pair of 64-byte
+// buffers (absolute, net of the empty loop): slab_pair is a KMC_NOMAGAZINE
+// cache, every pair through the slab layer (its free list's links encoded
+// and checked: kmem_slab.cpp, 8); debug_* are caches with one mode each
+// (debugged caches have no magazines: compare them with slab_pair, and
+// with the pairs row of a 64-byte kmem_cache for the magazine layer).
+void bench_debug(Table& t, const Counts& c) {
+  struct Mode {
+    const char* name;
+    int cflags;
+  };
+  const Mode modes[] = {{"slab_pair", KMC_NOMAGAZINE},
+                        {"debug_redzone", KMC_REDZONE},
+                        {"debug_poison", KMC_DEADBEEF},
+                        {"debug_audit", KMC_AUDIT},
+                        {"debug_all", KMC_REDZONE | KMC_DEADBEEF | KMC_AUDIT | KMC_CONTENTS}};
+  uint64_t base = measure(NullOps{}, Pattern::kPairs, c);
+  for (const Mode& m : modes) {
+    kmem_cache_t* cp = kmem_cache_create(m.name, 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, m.cflags);
+    unsigned before = g_failures;
+    uint64_t ticks = cp ? measure(CacheOps{cp}, Pattern::kPairs, c) : 0;
+    row(t, m.name, "kmem_cache", 64, c.pairs, ticks, base, cp && g_failures == before);
+    if (cp) kmem_cache_destroy(cp);
+  }
+}
+
 int cmd_bench(int argc, char** argv) {
   const Counts* counts = &kFull;
   if (argc > 2) return shell::usage_error(argv[0], "usage: bench [quick|full]");
@@ -529,13 +555,15 @@ int cmd_bench(int argc, char** argv) {
   bench_page(t, c);
   bench_trace(t, c);
   bench_leak(t, c);
+  bench_debug(t, c);
   kprintf("bench: %u rows, %u failed\n", t.rows, t.failed);
   kprintf("(pairs: alloc, free, ...; lifo/random: %u allocs then %u frees, last first / fixed random order;\n"
           " cross: cpu 0 allocates %u, cpu 1 frees them; vmem: instant fit of one quantum, fresh arena of 1 GiB,\n"
           " of 1.5 GiB, and 1 GiB with %u free segments; page: page_alloc(0)+page_free via the per-CPU cache;\n"
           " kmemtrace_on: what recording adds to a kmem_cache pair, two events; kmemleak_on, kmemleak_bt: what\n"
           " kmemleak's stamps add to a pair, without and with the backtrace; kmemleak_scan: per word scanned,\n"
-          " whole system, over a chain of %u objects at 1%% pointer density)\n",
+          " whole system, over a chain of %u objects at 1%% pointer density; slab_pair: a pair through the slab\n"
+          " layer (no magazines); debug_*: a pair of a cache with that debug mode, no magazines either)\n",
           kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments, 2048u);
   return t.failed ? 1 : 0;
 }

@@ -36,7 +36,12 @@
 //        caught on the free;
 //      - at the slab layer, the free bitmap and the buffer's index catch the
 //        other double frees and pointers that are no buffer boundary;
-//      - kmem_cache_destroy with live objects is refused and reported;
+//      - kmem_cache_destroy with live objects is refused and reported
+//        (with the live buffers and who allocated them, for an audited
+//        cache);
+//      - the slab free list's links are checked when followed
+//        (kmem_slab.cpp, 8), and a debugged cache checks every buffer's
+//        redzone, poison and state (kmem_debug.cpp);
 //      - requests that can never be met (a buffer larger than the arena can
 //        ever provide, a kmem_alloc larger than the heap) are refused with a
 //        report, whatever the sleep flag says.
@@ -55,9 +60,9 @@
 //        and the depot for that cache: nothing on the fast path, a pause of
 //        the other CPUs per query for a walk of CPUs x magazine rounds.
 //    The fast path is the product's reason to exist: the walk was chosen.
-//    Per-buffer state belongs to the debug modes (buffer tags, like
-//    illumos's KMF_REDZONE bufctl state), behind a switch that costs
-//    nothing while off.
+//    Per-buffer state belongs to the debug modes (kmem_debug.cpp): a
+//    debugged cache has a tag per buffer and no magazines, so its checks
+//    cost its own operations, and nothing on any fast path tests for them.
 #include <mm/segkmem.h>
 #include <mm/stackdepot.h>
 #include <mm/vmem.h>
