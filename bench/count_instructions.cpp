@@ -175,6 +175,27 @@ int main(int argc, char** argv) {
   measure_pairs(VmemAllocator{fragmented, kVmemQuantum}, "vmem_10000_free", "vmem", kVmemQuantum);
   measure_pairs(PageAllocator{}, "page", "page", mm::kPageBytes);
 
+  // The slab layer (a cache without magazines: its free list's links
+  // encoded and checked) and each debug mode (mm/kmem_debug.h; debugged
+  // caches have no magazines either), pairs of 64-byte buffers.
+  const struct {
+    const char* name;
+    int cflags;
+  } modes[] = {{"slab_pair", KMC_NOMAGAZINE},
+               {"debug_redzone", KMC_REDZONE},
+               {"debug_poison", KMC_DEADBEEF},
+               {"debug_audit", KMC_AUDIT},
+               {"debug_all", KMC_REDZONE | KMC_DEADBEEF | KMC_AUDIT | KMC_CONTENTS}};
+  for (const auto& m : modes) {
+    kmem_cache_t* cp = kmem_cache_create(m.name, 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, m.cflags);
+    if (!cp) {
+      fprintf(stderr, "count_instructions: kmem_cache_create(%s) failed\n", m.name);
+      return 1;
+    }
+    measure_pairs(KmemCacheAllocator{cp}, "pairs", m.name, 64);
+    kmem_cache_destroy(cp);
+  }
+
   fprintf(stderr, "count_instructions: %u measurements%s\n", g_dumps,
           RUNNING_ON_VALGRIND ? "" : " (not under valgrind: nothing counted)");
   return 0;
