@@ -643,6 +643,39 @@ void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller) {
   if (live > n) plat::log("kmem:   and %llu more", static_cast<unsigned long long>(live - n));
 }
 
+// The frames in the format kmemleak prints ("[<0x...>]"), which
+// tools/symbolize turns into function and line.
+void print_audit(const char* what, const BufAudit& a) {
+  unsigned tps = plat::ticks_per_second();
+  unsigned long long ms = tps ? static_cast<unsigned long long>(a.ticks) * 1000 / tps : 0;
+  plat::log("kmem:   last %s on cpu %u at %llu.%03llu s (tick %u)%s", what, static_cast<unsigned>(a.cpu), ms / 1000,
+            ms % 1000, static_cast<unsigned>(a.ticks), a.stack ? ":" : ", no backtrace");
+  const uintptr_t* pcs;
+  unsigned n = stackdepot_fetch(a.stack, &pcs);
+  for (unsigned i = 0; i < n; i++) plat::log("kmem:     [<0x%llx>]", static_cast<unsigned long long>(pcs[i]));
+}
+
+void print_mem_detail(const MemDetail& d) {  // report.cpp's default hook
+  if (d.buffer) plat::log("kmem:   buffer %p, size %llu", reinterpret_cast<void*>(d.buffer),
+                          static_cast<unsigned long long>(d.size));
+  if (d.offset >= 0 && d.nfound) {
+    char hex[16 * 3 + 1];
+    unsigned n = 0;
+    for (unsigned i = 0; i < d.nfound; i++) {
+      const char* digits = "0123456789abcdef";
+      hex[n++] = digits[d.found[i] >> 4];
+      hex[n++] = digits[d.found[i] & 15];
+      hex[n++] = ' ';
+    }
+    hex[n ? n - 1 : 0] = 0;
+    plat::log("kmem:   first bad byte at offset %lld (0x%llx): %s", static_cast<long long>(d.offset),
+              static_cast<unsigned long long>(d.offset), hex);
+    if (d.expected) plat::log("kmem:   expected %s", d.expected);
+  }
+  if (d.alloc.valid) print_audit("allocated", d.alloc);
+  if (d.free.valid) print_audit("freed", d.free);
+}
+
 void report_finding(kmem_cache_t* cp, const Finding& f, uintptr_t caller) {
   report_error(MemError{f.kind, cp->name, f.addr, caller, f.detail, f.d});
 }
