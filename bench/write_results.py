@@ -30,6 +30,14 @@ SPECIAL = [
     ("page", "page", "`mm::page_alloc(0, KM_NOSLEEP)`+`mm::page_free`, per-CPU page cache"),
 ]
 
+DEBUG_ROWS = [
+    ("slab_pair", "`KMC_NOMAGAZINE`: the slab layer (free-list links encoded and checked)"),
+    ("debug_redzone", "`KMC_REDZONE`"),
+    ("debug_poison", "`KMC_DEADBEEF` (poison)"),
+    ("debug_audit", "`KMC_AUDIT` (a backtrace and a log entry per operation)"),
+    ("debug_all", "all four (`KMC_CONTENTS` too)"),
+]
+
 # Targets from the product issue (instructions per alloc+free).
 PAIR_TARGET = 40
 BATCH_TARGET = 80
@@ -201,6 +209,19 @@ def main():
     for pattern, _, title in SPECIAL:
         w(f"| {title} | {fmt(special[pattern])}{' MISSED' if missed[pattern] else ''} |")
     w("")
+    # The slab layer and the debug modes (count_instructions' last rows):
+    # 64-byte pairs of a cache without magazines, and of a cache with each
+    # mode (mm/kmem_debug.h; debugged caches have no magazines either).
+    debug_rows = [(name, ir.get(("pairs", name, 64))) for name, _ in DEBUG_ROWS]
+    if any(v is not None for _, v in debug_rows):
+        w("Pairs of 64-byte buffers through the slab layer, and with each debug mode (`<mm/kmem_debug.h>`; "
+          "a debugged cache has no magazines, so compare with the first row):")
+        w("")
+        w("| cache | instructions per alloc+free |")
+        w("|---|---:|")
+        for (name, title), (_, v) in zip(DEBUG_ROWS, debug_rows):
+            w(f"| {title} | {fmt(v) if v is not None else '-'} |")
+        w("")
 
     w("## Targets")
     w("")

@@ -552,27 +552,20 @@ bool debug_free_check(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t size, Findi
   uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
   BufTag* t = tag_of(cp, buf);
   uint32_t state = t->state ^ static_cast<uint32_t>(buf);
-  if (slab_buffer_free(sp, i) || state == kStateFree || state == kStateFreeing) {
-    f.kind = "double free";
+  auto refuse = [&](const char* kind, uint64_t detail) {
+    f.kind = kind;
     f.addr = buf;
+    f.detail = detail;
     *f.d = MemDetail{};
     f.d->buffer = buf;
     f.d->size = t->size;
     f.d->offset = -1;
     fill_trail(cp, buf, *f.d);
     return false;
-  }
-  if (size && size != t->size && state == kStateAlloc) {
-    f.kind = "kmem_free with the wrong size (not the size kmem_alloc was given)";
-    f.addr = buf;
-    f.detail = size;
-    *f.d = MemDetail{};
-    f.d->buffer = buf;
-    f.d->size = t->size;
-    f.d->offset = -1;
-    fill_trail(cp, buf, *f.d);
-    return false;
-  }
+  };
+  if (slab_buffer_free(sp, i) || state == kStateFree || state == kStateFreeing) return refuse("double free", 0);
+  if (size && size != t->size && state == kStateAlloc)
+    return refuse("kmem_free with the wrong size (not the size kmem_alloc was given)", size);
   int64_t bad = check_alloc(cp, buf);
   if (__builtin_expect(bad >= 0, 0)) {
     found(cp, buf, bad, "buffer overrun (the redzone after the buffer was written)", expected_name(cp, bad, false),
