@@ -9,6 +9,7 @@
 #include <mm/kmem.h>
 #include <mm/kmem_debug.h>
 #include <mm/stackdepot.h>
+#include <mm/vmem.h>
 
 namespace {
 
@@ -282,4 +283,24 @@ KTEST(kmem_debug_buffers_cross_cores_without_reports) {
   KEXPECT_EQ(ops.alloc_cpu, 0u);
   KEXPECT_EQ(ops.free_cpu, g_cpu_count - 1);
   KEXPECT(kmem_cache_destroy(h.cp));
+}
+
+// vmem_destroy of an arena with live segments is refused and says what is
+// outstanding (the last row of the misuse table); it works once they go.
+KTEST(kmem_debug_vmem_destroy_with_live_segments_is_refused) {
+  vmem_t* vmp = vmem_create("kt_vmem_live", reinterpret_cast<void*>(0x10000000), 1 << 20, 4096, nullptr, nullptr,
+                            nullptr, 0, VM_SLEEP);
+  KASSERT(vmp != nullptr);
+  void* a = vmem_alloc(vmp, 8192, VM_SLEEP);
+  KASSERT(a != nullptr);
+  {
+    Capture c;
+    KEXPECT(!vmem_destroy(vmp));
+    KEXPECT_EQ(c.count, 1u);
+    KEXPECT(starts(c.last.kind, "destroy of arena with allocations"));
+    KEXPECT_EQ(c.last.address, reinterpret_cast<uintptr_t>(a));
+    KEXPECT_EQ(c.last.detail, 8192u);
+  }
+  vmem_free(vmp, a, 8192);
+  KEXPECT(vmem_destroy(vmp));
 }
