@@ -287,8 +287,9 @@ void debug_slab_init(kmem_cache_t* cp, Slab* sp);
 // The audit backtrace of an operation (taken before any lock).
 uint32_t debug_stack(const kmem_cache_t* cp, uintptr_t caller);
 // slab_lock held: buffer i of sp was just taken for an allocation of
-// `requested` bytes: check its poison and tag (f gets what was wrong, and
-// the buffer is repaired), fill it, mark it allocated, audit it.
+// `requested` bytes (0: not known, the buffer size): check its poison and
+// tag (f gets what was wrong, and the buffer is repaired), fill it, mark
+// it allocated, audit it.
 void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32_t stack, Finding& f);
 // slab_lock held: a buffer whose constructor failed goes back as free.
 void debug_untake(kmem_cache_t* cp, uintptr_t buf);

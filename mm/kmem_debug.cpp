@@ -25,7 +25,10 @@
 //                            the state word, the size the caller asked
 //                            for, the slab free-list link (on-slab caches:
 //                            kmem_slab.cpp, 8: it lives here, not in the
-//                            poisoned bytes), a spare word
+//                            poisoned bytes), whether the size is exact
+//                            (not for a kmem_alloc class taken untraced,
+//                            before the hooks were on: then kmem_free's
+//                            size is not checked against it)
 //      [tag_off + 24, +24)   AuditTag (audit mode): last allocation's and
 //                            last free's stack handle, time and CPU
 //    tag_off is the cache's buffer size rounded up to 8, so kmem_alloc's
@@ -92,7 +95,7 @@ struct BufTag {
   uint32_t state;  // kState* ^ uint32_t(buffer address)
   uint32_t size;   // bytes asked for by the last allocation
   uint32_t link;   // the slab free list's (kmem_slab.cpp, 8)
-  uint32_t spare;
+  uint32_t exact;  // 1: size is what the caller asked for; 0: the buffer size (a kmem_free's size is not checked)
 };
 static_assert(sizeof(BufTag) == 24);
 constexpr size_t kGuardBytes = offsetof(BufTag, size);  // the redzone word and the state word
@@ -511,7 +514,7 @@ void debug_slab_init(kmem_cache_t* cp, Slab* sp) {
     t->redzone = kRedzoneWord;
     t->state = state_word(kStateFree, buf);
     t->size = 0;
-    t->spare = 0;
+    t->exact = 0;
     if (cp->debug & KMF_AUDIT) __builtin_memset(audit_of(cp, buf), 0, sizeof(AuditTag));
     if (cp->debug & KMF_DEADBEEF) fill_pattern(reinterpret_cast<uint8_t*>(buf), cp->tag_off, kFreePattern);
   }
@@ -526,6 +529,8 @@ uint32_t debug_stack(const kmem_cache_t* cp, uintptr_t caller) {
 
 void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32_t stack, Finding& f) {
   assert_held(cp->slab_lock);
+  bool exact = requested != 0;
+  if (!exact) requested = cp->bufsize;
   uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
   BufTag* t = tag_of(cp, buf);
   int64_t bad = check_free(cp, buf);
@@ -537,6 +542,7 @@ void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32
   if ((cp->debug & KMF_DEADBEEF) && !cp->ctor) fill_pattern(p, requested, kUninitPattern);
   if (cp->debug & KMF_REDZONE) __builtin_memset(p + requested, kRedzoneByte, cp->tag_off - requested);
   t->size = static_cast<uint32_t>(requested);
+  t->exact = exact;
   t->state = state_word(kStateAlloc, buf);
   audit_note(cp, buf, true, stack);
 }
@@ -564,7 +570,7 @@ bool debug_free_check(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t size, Findi
     return false;
   };
   if (slab_buffer_free(sp, i) || state == kStateFree || state == kStateFreeing) return refuse("double free", 0);
-  if (size && size != t->size && state == kStateAlloc)
+  if (size && t->exact && size != t->size && state == kStateAlloc)
     return refuse("kmem_free with the wrong size (not the size kmem_alloc was given)", size);
   int64_t bad = check_alloc(cp, buf);
   if (__builtin_expect(bad >= 0, 0)) {

@@ -454,7 +454,8 @@ void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t calle
   // A debugged cache's audit backtrace, taken before slab_lock (the stack
   // depot has a lock of its own, and slab_lock is a leaf).
   uint32_t stack = cp->debug ? debug_stack(cp, caller) : 0;
-  if (!requested) requested = cp->bufsize;
+  // requested 0: the caller's size is not known (a kmem_alloc class taken
+  // untraced): the buffer's size, and kmem_free's size is not checked.
   for (;;) {
     void* buf = nullptr;
     MemDetail d{};
