@@ -92,6 +92,8 @@ struct MemDetail {
 // Checks every redzone and every poisoned free buffer of one cache (null:
 // every debugged cache) and reports each corrupt buffer; returns how many
 // were corrupt. Buffers being allocated or freed at that instant are skipped.
+// Holds each cache's slab lock (interrupts masked) while it walks that
+// cache: a pause of the cache's users for the walk, as the command is meant.
 uint64_t kmem_verify(kmem_cache_t* cp, uint64_t* checked = nullptr);
 
 // The audit trail of the buffer containing addr (any debugged cache).
