@@ -233,7 +233,6 @@ struct LogSlot {
 constexpr uint32_t kDefaultLogEntries = 1024;
 LogSlot* g_log;          // set once (release) under g_lock; read with acquire
 uint32_t g_log_entries;  // written before g_log is published
-unsigned g_log_order;
 uint64_t g_log_next;     // sequence numbers handed out (atomic)
 
 template <typename T>
@@ -310,7 +309,6 @@ void log_ensure() {
     return;
   }
   g_log_entries = static_cast<uint32_t>((kPageBytes << order) / sizeof(LogSlot));
-  g_log_order = order;
   __atomic_store_n(&g_log, log, __ATOMIC_RELEASE);  // entries, zeroed, and the size before the pointer
 }
 
@@ -731,7 +729,7 @@ uint64_t kmem_verify(kmem_cache_t* only, uint64_t* checked) {
             uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
             bool is_free = slab_buffer_free(sp, i);
             uint32_t state = tag_of(cp, buf)->state ^ static_cast<uint32_t>(buf);
-            if (!is_free && state != kStateAlloc && (state == kStateFree || state == kStateFreeing))
+            if (!is_free && (state == kStateFree || state == kStateFreeing))
               continue;  // being allocated or freed right now
             seen++;
             int64_t bad = is_free ? check_free(cp, buf) : check_alloc(cp, buf);
