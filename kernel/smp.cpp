@@ -42,6 +42,7 @@
 #include <kernel/spinlock.h>
 #include <kernel/stack.h>
 #include <kernel/timer.h>
+#include <mm/kmemleak.h>
 
 PerCpu g_percpu[kMaxCpus];
 unsigned g_cpu_count = 1;
@@ -67,6 +68,12 @@ void check_caller() {
 bool run_mailbox(PerCpu& cpu) {
   void (*fn)(void*) = cpu.call_fn.load(std::memory_order_acquire);
   if (!fn) return false;
+  // The call's frames are built where earlier calls and interrupts left
+  // theirs; a slot they never write (padding) would keep a stale object
+  // address on a live stack for as long as the call runs, and the leak
+  // scanner would read it as a reference (a call that holds the core, as
+  // `kmemleak test`'s, kept a leaked object unreported that way).
+  mm::kmemleak_scrub_stack();
   run_as_call(cpu, fn, cpu.call_arg);
   // In this order: once call_fn is clear a new call may be posted (its
   // call_from, call_done = 0), which neither store below may overwrite.

@@ -50,8 +50,12 @@
 //    up (kernel: the interrupt's trap frame; host: the signal handler's
 //    frame). Conservative, as every stack scan is: a dead slot in a live
 //    frame can keep an object referenced (a false negative, never a false
-//    report). The heap's first page is never handed out, since its address
-//    is a value the allocators hold all the time.
+//    report). A core that may sit in a call for long (the kernel: every
+//    cross-call) first zeroes the dead stack its frames will occupy
+//    (kmemleak_scrub_stack): their unwritten slots then hold nothing an
+//    earlier, deeper call left there. The heap's first page is never
+//    handed out, since its address is a value the allocators hold all the
+//    time.
 // 8. What it costs (figures from `bench` under qemu-run --icount and
 //    bench/kmemleak_bench; the README has them all):
 //    - The stopped world: pauses of 0.3 to 4 ms per scan on the virt boards
@@ -776,6 +780,10 @@ void leak_note_large(void* obj, uintptr_t caller) {
 bool kmemleak_enabled() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
 void kmemleak_set_backtraces(bool on) { __atomic_store_n(&g_backtraces, on, __ATOMIC_RELAXED); }
 void kmemleak_set_stack_scan(bool on) { __atomic_store_n(&g_stack_scan, on, __ATOMIC_RELAXED); }
+void kmemleak_scrub_stack() {
+  if (__atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) && __atomic_load_n(&g_stack_scan, __ATOMIC_RELAXED))
+    scrub_stack();
+}
 unsigned kmemleak_min_age_ms() { return __atomic_load_n(&g_min_age_ms, __ATOMIC_RELAXED); }
 
 void kmemleak_last_scan(LeakScanStats& out) {

@@ -446,6 +446,7 @@ KTEST(whatis_names_every_kind_of_address) {
     w = whatis(g_remote_freed);
     KEXPECT(w.kind == mm::WhatKind::kBuffer && w.state == mm::BufferState::kFreeInMagazine);
     KEXPECT_EQ(w.cpu, 1u);
+    g_remote_freed = nullptr;  // no stale pointers in .bss for the leak scanner
     smp::call_on(1, remote_stack, nullptr);
     w = whatis(reinterpret_cast<const void*>(g_remote_local - 8));
     KEXPECT(w.kind == mm::WhatKind::kRegion);

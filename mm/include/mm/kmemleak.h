@@ -56,6 +56,13 @@ namespace mm {
 bool kmemleak_enabled();
 void kmemleak_set_backtraces(bool on);  // record allocation backtraces (default on)
 void kmemleak_set_stack_scan(bool on);  // scan the CPUs' stacks (Linux's stack=on|off; default on)
+// While stacks are scanned: zeroes the dead stack below the caller (a few
+// KiB), so that frames built there next do not keep what earlier, deeper
+// frames left in the slots they never write (alignment padding, spill
+// slots of paths not taken). A core calls it before it runs work that may
+// then wait, scanned, for a long time (the kernel: each cross-call). Costs
+// one load when kmemleak is off.
+void kmemleak_scrub_stack();
 unsigned kmemleak_min_age_ms();
 
 // What a scan did.
