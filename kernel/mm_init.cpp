@@ -1,4 +1,5 @@
 // Brings the memory subsystem up from what the DTB said.
+#include <kernel/allocinfo.h>
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
@@ -101,11 +102,13 @@ void init() {
     return reinterpret_cast<uintptr_t>(p);
   });
   kmem_debug_shell::setup();  // kmem.debug=: before the first cache
+  allocinfo_boot::setup();    // sysctl.vm.mem_profiling=: before the first slab
   mm::kmem_init();
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();
   failslab_setup();
   mm::kmem_debug_start();  // debugged kmem_alloc caches: the hooks pass the sizes asked for
+  allocinfo_boot::start();
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

@@ -1,7 +1,7 @@
 // The allocators' hook switches (mm/include/mm/hooks.h): a mask of the
 // features that want them, and the platform's two switches
 // (plat::set_alloc_hooks, plat::set_free_hooks): the allocation switch is
-// on while any feature is, the free switch while a feature that needs the
+// on while any allocation feature is, the free switch while a feature that needs the
 // frees is (kFeaturesOnFree). The mask is updated under g_lock; the
 // switches are flipped without it (the kernel's cross-calls wait for other
 // cores, which may want the lock with interrupts masked), so a caller loops
@@ -28,7 +28,7 @@ bool alloc_hooks_set(unsigned feature, bool on) {
     bool alloc_want, free_want, alloc_flip, ok;
     {
       Guard<> g(g_lock);
-      alloc_want = g_features != 0;
+      alloc_want = (g_features & kFeaturesOnAlloc) != 0;
       free_want = (g_features & kFeaturesOnFree) != 0;
       if (alloc_want == g_alloc_switch && free_want == g_free_switch) return true;
       alloc_flip = alloc_want != g_alloc_switch;

@@ -270,6 +270,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   else cp->owner_check = kOwnerNone;
   // kmemleak objects: buffers of heap memory that are nobody's bookkeeping.
   cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && heap_memory;
+  cp->profiled = cp->tracked;  // the allocators' own caches (KMC_NOTRACK) take their references from the internal ladder
   if (cp->offslab) {
     cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
     __builtin_memset(cp->hash, 0, kPageBytes);
@@ -420,15 +421,16 @@ __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uint
   free_slow(cp, obj, caller ? caller : caller_of_api());
 }
 __attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
-                                                     uintptr_t caller) {
+                                                     uintptr_t caller, const AllocTag* tag) {
   if ((kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize)) return nullptr;
-  return cache_alloc<true, false>(cp, kmflag, type, requested, caller);
+  return cache_alloc<true, false>(cp, kmflag, type, requested, caller, tag);
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
-                                                  uintptr_t caller) {
+                                                  uintptr_t caller, const AllocTag* tag) {
   // A debugged cache gets the size asked for (its redzone starts there).
   void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
+  if (obj && prof_counting()) prof_stamp(cp, obj, tag);
   if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
   return obj;
 }
@@ -498,17 +500,24 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 // without a frame. The entry points pass their own return address, read
 // only on that branch.
 namespace {
-__attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller) {
-  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller);
+__attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller,
+                                                   const AllocTag* tag) {
+  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller, tag);
 }
 __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
 }  // namespace
 
-void* kmem_cache_alloc(kmem_cache_t* cp, int kmflag) {
-  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api());
+// The Solaris name, for calls that do not go through the macro (mm/kmem.h):
+// counted at this function's own tag.
+void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
+  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api(), MM_ALLOC_TAG());
   return cache_alloc(cp, kmflag);
+}
+
+void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
+  return cache_alloc_traced(cp, kmflag, caller_of_api(), tag);
 }
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {

@@ -93,13 +93,16 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
   return alloc_uncached(size, kmflag, nullptr, 0);
 }
 
-__attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller) {
+__attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller);
+  if (__builtin_expect(cp != nullptr, 1))
+    return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller, tag);
   if (failslab_armed() && (kmflag & KM_NOSLEEP) && size && failslab_should_fail("kmem_alloc", size)) return nullptr;
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
+  if (p && prof_counting())
+    if (kmem_cache_t* c = size_cache(size)) prof_stamp(c, p, tag);  // kmem came up on this call (host)
   if (p && leak_stamping()) {
     if (kmem_cache_t* c = size_cache(size)) leak_stamp(c, p, caller);  // kmem came up on this call (host)
     else leak_note_large(p, caller);
@@ -126,6 +129,7 @@ __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) {
     if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
+      if (prof_freeing()) prof_unstamp(cp, buf, caller);
       kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);
       return free_unmagazined(cp, buf, caller, size);
     }
@@ -169,18 +173,30 @@ void kmem_alloc_init() {
 
 using namespace mm;
 
-void* kmem_alloc(size_t size, int kmflag) {
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api());
+// The Solaris names, for calls that do not go through the macros
+// (mm/kmem.h): counted at these functions' own tags.
+void* (kmem_alloc)(size_t size, int kmflag) {
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG());
   return kmem_alloc_body(size, kmflag);
 }
 
-void* kmem_zalloc(size_t size, int kmflag) {
+void* (kmem_zalloc)(size_t size, int kmflag) {
   void* p;
   if (kmemtrace::on()) {
-    p = kmem_alloc_traced(size, kmflag, caller_of_api());
+    p = kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG());
   } else {
     p = kmem_alloc_body(size, kmflag);
   }
+  if (p) __builtin_memset(p, 0, size);
+  return p;
+}
+
+void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
+  return kmem_alloc_traced(size, kmflag, caller_of_api(), tag);
+}
+
+void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
+  void* p = kmem_alloc_traced(size, kmflag, caller_of_api(), tag);
   if (p) __builtin_memset(p, 0, size);
   return p;
 }

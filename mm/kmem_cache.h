@@ -120,6 +120,7 @@ struct Slab {
   uint32_t flags;
   HashEnt* ents;        // off-slab only: one per buffer
   LeakSlab* leak;       // kmemleak's metadata while it is on and the cache is tracked, else null
+  uint32_t* tags;       // allocation profiling: each buffer's tag reference (alloc_tag.cpp, 3), or null
   uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
 };
 static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner stands for a Slab with no cache");
@@ -189,6 +190,7 @@ struct kmem_cache {
   bool dead;      // destroyed: freed when the last walker lets go
 
   bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
+  bool profiled;  // allocation profiling keeps tag references: as tracked (not the allocators' own)
 
   // Debug modes (kmem_debug.cpp): KMF_ flags, 0 for none. A debugged cache
   // has KMC_NOMAGAZINE set and a BufTag at tag_off in every buffer.
@@ -385,6 +387,23 @@ inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXE
 void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void leak_note_large(void* obj, uintptr_t caller);
 uint64_t kmemleak_metadata_pages();
+
+// --- Allocation profiling (alloc_tag.cpp; the references: kmem_slab.cpp) ---
+struct AllocTag;
+extern uint32_t g_prof_counting;  // the hooked allocations count (read relaxed)
+extern uint32_t g_prof_freeing;   // the hooked frees subtract (set once counting was on)
+inline bool prof_counting() { return __atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED) != 0; }
+inline bool prof_freeing() { return __atomic_load_n(&g_prof_freeing, __ATOMIC_RELAXED) != 0; }
+// Do new slabs get tag references (the mode is not never)?
+bool prof_records();
+// Buffer obj's tag reference, if obj is the start of a buffer of a slab of
+// cp that has references; else null.
+uint32_t* prof_slot(kmem_cache_t* cp, const void* obj);
+uint64_t prof_slab_bytes();
+// Stamps obj with tag and counts it; before a free, subtracts obj from its
+// tag and clears the reference.
+void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag);
+void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller);
 
 // --- kmem_consolidate.cpp -------------------------------------------------
 void move_cache(kmem_cache_t* cp);

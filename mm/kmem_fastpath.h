@@ -21,7 +21,9 @@
 // 4. The hooked copies (kTraced: taken while any allocator hook is on,
 //    mm/hooks.h) record a kmemtrace event, if tracing is on, inside the
 //    masked region on the magazine path (trace/record.h: no second masking,
-//    no call); kmemleak's stamp is written by the caller afterwards.
+//    no call); allocation profiling's stamp and kmemleak's are written
+//    afterwards, and profiling's reference is taken off a buffer before its
+//    free (alloc_tag.cpp).
 // 5. Ordering: none here. The CpuCache is this CPU's (kmem_cache.h says who
 //    else reads it and why that needs no order); the owner checks read
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
@@ -44,8 +46,10 @@ namespace mm {
 [[gnu::noinline, gnu::cold]] void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
-void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
-void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller);
+void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller,
+                        const AllocTag* tag);
+void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller,
+                     const AllocTag* tag);
 // kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
 // frameless). Returns obj.
 
@@ -82,9 +86,10 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // leaf otherwise.
 template <bool kTraced = false, bool kFailslab = kTraced>
 __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int kmflag, uint8_t type = 0,
-                                                        size_t requested = 0, uintptr_t caller = 0) {
+                                                        size_t requested = 0, uintptr_t caller = 0,
+                                                        const AllocTag* tag = nullptr) {
   if constexpr (kFailslab)
-    if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller);
+    if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller, tag);
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
@@ -95,12 +100,14 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
         kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
-    if constexpr (kTraced)
+    if constexpr (kTraced) {
+      if (__builtin_expect(prof_counting(), 0)) prof_stamp(cp, obj, tag);
       if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
+    }
     return obj;
   }
   plat::irq_restore(s);
-  if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller);
+  if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
   return alloc_slow(cp, kmflag);
 }
 
@@ -113,6 +120,8 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 template <bool kTraced = false>
 __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
                                                       uintptr_t caller = 0) {
+  if constexpr (kTraced)
+    if (__builtin_expect(prof_freeing(), 0)) prof_unstamp(cp, obj, caller);
   if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
     if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
   } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {

@@ -153,6 +153,24 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
   return ls;
 }
 
+// Allocation profiling's references, one per buffer (alloc_tag.cpp, 3),
+// zeroed. A slab without them (the mode is never, or memory ran out) has
+// its buffers counted at no tag.
+uint64_t g_prof_bytes;
+uint32_t* prof_tags_alloc(uint32_t chunks) {
+  size_t bytes = size_t{chunks} * sizeof(uint32_t);
+  auto* t = static_cast<uint32_t*>(internal_alloc(bytes, KM_NOSLEEP));
+  if (!t) return nullptr;
+  __builtin_memset(t, 0, bytes);
+  __atomic_fetch_add(&g_prof_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
+  return t;
+}
+void prof_tags_free(uint32_t* t, uint32_t chunks) {
+  size_t bytes = size_t{chunks} * sizeof(uint32_t);
+  internal_free(t, bytes);
+  __atomic_fetch_sub(&g_prof_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
+}
+
 void leak_slab_free(LeakSlab* ls) {
   size_t bytes = leak_slab_bytes(ls->chunks);
   internal_free(ls, bytes);
@@ -243,6 +261,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   }
   if (cp->debug) debug_slab_init(cp, sp);
   sp->leak = cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED) ? leak_slab_alloc(sp->chunks) : nullptr;
+  sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(sp->chunks) : nullptr;
   mark_slab_pages(cp, sp->mem, sp);
   return sp;
 }
@@ -252,6 +271,7 @@ void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   void* mem = reinterpret_cast<void*>(sp->mem);
   mark_slab_pages(cp, sp->mem, nullptr);
   if (sp->leak) leak_slab_free(sp->leak);
+  if (sp->tags) prof_tags_free(sp->tags, sp->chunks);
   if (cp->offslab) internal_free(sp, cp->header_bytes);
   vmem_xfree(cp->arena, mem, cp->slab_size);
 }
@@ -665,6 +685,18 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
   if (!ls) return nullptr;
   return &ls->meta[(addr - sp->base) / cp->chunk];
 }
+
+uint32_t* prof_slot(kmem_cache_t* cp, const void* obj) {
+  if (!cp->profiled) return nullptr;
+  auto addr = reinterpret_cast<uintptr_t>(obj);
+  Slab* sp = cp->offslab ? slab_of_heap_address(addr) : onslab_header(addr);
+  if (!sp || sp->cache != cp || !sp->tags || addr < sp->base) return nullptr;
+  uintptr_t off = addr - sp->base;
+  uintptr_t i = off / cp->chunk;
+  if (i >= sp->chunks || i * cp->chunk != off) return nullptr;  // past the slab, or inside a buffer
+  return &sp->tags[i];
+}
+uint64_t prof_slab_bytes() { return __atomic_load_n(&g_prof_bytes, __ATOMIC_RELAXED); }
 
 uint64_t leak_records_bytes() { return __atomic_load_n(&g_leak_bytes, __ATOMIC_RELAXED); }
 

@@ -7,7 +7,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <mm/alloc_tag.h>
 #include <mm/flags.h>
+#include <mm/platform_inline.h>
 #include <mm/vmem.h>
 
 struct kmem_cache;
@@ -55,6 +57,21 @@ void kmem_cache_move_notify(kmem_cache_t* cp, void* obj);
 void* kmem_alloc(size_t size, int kmflag);
 void* kmem_zalloc(size_t size, int kmflag);
 void kmem_free(void* buf, size_t size);
+
+// Allocation profiling (mm/alloc_tag.h): the tagged entry points, and the
+// public names as macros that call them with the call site's tag while the
+// allocators' hooks are on (one static branch at the call site: a nop while
+// they are off). The macros' own uses of the names call the functions.
+void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const mm::AllocTag* tag);
+void* kmem_alloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
+void* kmem_zalloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
+#define MM_ALLOC_HOOKS(tagged, plain) (::mm::plat::alloc_hooks_on() ? (tagged) : (plain))
+#define kmem_cache_alloc(cp, kmflag) \
+  MM_ALLOC_HOOKS(::kmem_cache_alloc_tagged((cp), (kmflag), MM_ALLOC_TAG()), ::kmem_cache_alloc((cp), (kmflag)))
+#define kmem_alloc(size, kmflag) \
+  MM_ALLOC_HOOKS(::kmem_alloc_tagged((size), (kmflag), MM_ALLOC_TAG()), ::kmem_alloc((size), (kmflag)))
+#define kmem_zalloc(size, kmflag) \
+  MM_ALLOC_HOOKS(::kmem_zalloc_tagged((size), (kmflag), MM_ALLOC_TAG()), ::kmem_zalloc((size), (kmflag)))
 
 namespace mm {
 

@@ -1,0 +1,302 @@
+// Memory allocation profiling (interface: mm/include/mm/alloc_tag.h).
+//
+// 1. Tags. Each call site of a tagged allocator names a static AllocTag
+//    (file, function, line) that the compiler places in the section
+//    alloc_tags; the linker gathers them between __start_alloc_tags and
+//    __stop_alloc_tags (the kernel's linker script does it explicitly,
+//    under .rodata). Nothing registers at run time: a tag is its index in
+//    the section. The tags are read-only; their counters are not in them.
+// 2. Counters: per CPU slot an array of {bytes, calls}, one per tag,
+//    allocated the first time counting is switched on (never from the
+//    allocation path). A CPU adds to its own slot with relaxed atomic adds:
+//    nothing to mask, and on the host, where threads beyond kMaxCpus share
+//    a slot, nothing lost. Reading sums the slots; a CPU's figure may be
+//    negative (it freed what another allocated), the sum is not, once the
+//    adds it sums have happened.
+// 3. Each object remembers its tag: slab buffers of heap caches in a
+//    per-slab array of 32-bit references (tag index + 1, 0: none; kmem_
+//    slab.cpp, allocated with the slab unless the mode is never). The
+//    allocating CPU writes it after the allocation, before the object is
+//    returned; the freeing CPU reads and clears it before the free, while
+//    the object is still its caller's. Whatever ordered the object's hand-
+//    over between the two orders the reference too.
+// 4. Switching. Counting on: the allocators' hooks go on (mm/hooks.h,
+//    kFeatureProfile) and the call sites' macros pass their tags to the
+//    tagged entry points, which stamp objects and count. Off: the
+//    allocations stop counting, but frees stay hooked (kFeatureProfileFree)
+//    so that every object stamped before is still subtracted and its
+//    reference cleared: a reference left behind would make a later free of
+//    the same buffer subtract from the wrong tag. A free that finds no
+//    reference while counting is on (the object was allocated while it was
+//    off) is counted and reported once (Linux's CONFIG_MEM_ALLOC_
+//    PROFILING_DEBUG).
+// 5. Not tagged yet: large kmem_alloc allocations (whole heap pages),
+//    page_alloc and vmem_alloc: they are not counted at any tag.
+#include <mm/alloc_tag.h>
+#include <mm/hooks.h>
+#include <mm/kmem.h>
+#include <mm/page.h>
+#include <mm/platform.h>
+#include "kmem_cache.h"
+#include "lock.h"
+
+extern "C" {
+// The linker's bounds of the section (weak: a host program may have no
+// tagged call at all).
+extern const mm::AllocTag __start_alloc_tags[] __attribute__((weak));
+extern const mm::AllocTag __stop_alloc_tags[] __attribute__((weak));
+}
+
+namespace mm {
+
+uint32_t g_prof_counting;  // word-sized: a plain load on every arch
+uint32_t g_prof_freeing;
+
+namespace {
+
+struct TagCounter {
+  int64_t bytes;
+  int64_t calls;
+};
+
+plat::Lock g_prof_lock;  // switching, and the counters' allocation
+ProfMode g_mode = ProfMode::kOff;
+TagCounter* g_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
+unsigned g_counter_order;
+uint64_t g_untagged;
+uint32_t g_untagged_said;
+
+size_t tag_count() {
+  if (!__start_alloc_tags || !__stop_alloc_tags) return 0;
+  return static_cast<size_t>(__stop_alloc_tags - __start_alloc_tags);
+}
+
+// The counters of every slot, zeroed, from the page allocator (never kmem:
+// their own allocation would be counted). Under g_prof_lock.
+bool counters_ready() {
+  if (g_counters[0]) return true;
+  size_t n = tag_count();
+  size_t bytes = (n ? n : 1) * sizeof(TagCounter);
+  unsigned order = 0;
+  while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
+  if ((kPageBytes << order) < bytes) return false;
+  TagCounter* got[plat::kCpuSlots];
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) {
+    got[c] = static_cast<TagCounter*>(page_alloc_va(order, KM_SLEEP));
+    if (!got[c]) {
+      while (c) page_free_va(got[--c], order);
+      return false;
+    }
+    __builtin_memset(got[c], 0, kPageBytes << order);
+  }
+  g_counter_order = order;
+  // Release: the zeroed arrays before the pointers; the counting paths
+  // load the pointers only after they saw g_prof_counting, stored after
+  // this (release there too), so a plain load of each slot's pointer sees it.
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_counters[c], got[c], __ATOMIC_RELEASE);
+  return true;
+}
+
+inline void count(uint32_t idx, int64_t bytes, int64_t calls) {
+  TagCounter& c = __atomic_load_n(&g_counters[plat::cpu_slot()], __ATOMIC_ACQUIRE)[idx];
+  __atomic_fetch_add(&c.bytes, bytes, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c.calls, calls, __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+// --- The allocators' side (alloc_tag_internal in kmem_cache.h) --------------------
+
+bool prof_records() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED) != ProfMode::kNever; }
+
+void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
+  uint32_t* slot = prof_slot(cp, obj);
+  if (!slot || !tag) return;
+  auto idx = static_cast<uint32_t>(tag - __start_alloc_tags);
+  if (idx >= tag_count()) return;  // not a tag of this image
+  *slot = idx + 1;
+  count(idx, static_cast<int64_t>(cp->chunk), 1);
+}
+
+void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  uint32_t* slot = prof_slot(cp, obj);
+  if (!slot) return;
+  uint32_t ref = *slot;
+  if (!ref || ref > tag_count()) {
+    if (!__atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED)) return;
+    __atomic_fetch_add(&g_untagged, uint64_t{1}, __ATOMIC_RELAXED);
+    if (__atomic_exchange_n(&g_untagged_said, 1u, __ATOMIC_RELAXED) == 0)
+      plat::log("allocinfo: %s: free of %p, allocated while profiling was off (or freed twice), by %p: not "
+                "subtracted (counted in prof_untagged_frees; this is said once)\n",
+                cp->name, obj, reinterpret_cast<void*>(caller));
+    return;
+  }
+  *slot = 0;
+  count(ref - 1, -static_cast<int64_t>(cp->chunk), -1);
+}
+
+// --- Control ----------------------------------------------------------------------
+
+void prof_boot_mode(ProfMode mode) { __atomic_store_n(&g_mode, mode, __ATOMIC_RELAXED); }
+ProfMode prof_mode() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED); }
+
+bool prof_set(bool on) {
+  Guard<> g(g_prof_lock);
+  if (g_mode == ProfMode::kNever) return false;
+  if (on) {
+    if (!counters_ready()) return false;
+    // Frees first: no object is stamped before its free is hooked.
+    if (!alloc_hooks_set(kFeatureProfileFree, true)) return false;
+    __atomic_store_n(&g_prof_freeing, 1u, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_prof_counting, 1u, __ATOMIC_RELEASE);
+    if (!alloc_hooks_set(kFeatureProfile, true)) {
+      __atomic_store_n(&g_prof_counting, 0u, __ATOMIC_RELAXED);
+      return false;
+    }
+  } else {
+    __atomic_store_n(&g_prof_counting, 0u, __ATOMIC_RELAXED);
+    alloc_hooks_set(kFeatureProfile, false);  // the frees stay hooked (4)
+  }
+  __atomic_store_n(&g_mode, on ? ProfMode::kOn : ProfMode::kOff, __ATOMIC_RELAXED);
+  return true;
+}
+
+uint64_t prof_untagged_frees() { return __atomic_load_n(&g_untagged, __ATOMIC_RELAXED); }
+
+uint64_t prof_metadata_bytes() {
+  uint64_t counters = __atomic_load_n(&g_counters[0], __ATOMIC_ACQUIRE)
+                          ? uint64_t{plat::kCpuSlots} * (kPageBytes << g_counter_order)
+                          : 0;
+  return counters + prof_slab_bytes();
+}
+
+// --- Reading ----------------------------------------------------------------------
+
+size_t alloc_tag_count() { return tag_count(); }
+
+bool alloc_tag_read(size_t i, AllocTagCounts& out) {
+  if (i >= tag_count()) return false;
+  out.tag = &__start_alloc_tags[i];
+  out.bytes = 0;
+  out.calls = 0;
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) {
+    const TagCounter* a = __atomic_load_n(&g_counters[c], __ATOMIC_ACQUIRE);
+    if (!a) break;
+    out.bytes += __atomic_load_n(&a[i].bytes, __ATOMIC_RELAXED);
+    out.calls += static_cast<uint64_t>(__atomic_load_n(&a[i].calls, __ATOMIC_RELAXED));
+  }
+  return true;
+}
+
+namespace {
+bool same_path(const char* a, const char* b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+int compare_source(const AllocTag* a, const AllocTag* b) {
+  const char *x = a->file, *y = b->file;
+  while (*x && *x == *y) x++, y++;
+  if (*x != *y) return static_cast<unsigned char>(*x) < static_cast<unsigned char>(*y) ? -1 : 1;
+  if (a->line != b->line) return a->line < b->line ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+}  // namespace
+
+bool alloc_tag_find(const char* file, uint32_t line, AllocTagCounts& out) {
+  AllocTagCounts sum{nullptr, 0, 0};
+  for (size_t i = 0; i < tag_count(); i++) {
+    const AllocTag& t = __start_alloc_tags[i];
+    if (t.line != line || !same_path(t.file, file)) continue;
+    AllocTagCounts c;
+    alloc_tag_read(i, c);
+    if (!sum.tag) sum.tag = c.tag;
+    sum.bytes += c.bytes;
+    sum.calls += c.calls;
+  }
+  out = sum;
+  return sum.tag != nullptr;
+}
+
+namespace {
+// "%12lli %8llu file:line func:name \n", as Linux prints a tag (mm/ has no
+// printf of its own).
+void format_allocinfo_line(char* buf, size_t size, const AllocTagCounts& c) {
+  size_t len = 0;
+  auto ch = [&](char x) {
+    if (len + 1 < size) buf[len++] = x;
+  };
+  auto str = [&](const char* t) {
+    while (*t) ch(*t++);
+  };
+  auto num = [&](uint64_t v, bool negative, unsigned width) {
+    char d[21];
+    unsigned n = 0;
+    do {
+      d[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v);
+    if (negative) d[n++] = '-';
+    for (unsigned w = n; w < width; w++) ch(' ');
+    while (n) ch(d[--n]);
+  };
+  bool neg = c.bytes < 0;
+  num(neg ? 0 - static_cast<uint64_t>(c.bytes) : static_cast<uint64_t>(c.bytes), neg, 12);
+  ch(' ');
+  num(c.calls, false, 8);
+  ch(' ');
+  str(c.tag->file);
+  ch(':');
+  num(c.tag->line, false, 0);
+  str(" func:");
+  str(c.tag->func);
+  str(" \n");
+  buf[len] = 0;
+}
+}  // namespace
+
+bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char*, void*), void* arg) {
+  size_t n = tag_count();
+  // The order: tag indices, sorted in place (insertion sort: a few hundred
+  // tags, printed by hand), in pages from the page allocator.
+  size_t bytes = (n ? n : 1) * sizeof(uint32_t);
+  unsigned order = 0;
+  while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
+  auto* idx = static_cast<uint32_t*>(page_alloc_va(order, KM_NOSLEEP));
+  auto* val = static_cast<AllocTagCounts*>(page_alloc_va(order + 3, KM_NOSLEEP));  // 3 more: 8x the bytes
+  if (!idx || !val || (kPageBytes << (order + 3)) < n * sizeof(AllocTagCounts)) {
+    if (idx) page_free_va(idx, order);
+    if (val) page_free_va(val, order + 3);
+    return false;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    alloc_tag_read(i, val[i]);
+    if (opt.nonzero && val[i].calls == 0) continue;
+    idx[m++] = static_cast<uint32_t>(i);
+  }
+  auto before = [&](uint32_t a, uint32_t b) {
+    if (opt.sort == AllocSort::kBytes && val[a].bytes != val[b].bytes) return val[a].bytes > val[b].bytes;
+    if (opt.sort == AllocSort::kCalls && val[a].calls != val[b].calls) return val[a].calls > val[b].calls;
+    return compare_source(val[a].tag, val[b].tag) < 0;
+  };
+  for (size_t i = 1; i < m; i++) {
+    uint32_t x = idx[i];
+    size_t j = i;
+    for (; j > 0 && before(x, idx[j - 1]); j--) idx[j] = idx[j - 1];
+    idx[j] = x;
+  }
+  out("allocinfo - version: 1.0\n", arg);
+  out("#     <size>  <calls> <tag info>\n", arg);
+  if (opt.top && m > opt.top) m = opt.top;
+  char line[256];
+  for (size_t i = 0; i < m; i++) {
+    const AllocTagCounts& c = val[idx[i]];
+    format_allocinfo_line(line, sizeof line, c);
+    out(line, arg);
+  }
+  page_free_va(idx, order);
+  page_free_va(val, order + 3);
+  return true;
+}
+
+}  // namespace mm

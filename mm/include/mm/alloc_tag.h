@@ -1,0 +1,80 @@
+// Memory allocation profiling: live bytes and calls per allocation call
+// site, printed in Linux's /proc/allocinfo format (the reference is Linux's
+// Documentation/mm/allocation-profiling.rst). mm/alloc_tag.cpp has the
+// theory; this is the interface.
+//
+// Every call of kmem_alloc, kmem_zalloc and kmem_cache_alloc names a static
+// tag (file, line, function) placed in the linker section alloc_tags: the
+// public names are macros (the alloc_hooks() pattern) that pass the call
+// site's tag to the tagged entry point while the allocators' hooks are on,
+// and call the Solaris function otherwise. The functions stay callable and
+// their addresses can be taken ((kmem_alloc)(size, flags), &kmem_alloc):
+// such calls are counted at one tag per function, the line of its
+// definition in mm/ (the "indirect" tags).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace mm {
+
+struct AllocTag {
+  const char* file;  // relative to the source tree
+  const char* func;
+  uint32_t line;
+};
+
+// sysctl vm.mem_profiling: never (no per-object metadata, cannot be
+// switched on), 0 (off, switchable), 1 (on). Set once at boot before kmem
+// is up (prof_boot_mode; the kernel's bootarg sysctl.vm.mem_profiling=),
+// then switched with prof_set.
+enum class ProfMode : uint8_t { kNever, kOff, kOn };
+void prof_boot_mode(ProfMode mode);  // before the first allocation
+ProfMode prof_mode();
+// Switches counting on or off; false (nothing changed) under never, or if
+// the allocators' hooks could not be switched. Not from interrupt context.
+bool prof_set(bool on);
+
+// One tag's counters, summed over the CPUs.
+struct AllocTagCounts {
+  const AllocTag* tag;
+  int64_t bytes;  // live bytes (each object counted at its allocated size)
+  uint64_t calls; // live objects
+};
+// The number of tags in the image.
+size_t alloc_tag_count();
+// The i-th tag (in section order) and its counts; false past the end.
+bool alloc_tag_read(size_t i, AllocTagCounts& out);
+// The counts of the tag of the call site at file:line (for tests).
+bool alloc_tag_find(const char* file, uint32_t line, AllocTagCounts& out);
+// Frees of objects that were allocated while profiling was off (counted,
+// the first one reported on the console), since boot.
+uint64_t prof_untagged_frees();
+// Bytes of per-object tag references and per-CPU counters.
+uint64_t prof_metadata_bytes();
+
+// allocinfo, as Linux's /proc/allocinfo: a version line, a column line,
+// then one line per tag "%12lli %8llu file:line func:name ". Default order:
+// by file, then line; sort_by bytes or calls: descending. top: at most that
+// many lines (0: all). nonzero: only tags with live calls.
+enum class AllocSort : uint8_t { kSource, kBytes, kCalls };
+struct AllocInfoOptions {
+  AllocSort sort = AllocSort::kSource;
+  size_t top = 0;
+  bool nonzero = false;
+};
+// Writes the table through out (one line per call, with its newline).
+// False if the table could not be sorted (no memory for the order): then
+// nothing was written.
+bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char* line, void* arg), void* arg);
+
+}  // namespace mm
+
+// The call site's tag, in the alloc_tags section (read-only: the counters
+// live elsewhere). A statement expression: one static per expansion.
+#define MM_ALLOC_TAG()                                                                                        \
+  ({                                                                                                          \
+    static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = {__FILE__,    \
+                                                                                              __func__,    \
+                                                                                              __LINE__};   \
+    &mm_alloc_tag_;                                                                                          \
+  })

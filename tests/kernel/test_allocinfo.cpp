@@ -1,0 +1,105 @@
+// Allocation profiling (mm/alloc_tag.h) on the real kernel: known counts at
+// known lines, found exactly and back to zero once freed; calls that do not
+// go through the macros counted at the functions' own tags.
+//
+// Linked last (tests/kernel/CMakeLists.txt): once profiling has been on,
+// the frees stay hooked (mm/alloc_tag.cpp, 4), which tests that need the
+// allocators' hooks off would see.
+#include <kernel/ktest.h>
+#include <kernel/string.h>
+#include <mm/alloc_tag.h>
+#include <mm/kmem.h>
+#include <mm/whatis.h>
+
+namespace {
+
+struct ProfilingOn {
+  bool was_on = mm::prof_mode() == mm::ProfMode::kOn;
+  bool ok = was_on || mm::prof_set(true);
+  ~ProfilingOn() {
+    if (!was_on) mm::prof_set(false);
+  }
+};
+
+uint64_t chunk_of(const void* p) {
+  mm::WhatIs w;
+  if (!mm::kmem_whatis(p, w) || !w.cache) return 0;
+  mm::KmemCacheStats st;
+  mm::kmem_cache_stats(w.cache, st);
+  return st.chunksize;
+}
+
+mm::AllocTagCounts at(uint32_t line) {
+  mm::AllocTagCounts c{};
+  KEXPECT(mm::alloc_tag_find(__FILE__, line, c));
+  return c;
+}
+
+// The tag of mm/'s own function name (the indirect calls' tag).
+mm::AllocTagCounts function_tag(const char* file, const char* func) {
+  mm::AllocTagCounts c{};
+  for (size_t i = 0; i < mm::alloc_tag_count(); i++) {
+    mm::AllocTagCounts t;
+    mm::alloc_tag_read(i, t);
+    if (strcmp(t.tag->file, file) == 0 && strcmp(t.tag->func, func) == 0) return t;
+  }
+  return c;
+}
+
+}  // namespace
+
+KTEST(allocinfo_counts_known_sites_exactly) {
+  if (mm::prof_mode() == mm::ProfMode::kNever) KSKIP("booted with sysctl.vm.mem_profiling=never");
+  ProfilingOn on;
+  KASSERT(on.ok);
+  kmem_cache_t* cp = kmem_cache_create("test_allocinfo", 100, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  void* a[5];
+  void* b[3];
+  void* c[7];
+  const uint32_t la = __LINE__ + 1;
+  for (auto& p : a) p = kmem_alloc(200, KM_SLEEP);
+  const uint32_t lb = __LINE__ + 1;
+  for (auto& p : b) p = kmem_zalloc(40, KM_SLEEP);
+  const uint32_t lc = __LINE__ + 1;
+  for (auto& p : c) p = kmem_cache_alloc(cp, KM_SLEEP);
+  mm::AllocTagCounts ta = at(la), tb = at(lb), tc = at(lc);
+  KEXPECT_EQ(ta.calls, 5u);
+  KEXPECT_EQ(static_cast<uint64_t>(ta.bytes), 5 * chunk_of(a[0]));
+  KEXPECT_EQ(tb.calls, 3u);
+  KEXPECT_EQ(static_cast<uint64_t>(tb.bytes), 3 * chunk_of(b[0]));
+  KEXPECT_EQ(tc.calls, 7u);
+  KEXPECT_EQ(static_cast<uint64_t>(tc.bytes), 7 * chunk_of(c[0]));
+  KEXPECT(strcmp(ta.tag->file, "tests/kernel/test_allocinfo.cpp") == 0);
+  KEXPECT(strcmp(ta.tag->func, "ktest_body_allocinfo_counts_known_sites_exactly") == 0 ||
+          strstr(ta.tag->func, "allocinfo_counts_known_sites_exactly") != nullptr);
+  // Freed on another path than allocated (kmem_free has no tag): back to zero.
+  for (auto p : a) kmem_free(p, 200);
+  for (auto p : b) kmem_free(p, 40);
+  for (auto p : c) kmem_cache_free(cp, p);
+  ta = at(la);
+  tb = at(lb);
+  tc = at(lc);
+  KEXPECT_EQ(ta.calls, 0u);
+  KEXPECT_EQ(ta.bytes, 0);
+  KEXPECT_EQ(tb.calls, 0u);
+  KEXPECT_EQ(tb.bytes, 0);
+  KEXPECT_EQ(tc.calls, 0u);
+  KEXPECT_EQ(tc.bytes, 0);
+  KEXPECT(kmem_cache_destroy(cp));
+}
+
+KTEST(allocinfo_counts_indirect_calls_at_the_functions_tags) {
+  if (mm::prof_mode() == mm::ProfMode::kNever) KSKIP("booted with sysctl.vm.mem_profiling=never");
+  ProfilingOn on;
+  KASSERT(on.ok);
+  uint64_t before = function_tag("mm/kmem_alloc.cpp", "kmem_alloc").calls;
+  void* (*volatile fn)(size_t, int) = &kmem_alloc;
+  void* p = fn(64, KM_SLEEP);
+  void* q = (kmem_alloc)(64, KM_SLEEP);
+  KEXPECT_EQ(function_tag("mm/kmem_alloc.cpp", "kmem_alloc").calls, before + 2);
+  kmem_free(p, 64);
+  kmem_free(q, 64);
+  KEXPECT_EQ(function_tag("mm/kmem_alloc.cpp", "kmem_alloc").calls, before);
+  KEXPECT_EQ(mm::prof_untagged_frees(), 0u);
+}
