@@ -93,6 +93,7 @@ void init() {
     banks[nb++] = {base, end - base};
   }
   for (unsigned i = 0; i < g_boot.reserved_count; i++) reserved[i] = {g_boot.reserved[i].base, g_boot.reserved[i].size};
+  allocinfo_boot::setup();  // sysctl.vm.mem_profiling=: before the page allocator's banks
   if (!mm::page_init(banks, nb, reserved, g_boot.reserved_count)) panic("mm: no usable RAM for the page allocator");
   arch::set_table_allocator([]() -> uintptr_t {
     void* p = mm::page_alloc_va(0, KM_NOSLEEP | KM_PUSHPAGE);
@@ -102,7 +103,6 @@ void init() {
     return reinterpret_cast<uintptr_t>(p);
   });
   kmem_debug_shell::setup();  // kmem.debug=: before the first cache
-  allocinfo_boot::setup();    // sysctl.vm.mem_profiling=: before the first slab
   mm::kmem_init();
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();

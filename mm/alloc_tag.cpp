@@ -109,30 +109,36 @@ inline void count(uint32_t idx, int64_t bytes, int64_t calls) {
 
 bool prof_records() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED) != ProfMode::kNever; }
 
-void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
-  uint32_t* slot = prof_slot(cp, obj);
-  if (!slot || !tag) return;
+uint32_t prof_charge(const AllocTag* tag, uint64_t bytes) {
+  if (!tag || tag < __start_alloc_tags || tag >= __stop_alloc_tags) return 0;  // not a tag of this image
   auto idx = static_cast<uint32_t>(tag - __start_alloc_tags);
-  if (idx >= tag_count()) return;  // not a tag of this image
-  *slot = idx + 1;
-  count(idx, static_cast<int64_t>(cp->chunk), 1);
+  count(idx, static_cast<int64_t>(bytes), 1);
+  return idx + 1;
+}
+
+void prof_uncharge(uint32_t ref, uint64_t bytes, const char* what, const void* obj, uintptr_t caller) {
+  if (ref && ref <= tag_count()) {
+    count(ref - 1, -static_cast<int64_t>(bytes), -1);
+    return;
+  }
+  if (!__atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED)) return;
+  __atomic_fetch_add(&g_untagged, uint64_t{1}, __ATOMIC_RELAXED);
+  if (__atomic_exchange_n(&g_untagged_said, 1u, __ATOMIC_RELAXED) == 0)
+    plat::log("allocinfo: %s: free of %p, allocated while profiling was off (or freed twice), by %p: not "
+              "subtracted (allocinfo counts such frees; this is said once)",
+              what, obj, reinterpret_cast<void*>(caller));
+}
+
+void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
+  if (uint32_t* slot = prof_slot(cp, obj)) *slot = prof_charge(tag, cp->chunk);
 }
 
 void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   uint32_t* slot = prof_slot(cp, obj);
   if (!slot) return;
   uint32_t ref = *slot;
-  if (!ref || ref > tag_count()) {
-    if (!__atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED)) return;
-    __atomic_fetch_add(&g_untagged, uint64_t{1}, __ATOMIC_RELAXED);
-    if (__atomic_exchange_n(&g_untagged_said, 1u, __ATOMIC_RELAXED) == 0)
-      plat::log("allocinfo: %s: free of %p, allocated while profiling was off (or freed twice), by %p: not "
-                "subtracted (counted in prof_untagged_frees; this is said once)\n",
-                cp->name, obj, reinterpret_cast<void*>(caller));
-    return;
-  }
   *slot = 0;
-  count(ref - 1, -static_cast<int64_t>(cp->chunk), -1);
+  prof_uncharge(ref, cp->chunk, cp->name, obj, caller);
 }
 
 // --- Control ----------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <mm/page.h>
 #include <mm/platform.h>
 #include "assert.h"
+#include "alloc_tag_internal.h"
 #include "lock.h"
 
 namespace mm {
@@ -389,13 +390,6 @@ void leak_note_large(void* obj, uintptr_t caller);
 uint64_t kmemleak_metadata_pages();
 
 // --- Allocation profiling (alloc_tag.cpp; the references: kmem_slab.cpp) ---
-struct AllocTag;
-extern uint32_t g_prof_counting;  // the hooked allocations count (read relaxed)
-extern uint32_t g_prof_freeing;   // the hooked frees subtract (set once counting was on)
-inline bool prof_counting() { return __atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED) != 0; }
-inline bool prof_freeing() { return __atomic_load_n(&g_prof_freeing, __ATOMIC_RELAXED) != 0; }
-// Do new slabs get tag references (the mode is not never)?
-bool prof_records();
 // Buffer obj's tag reference, if obj is the start of a buffer of a slab of
 // cp that has references; else null.
 uint32_t* prof_slot(kmem_cache_t* cp, const void* obj);

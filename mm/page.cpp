@@ -58,6 +58,7 @@
 //    pop checks kPagePcp (fatal otherwise). page_verify() walks everything.
 #include <mm/page.h>
 #include <mm/platform.h>
+#include "alloc_tag_internal.h"
 #include "kmemtrace_hooks.h"
 #include "lock.h"
 
@@ -78,6 +79,7 @@ struct Bank {
   uint64_t first;  // first frame number
   uint64_t end;    // frame number past the last
   Page* pages;     // descriptor of frame `first`
+  uint32_t* tags;  // allocation profiling's reference of each frame (after the descriptors), or null
 };
 
 // The largest bank again, for the lock-free lookups (written once by
@@ -585,7 +587,10 @@ uint64_t place_descriptors(uint64_t first, uint64_t end, uint64_t need, const Ph
 // bank cannot hold its own descriptors.
 bool add_bank(FrameRange r, const PhysRange* reserved, unsigned nreserved) {
   uint64_t npages = r.end - r.first;
-  uint64_t need = (npages * sizeof(Page) + kPageBytes - 1) >> kPageShift;
+  // Allocation profiling's references follow the descriptors (4 bytes a
+  // frame, 0.1% of RAM) unless its mode is never.
+  bool tags = prof_records();
+  uint64_t need = (npages * (sizeof(Page) + (tags ? sizeof(uint32_t) : 0)) + kPageBytes - 1) >> kPageShift;
   uint64_t at = place_descriptors(r.first, r.end, need, reserved, nreserved);
   if (at == r.end) {
     plat::log("page_init: RAM 0x%llx-0x%llx has no %llu free frames for its descriptors; left unused",
@@ -595,8 +600,12 @@ bool add_bank(FrameRange r, const PhysRange* reserved, unsigned nreserved) {
   }
   unsigned bi = g.nbanks++;
   Bank& b = g.banks[bi];
-  b = {r.first, r.end, static_cast<Page*>(plat::phys_to_virt(at << kPageShift))};
+  b = {r.first, r.end, static_cast<Page*>(plat::phys_to_virt(at << kPageShift)), nullptr};
   __builtin_memset(b.pages, 0, static_cast<size_t>(npages) * sizeof(Page));
+  if (tags) {
+    b.tags = reinterpret_cast<uint32_t*>(b.pages + npages);
+    __builtin_memset(b.tags, 0, static_cast<size_t>(npages) * sizeof(uint32_t));
+  }
   for (uint64_t i = 0; i < npages; i++) b.pages[i].alloc_bits = static_cast<uint8_t>(bi);
   auto mark_reserved = [&](uint64_t f, uint64_t e) {
     if (f < b.first) f = b.first;
@@ -698,24 +707,58 @@ __attribute__((always_inline)) inline uint64_t alloc_body(unsigned order, int km
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller);
 }
-__attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller) {
+// Allocation profiling: the block's first frame keeps its tag reference.
+__attribute__((always_inline)) inline void prof_alloc(uint64_t pa, unsigned order, const AllocTag* tag) {
+  if (pa && prof_counting())
+    if (uint32_t* slot = page_tag_slot(pa)) *slot = prof_charge(tag, kPageBytes << order);
+}
+// Before a free: only of an allocated block's head of that order (anything
+// else is refused by the free, which reports it).
+__attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order, void* caller) {
+  if (!prof_freeing()) return;
+  Page* p = page_of_phys(pa);
+  uint32_t* slot = page_tag_slot(pa);
+  if (!p || !slot || !(__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & kPageHead) || p->order != order) return;
+  uint32_t ref = *slot;
+  *slot = 0;
+  prof_uncharge(ref, kPageBytes << order, "page_free", plat::phys_to_virt(pa), reinterpret_cast<uintptr_t>(caller));
+}
+__attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
+  prof_alloc(pa, order, tag);
   return pa;
 }
-__attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller) {
+__attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
+  prof_alloc(pa, order, tag);
   return pa ? plat::phys_to_virt(pa) : nullptr;
 }
 __attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, const void* va, void* caller) {
+  prof_free(pa, order, caller);
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
 }
 }  // namespace
 
-uint64_t page_alloc(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address());
+uint32_t* page_tag_slot(uint64_t pa) {
+  uint64_t pfn = pa >> kPageShift;
+  const Bank* b = bank_of_pfn(pfn);
+  return b && b->tags ? &b->tags[pfn - b->first] : nullptr;
+}
+
+uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag) {
+  return alloc_traced(order, kmflag, caller_address(), tag);
+}
+void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
+  return alloc_va_traced(order, kmflag, caller_address(), tag);
+}
+
+// The functions themselves (mm/page.h): calls that do not go through the
+// macros are counted at these functions' own tags.
+uint64_t (page_alloc)(unsigned order, int kmflag) {
+  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address(), MM_ALLOC_TAG());
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller_address());
@@ -727,8 +770,8 @@ void page_free(uint64_t pa, unsigned order) {
   free_pa(pa, order, nullptr, caller_address());
 }
 
-void* page_alloc_va(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address());
+void* (page_alloc_va)(unsigned order, int kmflag) {
+  if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address(), MM_ALLOC_TAG());
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;

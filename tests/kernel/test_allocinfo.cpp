@@ -9,6 +9,7 @@
 #include <kernel/string.h>
 #include <mm/alloc_tag.h>
 #include <mm/kmem.h>
+#include <mm/page.h>
 #include <mm/whatis.h>
 
 namespace {
@@ -63,6 +64,21 @@ KTEST(allocinfo_counts_known_sites_exactly) {
   for (auto& p : b) p = kmem_zalloc(40, KM_SLEEP);
   const uint32_t lc = __LINE__ + 1;
   for (auto& p : c) p = kmem_cache_alloc(cp, KM_SLEEP);
+  uint64_t pg[4];
+  const uint32_t lp = __LINE__ + 1;
+  for (auto& p : pg) p = mm::page_alloc(1, KM_SLEEP);
+  const uint32_t lv = __LINE__ + 1;
+  void* pv = mm::page_alloc_va(2, KM_SLEEP);
+  mm::AllocTagCounts tp = at(lp), tv = at(lv);
+  KEXPECT_EQ(tp.calls, 4u);
+  KEXPECT_EQ(tp.bytes, static_cast<int64_t>(4 * 2 * mm::kPageBytes));
+  KEXPECT_EQ(tv.calls, 1u);
+  KEXPECT_EQ(tv.bytes, static_cast<int64_t>(4 * mm::kPageBytes));
+  for (auto p : pg) mm::page_free(p, 1);
+  mm::page_free_va(pv, 2);
+  tp = at(lp);
+  tv = at(lv);
+  KEXPECT(tp.calls == 0 && tp.bytes == 0 && tv.calls == 0 && tv.bytes == 0);
   mm::AllocTagCounts ta = at(la), tb = at(lb), tc = at(lc);
   KEXPECT_EQ(ta.calls, 5u);
   KEXPECT_EQ(static_cast<uint64_t>(ta.bytes), 5 * chunk_of(a[0]));

@@ -20,7 +20,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <mm/alloc_tag.h>
 #include <mm/flags.h>
+#include <mm/platform_inline.h>
 
 namespace mm {
 
@@ -98,6 +100,24 @@ void page_free(uint64_t pa, unsigned order);
 // The same through the direct map, for callers that want pointers.
 [[nodiscard]] void* page_alloc_va(unsigned order, int kmflag);
 void page_free_va(void* va, unsigned order);
+
+// Allocation profiling (mm/alloc_tag.h): the tagged entry points, and the
+// call site's switch between them and the functions, which the names below
+// expand to (mm::page_alloc(...) and page_alloc(...) inside namespace mm
+// both work; (page_alloc)(...) and &page_alloc are the functions, counted
+// at their own tags).
+[[nodiscard]] uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag);
+[[nodiscard]] void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag);
+[[nodiscard]] __attribute__((always_inline)) inline uint64_t page_alloc_site(unsigned order, int kmflag,
+                                                                            const AllocTag* tag) {
+  return plat::alloc_hooks_on() ? page_alloc_tagged(order, kmflag, tag) : (page_alloc)(order, kmflag);
+}
+[[nodiscard]] __attribute__((always_inline)) inline void* page_alloc_va_site(unsigned order, int kmflag,
+                                                                            const AllocTag* tag) {
+  return plat::alloc_hooks_on() ? page_alloc_va_tagged(order, kmflag, tag) : (page_alloc_va)(order, kmflag);
+}
+#define page_alloc(order, kmflag) page_alloc_site((order), (kmflag), MM_ALLOC_TAG())
+#define page_alloc_va(order, kmflag) page_alloc_va_site((order), (kmflag), MM_ALLOC_TAG())
 
 Page* page_of_phys(uint64_t pa);  // nullptr if pa is not RAM we manage
 Page* page_of(const void* va);    // direct-map or heap address; nullptr if neither
