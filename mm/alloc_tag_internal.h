@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+struct vmem;
+
 namespace mm {
 
 struct AllocTag;
@@ -26,6 +28,9 @@ uint32_t prof_charge(const AllocTag* tag, uint64_t bytes);
 // twice) is counted and reported once: what names the allocator, obj and
 // caller the free.
 void prof_uncharge(uint32_t ref, uint64_t bytes, const char* what, const void* obj, uintptr_t caller);
+
+// Moves the allocated segment of vmp at p (size bytes) to tag (vmem.cpp).
+void vmem_prof_retag(struct ::vmem* vmp, void* p, size_t size, const AllocTag* tag);
 
 // The page allocator's references, one per frame (page.cpp): the frame's,
 // or null if it has none (the mode is never, or pa is not RAM we manage).

@@ -101,8 +101,10 @@ __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintp
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
-  if (p && prof_counting())
+  if (p && prof_counting()) {
     if (kmem_cache_t* c = size_cache(size)) prof_stamp(c, p, tag);  // kmem came up on this call (host)
+    else vmem_prof_retag(segkmem_default_arena(), p, chunk, tag);  // counted at segkmem's call until now
+  }
   if (p && leak_stamping()) {
     if (kmem_cache_t* c = size_cache(size)) leak_stamp(c, p, caller);  // kmem came up on this call (host)
     else leak_note_large(p, caller);

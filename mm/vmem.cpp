@@ -64,6 +64,7 @@
 #include <mm/failslab.h>
 #include <mm/vmem.h>
 #include <new>
+#include "alloc_tag_internal.h"
 #include "kmemtrace_hooks.h"
 #include "lock.h"
 
@@ -101,6 +102,7 @@ struct vmem_seg {
   uint8_t type;                // kSeg*
   uint8_t imported;            // span: came from the source
   uint8_t early;               // allocated: directly, for a cacheable size, before the caches
+  uint32_t tag;                // allocated: allocation profiling's reference (alloc_tag.cpp), or 0
 };
 
 namespace mm::vmem_detail {
@@ -1458,10 +1460,62 @@ __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size,
     return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
   return slow();
 }
-__attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
+// Allocation profiling: a segment of its own keeps its tag reference (sizes
+// the quantum caches serve are not counted: their buffers have no segment).
+// Looked up again under the lock: this is the hooked path.
+bool own_segment(const vmem_t* vmp, size_t size) { return size - 1 >= vmp->qcache_want; }
+void prof_segment(vmem_t* vmp, void* p, size_t size, const mm::AllocTag* tag) {
+  if (!p || !mm::prof_counting()) return;
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  uintptr_t asize = round_up(size, vmp->qmask);
+  ArenaLock h(vmp);
+  Link** link;
+  vmem_seg* v = hash_find(vmp, addr, &link);
+  if (*link && v->end - addr == asize) v->tag = mm::prof_charge(tag, asize);
+}
+// Before a free: only of an allocated segment of that size (anything else
+// the free refuses and reports).
+void prof_unsegment(vmem_t* vmp, void* p, size_t size, uintptr_t caller) {
+  if (!mm::prof_freeing()) return;
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  uintptr_t asize = round_up(size, vmp->qmask);
+  uint32_t ref;
+  {
+    ArenaLock h(vmp);
+    Link** link;
+    vmem_seg* v = hash_find(vmp, addr, &link);
+    if (!*link || v->end - addr != asize) return;
+    ref = v->tag;
+    v->tag = 0;
+  }
+  mm::prof_uncharge(ref, asize, vmp->name, p, caller);
+}
+}  // namespace
+
+// Gives the allocated segment at p to tag instead of the tag it was counted
+// at (a large kmem_alloc: vmem counted it at segkmem's call site).
+void mm::vmem_prof_retag(vmem_t* vmp, void* p, size_t size, const mm::AllocTag* tag) {
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  uintptr_t asize = round_up(size, vmp->qmask);
+  uint32_t old;
+  {
+    ArenaLock h(vmp);
+    Link** link;
+    vmem_seg* v = hash_find(vmp, addr, &link);
+    if (!*link || v->end - addr != asize) return;
+    old = v->tag;
+    v->tag = mm::prof_charge(tag, asize);
+  }
+  if (old) mm::prof_uncharge(old, asize, vmp->name, p, 0);
+}
+
+namespace {
+__attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller,
+                                                   const mm::AllocTag* tag) {
   if (mm::failslab_armed() && (vmflag & VM_NOSLEEP) && mm::failslab_should_fail(vmp->name, size)) return nullptr;
   void* p = alloc_body(vmp, size, vmflag, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
+  if (own_segment(vmp, size)) prof_segment(vmp, p, size, tag);
   return p;
 }
 __attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
@@ -1469,14 +1523,21 @@ __attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, s
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
 }
 __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
+  if (own_segment(vmp, size)) prof_unsegment(vmp, vaddr, size, caller);
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller, vaddr);
   free_body(vmp, vaddr, size, caller);
 }
 }  // namespace
 
-void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag) {
-  if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api());
+// The functions themselves (mm/vmem.h): calls that do not go through the
+// macros are counted at these functions' own tags.
+void* (vmem_alloc)(vmem_t* vmp, size_t size, int vmflag) {
+  if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api(), MM_ALLOC_TAG());
   return alloc_body(vmp, size, vmflag, caller_of_api());
+}
+
+void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag* tag) {
+  return alloc_traced(vmp, size, vmflag, caller_of_api(), tag);
 }
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
@@ -1484,9 +1545,10 @@ void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
   free_body(vmp, vaddr, size, caller_of_api());
 }
 
-void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
-                  void* maxaddr, int vmflag) {
-  uintptr_t caller = caller_of_api();
+namespace {
+__attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size, size_t align, size_t phase,
+                                                       size_t nocross, void* minaddr, void* maxaddr, int vmflag,
+                                                       uintptr_t caller, const mm::AllocTag* tag) {
   Request r;
   if (!make_request(vmp, size, align, phase, nocross, minaddr, maxaddr, caller, r)) return nullptr;
   // Fault injection rides on the hooks' switch (a nop while it is off).
@@ -1500,11 +1562,26 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
     p = fast_alloc(vmp, r.size, slow);
   else
     p = slow();
-  if (kmemtrace::on()) kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, r.size, vmflag);
+  if (kmemtrace::on()) {
+    kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, r.size, vmflag);
+    prof_segment(vmp, p, size, tag);
+  }
   return p;
+}
+}  // namespace
+
+void* (vmem_xalloc)(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                    void* maxaddr, int vmflag) {
+  return xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller_of_api(), MM_ALLOC_TAG());
+}
+
+void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                         void* maxaddr, int vmflag, const mm::AllocTag* tag) {
+  return xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller_of_api(), tag);
 }
 
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
+  if (kmemtrace::on_free()) prof_unsegment(vmp, vaddr, size, caller_of_api());
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller_of_api(), vaddr);
   xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
 }

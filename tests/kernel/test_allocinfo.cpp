@@ -10,6 +10,7 @@
 #include <mm/alloc_tag.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/vmem.h>
 #include <mm/whatis.h>
 
 namespace {
@@ -79,6 +80,34 @@ KTEST(allocinfo_counts_known_sites_exactly) {
   tp = at(lp);
   tv = at(lv);
   KEXPECT(tp.calls == 0 && tp.bytes == 0 && tv.calls == 0 && tv.bytes == 0);
+  // A large kmem_alloc (whole heap pages): at the caller's tag, not segkmem's.
+  const uint32_t ll = __LINE__ + 1;
+  void* large = kmem_alloc(40000, KM_SLEEP);
+  mm::AllocTagCounts tl = at(ll);
+  KEXPECT_EQ(tl.calls, 1u);
+  KEXPECT_EQ(tl.bytes, static_cast<int64_t>(10 * mm::kPageBytes));
+  kmem_free(large, 40000);
+  tl = at(ll);
+  KEXPECT(tl.calls == 0 && tl.bytes == 0);
+  // vmem: an integer arena without quantum caches (every size a segment).
+  vmem_t* arena = vmem_create("test_allocinfo", reinterpret_cast<void*>(0x100000), 0x100000, 16, nullptr, nullptr,
+                              nullptr, 0, VM_SLEEP);
+  KASSERT(arena);
+  const uint32_t lx = __LINE__ + 1;
+  void* x1 = vmem_alloc(arena, 100, VM_SLEEP);
+  const uint32_t ly = __LINE__ + 1;
+  void* y1 = vmem_xalloc(arena, 64, 64, 0, 0, nullptr, nullptr, VM_SLEEP);
+  mm::AllocTagCounts tx = at(lx), ty = at(ly);
+  KEXPECT_EQ(tx.calls, 1u);
+  KEXPECT_EQ(tx.bytes, 112);  // rounded to the quantum
+  KEXPECT_EQ(ty.calls, 1u);
+  KEXPECT_EQ(ty.bytes, 64);
+  vmem_free(arena, x1, 100);
+  vmem_xfree(arena, y1, 64);
+  tx = at(lx);
+  ty = at(ly);
+  KEXPECT(tx.calls == 0 && tx.bytes == 0 && ty.calls == 0 && ty.bytes == 0);
+  KEXPECT(vmem_destroy(arena));
   mm::AllocTagCounts ta = at(la), tb = at(lb), tc = at(lc);
   KEXPECT_EQ(ta.calls, 5u);
   KEXPECT_EQ(static_cast<uint64_t>(ta.bytes), 5 * chunk_of(a[0]));

@@ -26,7 +26,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <mm/alloc_tag.h>
 #include <mm/flags.h>
+#include <mm/platform_inline.h>
 
 struct vmem;
 typedef struct vmem vmem_t;
@@ -52,6 +54,23 @@ void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t n
                   void* maxaddr, int vmflag);
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size);
 void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag);
+
+// Allocation profiling (mm/alloc_tag.h): the tagged entry points, and the
+// names as macros that call them with the call site's tag while the
+// allocators' hooks are on. Counted: allocations that get a segment of
+// their own (vmem_xalloc, and vmem_alloc of sizes above the arena's
+// quantum caches); sizes the quantum caches serve are not counted.
+void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag* tag);
+void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
+                         void* maxaddr, int vmflag, const mm::AllocTag* tag);
+#define vmem_alloc(vmp, size, vmflag)                                                               \
+  (::mm::plat::alloc_hooks_on() ? ::vmem_alloc_tagged((vmp), (size), (vmflag), MM_ALLOC_TAG()) \
+                                : ::vmem_alloc((vmp), (size), (vmflag)))
+#define vmem_xalloc(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag)                                   \
+  (::mm::plat::alloc_hooks_on()                                                                                   \
+       ? ::vmem_xalloc_tagged((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag),         \
+                              MM_ALLOC_TAG())                                                                     \
+       : ::vmem_xalloc((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag)))
 // Bytes allocated (VMEM_ALLOC), free (VMEM_FREE) or both.
 size_t vmem_size(vmem_t* vmp, int typemask);
 
