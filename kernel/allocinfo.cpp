@@ -51,7 +51,8 @@ int cmd_allocinfo(int argc, char** argv) {
             mm::prof_mode() == mm::ProfMode::kNever ? "never (booted with sysctl.vm.mem_profiling=never)" : "off");
   bool ok = mm::allocinfo_print(opt, [](const char* line, void*) { kprintf("%s", line); }, nullptr);
   if (!ok) {
-    kprintf("allocinfo: no memory to sort %zu tags\n", mm::alloc_tag_count());
+    kprintf("allocinfo: no memory for the counters of %zu tags, or another allocinfo is printing\n",
+            mm::alloc_tag_count());
     return 1;
   }
   uint64_t untagged = mm::prof_untagged_frees();

@@ -63,6 +63,15 @@ plat::Lock g_prof_lock;  // switching, and the counters' allocation
 ProfMode g_mode = ProfMode::kOff;
 TagCounter* g_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
 unsigned g_counter_order;
+// allocinfo_print's snapshot and order, allocated with the counters (a
+// print allocates nothing, so it never counts itself); one print at a time.
+struct Row {
+  AllocTagCounts c;
+  uint32_t next;
+};
+Row* g_rows;
+unsigned g_rows_order;
+uint32_t g_printing;
 uint64_t g_untagged;
 uint32_t g_untagged_said;
 
@@ -89,6 +98,16 @@ bool counters_ready() {
     }
     __builtin_memset(got[c], 0, kPageBytes << order);
   }
+  unsigned rows_order = 0;
+  while ((kPageBytes << rows_order) < (n ? n : 1) * sizeof(Row) && rows_order < kMaxOrder) rows_order++;
+  auto* rows = static_cast<Row*>(page_alloc_va(rows_order, KM_SLEEP));
+  if (!rows || (kPageBytes << rows_order) < n * sizeof(Row)) {
+    if (rows) page_free_va(rows, rows_order);
+    for (unsigned c = 0; c < plat::kCpuSlots; c++) page_free_va(got[c], order);
+    return false;
+  }
+  g_rows = rows;
+  g_rows_order = rows_order;
   g_counter_order = order;
   // Release: the zeroed arrays before the pointers; the counting paths
   // load the pointers only after they saw g_prof_counting, stored after
@@ -171,7 +190,8 @@ uint64_t prof_untagged_frees() { return __atomic_load_n(&g_untagged, __ATOMIC_RE
 
 uint64_t prof_metadata_bytes() {
   uint64_t counters = __atomic_load_n(&g_counters[0], __ATOMIC_ACQUIRE)
-                          ? uint64_t{plat::kCpuSlots} * (kPageBytes << g_counter_order)
+                          ? uint64_t{plat::kCpuSlots} * (kPageBytes << g_counter_order) +
+                                (kPageBytes << g_rows_order)
                           : 0;
   return counters + prof_slab_bytes();
 }
@@ -261,47 +281,41 @@ void format_allocinfo_line(char* buf, size_t size, const AllocTagCounts& c) {
 }  // namespace
 
 bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char*, void*), void* arg) {
+  {
+    Guard<> g(g_prof_lock);
+    if (!counters_ready()) return false;
+  }
+  if (__atomic_exchange_n(&g_printing, 1u, __ATOMIC_ACQUIRE)) return false;
+  // A snapshot of every tag's sums, then a list in print order (insertion
+  // into a linked list through the rows: a few hundred tags, by hand).
   size_t n = tag_count();
-  // The order: tag indices, sorted in place (insertion sort: a few hundred
-  // tags, printed by hand), in pages from the page allocator.
-  size_t bytes = (n ? n : 1) * sizeof(uint32_t);
-  unsigned order = 0;
-  while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
-  auto* idx = static_cast<uint32_t*>(page_alloc_va(order, KM_NOSLEEP));
-  auto* val = static_cast<AllocTagCounts*>(page_alloc_va(order + 3, KM_NOSLEEP));  // 3 more: 8x the bytes
-  if (!idx || !val || (kPageBytes << (order + 3)) < n * sizeof(AllocTagCounts)) {
-    if (idx) page_free_va(idx, order);
-    if (val) page_free_va(val, order + 3);
-    return false;
-  }
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++) {
-    alloc_tag_read(i, val[i]);
-    if (opt.nonzero && val[i].calls == 0) continue;
-    idx[m++] = static_cast<uint32_t>(i);
-  }
+  Row* rows = g_rows;
+  constexpr uint32_t kEnd = ~uint32_t{0};
+  uint32_t head = kEnd;
   auto before = [&](uint32_t a, uint32_t b) {
-    if (opt.sort == AllocSort::kBytes && val[a].bytes != val[b].bytes) return val[a].bytes > val[b].bytes;
-    if (opt.sort == AllocSort::kCalls && val[a].calls != val[b].calls) return val[a].calls > val[b].calls;
-    return compare_source(val[a].tag, val[b].tag) < 0;
+    const AllocTagCounts &x = rows[a].c, &y = rows[b].c;
+    if (opt.sort == AllocSort::kBytes && x.bytes != y.bytes) return x.bytes > y.bytes;
+    if (opt.sort == AllocSort::kCalls && x.calls != y.calls) return x.calls > y.calls;
+    return compare_source(x.tag, y.tag) < 0;
   };
-  for (size_t i = 1; i < m; i++) {
-    uint32_t x = idx[i];
-    size_t j = i;
-    for (; j > 0 && before(x, idx[j - 1]); j--) idx[j] = idx[j - 1];
-    idx[j] = x;
+  for (size_t i = 0; i < n; i++) {
+    auto k = static_cast<uint32_t>(i);
+    alloc_tag_read(i, rows[k].c);
+    if (opt.nonzero && rows[k].c.calls == 0) continue;
+    uint32_t* at = &head;
+    while (*at != kEnd && !before(k, *at)) at = &rows[*at].next;
+    rows[k].next = *at;
+    *at = k;
   }
   out("allocinfo - version: 1.0\n", arg);
   out("#     <size>  <calls> <tag info>\n", arg);
-  if (opt.top && m > opt.top) m = opt.top;
   char line[256];
-  for (size_t i = 0; i < m; i++) {
-    const AllocTagCounts& c = val[idx[i]];
-    format_allocinfo_line(line, sizeof line, c);
+  size_t printed = 0;
+  for (uint32_t k = head; k != kEnd && (!opt.top || printed < opt.top); k = rows[k].next, printed++) {
+    format_allocinfo_line(line, sizeof line, rows[k].c);
     out(line, arg);
   }
-  page_free_va(idx, order);
-  page_free_va(val, order + 3);
+  __atomic_store_n(&g_printing, 0u, __ATOMIC_RELEASE);
   return true;
 }
 

@@ -62,9 +62,10 @@ struct AllocInfoOptions {
   size_t top = 0;
   bool nonzero = false;
 };
-// Writes the table through out (one line per call, with its newline).
-// False if the table could not be sorted (no memory for the order): then
-// nothing was written.
+// Writes the table through out (one line per call, with its newline),
+// from a snapshot of the counters; allocates nothing (the snapshot's room
+// comes with the counters). False, with nothing written, if the counters
+// could not be allocated or another print is under way.
 bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char* line, void* arg), void* arg);
 
 }  // namespace mm
