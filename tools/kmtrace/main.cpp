@@ -142,9 +142,10 @@ Options parse_args(int argc, char** argv) {
       o.elf = value(i);
     } else if (a == "--top") {
       std::string v = value(i);
-      char* end = nullptr;
-      unsigned long n = strtoul(v.c_str(), &end, 10);
-      if (!end || *end || n == 0) usage_error("--top needs a positive number, not '" + v + "'");
+      errno = 0;
+      unsigned long n = strtoul(v.c_str(), nullptr, 10);
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || n == 0 || errno == ERANGE)
+        usage_error("--top needs a positive number, not '" + v + "'");
       o.top = n;
     } else if (a == "--perfetto") {
       o.perfetto = value(i);
