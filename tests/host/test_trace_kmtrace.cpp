@@ -1,8 +1,8 @@
 // kmtrace end to end: synthetic captures made here (the real ring and
 // dumper, console text around the frames), fed to the kmtrace binary;
 // the summary JSON checked number by number, damage and bad input mapped to
-// the documented exit codes, raw per-CPU files, symbols from a real ELF and
-// the timeline outputs.
+// the documented exit codes, raw per-CPU files, symbols from a real ELF,
+// allocinfo's table and the timeline outputs.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -12,14 +12,21 @@
 #include <trace/frame.h>
 #include <trace/ring.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "allocinfo.h"
 
 #ifndef KMTRACE_PATH
 #error "KMTRACE_PATH: the kmtrace binary (set by tests/host/CMakeLists.txt)"
+#endif
+#ifndef KMTRACE_SOURCE_ROOT
+#error "KMTRACE_SOURCE_ROOT: the source tree kmtrace was built from (set by tests/host/CMakeLists.txt)"
 #endif
 
 namespace {
@@ -94,6 +101,33 @@ struct Sink {
     static_cast<Sink*>(ctx)->out.append(static_cast<const char*>(d), n);
   }
 };
+
+// One CPU's ring, dumped as a capture file.
+std::string dump_to_file(Ring& r, const std::string& name) {
+  Sink sink;
+  Ring* rings[1] = {&r};
+  frame::dump_rings(rings, 1, &Sink::write, &sink, {});
+  return write_temp(name, sink.out);
+}
+
+// The address of a function in the kmtrace binary (a real ELF with DWARF)
+// from `nm -C`: `name` is its qualified name without parameters; not a
+// compiler's [clone] copy. 0 if nm does not list it.
+uint64_t function_address(const std::string& name) {
+  FILE* p = popen(("nm -C " + std::string(KMTRACE_PATH)).c_str(), "r");
+  if (!p) return 0;
+  char line[8192];
+  uint64_t found = 0;
+  while (!found && fgets(line, sizeof line, p)) {
+    std::string l = line;
+    if (l.size() < 20 || (l[17] != 'T' && l[17] != 't') || l.find("[clone") != std::string::npos) continue;
+    std::string sym = l.substr(19, l.find_last_not_of("\n") - 18);
+    if (sym == name || sym.rfind(name + "(", 0) == 0 || sym.rfind(name + "[", 0) == 0)
+      found = std::stoull(l.substr(0, 16), nullptr, 16);
+  }
+  pclose(p);
+  return found;
+}
 
 // The synthetic trace (see the expected numbers in SummaryJsonIsExact).
 struct Synthetic {
@@ -257,22 +291,14 @@ TEST(Kmtrace, HelpDocumentsExitCodes) {
 TEST(Kmtrace, SitesWithSymbolsFromARealElf) {
   // Callers inside functions of the kmtrace binary itself (a real ELF with
   // DWARF): `nm` gives main's address; a return address a few bytes in.
-  FILE* p = popen(("nm " + std::string(KMTRACE_PATH) + " | grep ' T main$'").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char line[256] = {};
-  bool got = fgets(line, sizeof line, p) != nullptr;
-  pclose(p);
-  if (!got) GTEST_SKIP() << "nm found no main in kmtrace";
-  uint64_t main_addr = std::stoull(line, nullptr, 16);
+  uint64_t main_addr = function_address("main");
+  if (!main_addr) GTEST_SKIP() << "nm found no main in kmtrace";
   std::vector<uint8_t> m(Ring::bytes_for(4096));
   Ring r;
   r.init(m.data(), m.size());
   for (uint32_t i = 0; i < 5; i++) r.put_alloc(Ring::alloc_tag(kTypeKmalloc), i, main_addr + 16, 0x1000 + i * 64, 40, 64, 0, -1);
   r.put_free(Ring::free_tag(kTypeKmalloc), 5, main_addr + 32, 0x1000);
-  Sink sink;
-  Ring* rings[1] = {&r};
-  frame::dump_rings(rings, 1, &Sink::write, &sink, {});
-  std::string path = write_temp("kmt_sites.log", sink.out);
+  std::string path = dump_to_file(r, "kmt_sites.log");
   Result s = run("sites --elf " + std::string(KMTRACE_PATH) + " " + path);
   ASSERT_EQ(s.status, 0) << last_stderr();
   // main itself, or a function inlined into it (the DWARF inline scope).
@@ -294,6 +320,213 @@ TEST(Kmtrace, SitesWithSymbolsFromARealElf) {
   // Not an ELF: a clear error.
   EXPECT_EQ(run("sites --elf " + path + " " + path).status, 2);
   EXPECT_NE(last_stderr().find("not an ELF file"), std::string::npos);
+}
+
+// allocinfo: callers at the first instructions of known functions of the
+// kmtrace binary (a return address 1 or 2 bytes in: the lookup is at
+// address - 1, inside the function's first instruction, so at its opening
+// line and never in an inlined callee). main + 1 and main + 2 are two
+// addresses on one line: one allocinfo line. Objects freed in the trace
+// count nowhere.
+class KmtraceAllocinfo : public ::testing::Test {
+ protected:
+  struct Expected {
+    std::string file;
+    unsigned line;
+    std::string func;
+    long long bytes;
+    unsigned long long calls;
+  };
+
+  void SetUp() override {
+    main_ = function_address("main");
+    xml_escape_ = function_address("kmtrace::(anonymous namespace)::xml_escape");
+    sites_text_ = function_address("kmtrace::sites_text");
+    parse_args_ = function_address("(anonymous namespace)::parse_args");
+    if (!main_ || !xml_escape_ || !sites_text_ || !parse_args_)
+      GTEST_SKIP() << "nm does not list main, xml_escape, sites_text and parse_args in kmtrace";
+    m_.resize(Ring::bytes_for(4096));
+    Ring r;
+    r.init(m_.data(), m_.size());
+    uint32_t seq = 0;
+    uint64_t ptr = 0x10000;
+    auto alloc = [&](uint8_t type, uint64_t caller, uint64_t bytes) {
+      r.put_alloc(Ring::alloc_tag(type), seq++, caller, ptr, bytes - 1, bytes, 0, -1);
+      return ptr += 0x10000;
+    };
+    uint64_t freed = alloc(kTypeKmalloc, main_ + 1, 64) - 0x10000;
+    alloc(kTypeKmalloc, main_ + 1, 64);
+    alloc(kTypeKmalloc, main_ + 1, 64);
+    r.put_free(Ring::free_tag(kTypeKmalloc), seq++, parse_args_ + 1, freed);
+    alloc(kTypeCache, main_ + 2, 32);
+    alloc(kTypeCache, main_ + 2, 32);
+    alloc(kTypePages, xml_escape_ + 1, 4096);
+    for (int i = 0; i < 5; i++) alloc(kTypeVmem, sites_text_ + 1, 16);
+    for (int i = 0; i < 2; i++)
+      r.put_free(Ring::free_tag(kTypeKmalloc), seq++, main_ + 1, alloc(kTypeKmalloc, parse_args_ + 1, 128) - 0x10000);
+    path_ = dump_to_file(r, "kmt_allocinfo.log");
+    // Where each caller is, from `sites --json` (tested above).
+    Result s = run("sites --json --top 100 --elf " + elf() + " " + path_);
+    ASSERT_EQ(s.status, 0) << last_stderr();
+    auto line_of = [&](uint64_t caller) {
+      char hex[24];
+      snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(caller));
+      return static_cast<unsigned>(json_num(s.out, "line", hex));
+    };
+    ASSERT_EQ(line_of(main_ + 1), line_of(main_ + 2)) << s.out;
+    main_line_ = line_of(main_ + 1);
+    xml_line_ = line_of(xml_escape_ + 1);
+    sites_text_line_ = line_of(sites_text_ + 1);
+    ASSERT_GT(main_line_, 0u);
+    ASSERT_GT(xml_line_, 0u);
+    ASSERT_GT(sites_text_line_, 0u);
+  }
+
+  static std::string elf() { return KMTRACE_PATH; }
+
+  // The lines allocinfo should print, in the default order (file, line).
+  std::vector<Expected> expected(const std::string& prefix = "") const {
+    std::vector<Expected> e = {
+        {prefix + "tools/kmtrace/main.cpp", main_line_, "main", 3 * 64 - 64 + 2 * 32, 4},
+        {prefix + "tools/kmtrace/render.cpp", xml_line_, "xml_escape", 4096, 1},
+        {prefix + "tools/kmtrace/render.cpp", sites_text_line_, "sites_text", 5 * 16, 5},
+    };
+    std::sort(e.begin(), e.end(),
+              [](const Expected& a, const Expected& b) { return std::tie(a.file, a.line) < std::tie(b.file, b.line); });
+    return e;
+  }
+
+  static std::string text(const std::vector<Expected>& lines) {
+    std::string o = "allocinfo - version: 1.0\n#     <size>  <calls> <tag info>\n";
+    char b[512];
+    for (auto& l : lines) {
+      snprintf(b, sizeof b, "%12lli %8llu %s:%u func:%s \n", l.bytes, l.calls, l.file.c_str(), l.line, l.func.c_str());
+      o += b;
+    }
+    return o;
+  }
+
+  std::vector<uint8_t> m_;
+  uint64_t main_ = 0, xml_escape_ = 0, sites_text_ = 0, parse_args_ = 0;
+  unsigned main_line_ = 0, xml_line_ = 0, sites_text_line_ = 0;
+  std::string path_;
+};
+
+TEST_F(KmtraceAllocinfo, TheKernelsTableOfLiveObjectsBySite) {
+  Result r = run("allocinfo --elf " + elf() + " " + path_);
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  EXPECT_EQ(r.out, text(expected())) << r.out;
+  // The format, written out by hand: the header, widths 12 and 8, the
+  // path relative to the source tree, the unqualified function, a space
+  // before the newline.
+  EXPECT_EQ(r.out.rfind("allocinfo - version: 1.0\n#     <size>  <calls> <tag info>\n", 0), 0u);
+  EXPECT_NE(r.out.find("\n        4096        1 tools/kmtrace/render.cpp:" + std::to_string(xml_line_) +
+                       " func:xml_escape \n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find("\n         192        4 tools/kmtrace/main.cpp:" + std::to_string(main_line_) + " func:main \n"),
+      std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("parse_args"), std::string::npos) << "its objects were all freed\n" << r.out;
+  // --nonzero: the same (offline every line has live objects).
+  EXPECT_EQ(run("allocinfo --nonzero --elf " + elf() + " " + path_).out, r.out);
+}
+
+TEST_F(KmtraceAllocinfo, SortAndTop) {
+  auto e = expected();
+  auto by = [&](auto field) {
+    auto v = e;
+    std::stable_sort(v.begin(), v.end(), [&](const Expected& a, const Expected& b) { return field(a) > field(b); });
+    return v;
+  };
+  auto bytes = by([](const Expected& x) { return static_cast<unsigned long long>(x.bytes); });
+  auto calls = by([](const Expected& x) { return x.calls; });
+  EXPECT_EQ(bytes[0].func, "xml_escape");
+  EXPECT_EQ(calls[0].func, "sites_text");
+  EXPECT_EQ(run("allocinfo --sort bytes --elf " + elf() + " " + path_).out, text(bytes));
+  EXPECT_EQ(run("allocinfo --sort calls --elf " + elf() + " " + path_).out, text(calls));
+  Result top = run("allocinfo --sort calls --top 2 --nonzero --elf " + elf() + " " + path_);
+  EXPECT_EQ(top.status, 0);
+  EXPECT_EQ(top.out, text({calls[0], calls[1]}));
+  EXPECT_EQ(run("allocinfo --top 1 --elf " + elf() + " " + path_).out, text({e[0]}));
+}
+
+TEST_F(KmtraceAllocinfo, SourceRoot) {
+  // Given with a trailing slash: the same as the default, worked out from the ELF.
+  Result r = run("allocinfo --source-root " KMTRACE_SOURCE_ROOT "/ --elf " + elf() + " " + path_);
+  ASSERT_EQ(r.status, 0) << last_stderr();
+  EXPECT_EQ(r.out, text(expected()));
+  // A root the files are not under: the DWARF's absolute names.
+  Result a = run("allocinfo --source-root /nonexistent --elf " + elf() + " " + path_);
+  EXPECT_EQ(a.out, text(expected(KMTRACE_SOURCE_ROOT "/"))) << a.out;
+}
+
+TEST_F(KmtraceAllocinfo, BadUsageExitStatus2) {
+  auto bad = [&](const std::string& args, const std::string& message) {
+    Result r = run(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+    EXPECT_NE(last_stderr().find(message), std::string::npos) << args << "\n" << last_stderr();
+  };
+  std::string elf_and_input = " --elf " + elf() + " " + path_;
+  bad("allocinfo --sort size" + elf_and_input, "--sort takes bytes or calls, not 'size'");
+  bad("allocinfo " + path_, "allocinfo needs --elf KERNEL.ELF");
+  bad("allocinfo --top 0" + elf_and_input, "--top needs a positive number, not '0'");
+  bad("allocinfo --top x" + elf_and_input, "--top needs a positive number, not 'x'");
+  bad("allocinfo --top -3" + elf_and_input, "--top needs a positive number, not '-3'");
+  bad("allocinfo --top", "--top needs a value");
+  bad("allocinfo --json" + elf_and_input, "allocinfo has no --json");
+  bad("sites --sort bytes" + elf_and_input, "--sort, --nonzero and --source-root are for allocinfo");
+  EXPECT_NE(run("--help").out.find("allocinfo --elf KERNEL.ELF"), std::string::npos);
+}
+
+TEST(KmtraceAllocinfoRules, FunctionAsFuncGivesIt) {
+  using kmtrace::unqualified_function;
+  EXPECT_EQ(unqualified_function("mm::(anonymous namespace)::slab_create(kmem_cache*, int)"), "slab_create");
+  EXPECT_EQ(unqualified_function("kmem_cache_create"), "kmem_cache_create");
+  EXPECT_EQ(unqualified_function("foo()::{lambda(void*)#1}::operator()(void*) const"), "operator()");
+  EXPECT_EQ(unqualified_function("(anonymous namespace)::exercise_cpu(void*)"), "exercise_cpu");
+  EXPECT_EQ(unqualified_function("void mm::fill<int, 4>(int*, unsigned long)"), "fill");
+  EXPECT_EQ(unqualified_function("std::vector<int, std::allocator<int> > ns::make<int>(int)"), "make");
+  EXPECT_EQ(unqualified_function("ns::Box<char>::put<int>(int) const &"), "put");
+  EXPECT_EQ(unqualified_function("ns::Box<char>::Box(int)"), "Box");
+  EXPECT_EQ(unqualified_function("ns::Box<char>::~Box()"), "~Box");
+  EXPECT_EQ(unqualified_function("kmtrace::site_label[abi:cxx11](unsigned long)"), "site_label");
+  EXPECT_EQ(unqualified_function("parse_args(int, char**) [clone .cold]"), "parse_args");
+  EXPECT_EQ(unqualified_function("f(int) [clone .constprop.0] [clone .isra.0]"), "f");
+  EXPECT_EQ(unqualified_function("kmem_zalloc.part.0"), "kmem_zalloc");
+  EXPECT_EQ(unqualified_function("operator new(unsigned long)"), "operator new");
+  EXPECT_EQ(unqualified_function("ns::operator<<(Out&, Box const&)"), "operator<<");
+  EXPECT_EQ(unqualified_function("bool ns::operator< <int>(Box<int> const&, Box<int> const&)"), "operator<");
+  EXPECT_EQ(unqualified_function("ns::Box<int>::operator bool() const"), "operator bool");
+  EXPECT_EQ(unqualified_function("ns::Box<int>::operator[](unsigned long)"), "operator[]");
+  EXPECT_EQ(unqualified_function("ns::Ptr::operator->() const"), "operator->");
+  EXPECT_EQ(unqualified_function("a::b(int)::Local::run()"), "run");
+  EXPECT_EQ(unqualified_function("?"), "?");
+  EXPECT_EQ(unqualified_function(""), "?");
+}
+
+TEST(KmtraceAllocinfoRules, PathsRelativeToTheSourceRoot) {
+  using kmtrace::relative_path;
+  EXPECT_EQ(relative_path("/src/magpie/kernel/kmemleak.cpp", "/src/magpie"), "kernel/kmemleak.cpp");
+  EXPECT_EQ(relative_path("/src/magpie/kernel/kmemleak.cpp", "/src/magpie/"), "kernel/kmemleak.cpp");
+  EXPECT_EQ(relative_path("/src/magpie2/kernel/x.cpp", "/src/magpie"), "/src/magpie2/kernel/x.cpp");
+  EXPECT_EQ(relative_path("/usr/include/c++/12/new", "/src/magpie"), "/usr/include/c++/12/new");
+  EXPECT_EQ(relative_path("kernel/x.cpp", ""), "kernel/x.cpp");
+  using kmtrace::source_root;
+  // The kernel's units, compiled from the build directory; one stray unit
+  // compiled elsewhere does not count.
+  EXPECT_EQ(source_root({{"/src/magpie/build/qemu-virt-arm64", "/src/magpie/kernel/main.cpp"},
+                         {"/src/magpie/build/qemu-virt-arm64", "/src/magpie/mm/kmem.cpp"},
+                         {"/src/magpie/build/qemu-virt-arm64", "/src/magpie/arch/arm64/start.S"},
+                         {"/build/gcc/libgcc", "../../src/libgcc/lib2funcs.c"}}),
+            "/src/magpie");
+  // Relative names are relative to their compilation directory.
+  EXPECT_EQ(source_root({{"/src/magpie", "kernel/main.cpp"}, {"/src/magpie", "mm/kmem.cpp"}}), "/src/magpie");
+  EXPECT_EQ(source_root({{"/a", "/a/x.cpp"}, {"/a", "/b/y.cpp"}}), "");  // only "/" in common
+  EXPECT_EQ(source_root({{"", "x.cpp"}}), "");                            // nothing absolute
+  EXPECT_EQ(source_root({}), "");
 }
 
 // --device on a pseudo-terminal: the capture is waiting in the terminal's

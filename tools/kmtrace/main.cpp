@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "allocinfo.h"
 #include "analysis.h"
 #include "render.h"
 #include "symbolize.h"
@@ -39,6 +40,14 @@ const char kUsage[] =
     "        [--json] [--top N]    counts, bytes, internal fragmentation, live\n"
     "  live [--elf KERNEL.ELF]     allocations never freed, grouped by site\n"
     "        [--json] [--top N]\n"
+    "  allocinfo --elf KERNEL.ELF  the kernel's `allocinfo` table (Linux's\n"
+    "        [--sort bytes|calls]  /proc/allocinfo format) of the objects live\n"
+    "        [--top N] [--nonzero] at the end, by call site: file, line, then\n"
+    "        [--source-root DIR]   function order, or --sort's field, largest\n"
+    "                              first; every line unless --top; --nonzero\n"
+    "                              changes nothing here (no line has 0 calls);\n"
+    "                              file names without DIR/ (default: the source\n"
+    "                              tree the ELF's DWARF shows; see README)\n"
     "  timeline --perfetto OUT.json | --html OUT.html | --svg OUT.svg\n"
     "        [--elf KERNEL.ELF]    live bytes over time, per type and for the\n"
     "                              top sites (Perfetto/Chrome trace-event JSON,\n"
@@ -70,7 +79,11 @@ struct Options {
   std::string command;
   bool json = false;
   std::string elf;
-  size_t top = 30;
+  size_t top = 0;  // 0: not given (sites, live: 30; allocinfo: every line)
+  std::string sort;  // allocinfo: "", "bytes" or "calls"
+  bool nonzero = false;
+  std::string source_root;
+  bool source_root_given = false;
   std::string perfetto, html, svg;
   std::vector<std::string> inputs;
   std::string device;
@@ -142,10 +155,19 @@ Options parse_args(int argc, char** argv) {
       o.elf = value(i);
     } else if (a == "--top") {
       std::string v = value(i);
-      char* end = nullptr;
-      unsigned long n = strtoul(v.c_str(), &end, 10);
-      if (!end || *end || n == 0) usage_error("--top needs a positive number, not '" + v + "'");
+      errno = 0;
+      unsigned long n = strtoul(v.c_str(), nullptr, 10);
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || n == 0 || errno == ERANGE)
+        usage_error("--top needs a positive number, not '" + v + "'");
       o.top = n;
+    } else if (a == "--sort") {
+      o.sort = value(i);
+      if (o.sort != "bytes" && o.sort != "calls") usage_error("--sort takes bytes or calls, not '" + o.sort + "'");
+    } else if (a == "--nonzero") {
+      o.nonzero = true;
+    } else if (a == "--source-root") {
+      o.source_root = value(i);
+      o.source_root_given = true;
     } else if (a == "--perfetto") {
       o.perfetto = value(i);
     } else if (a == "--html") {
@@ -177,10 +199,14 @@ Options parse_args(int argc, char** argv) {
       o.inputs.push_back(a);
     }
   }
-  static const std::set<std::string> commands = {"summary", "sites", "live", "timeline"};
+  static const std::set<std::string> commands = {"summary", "sites", "live", "allocinfo", "timeline"};
   if (o.command.empty()) usage_error("no command given");
   if (!commands.count(o.command)) usage_error("unknown command '" + o.command + "'");
   if (o.command == "sites" && o.elf.empty()) usage_error("sites needs --elf KERNEL.ELF");
+  if (o.command == "allocinfo" && o.elf.empty()) usage_error("allocinfo needs --elf KERNEL.ELF");
+  if (o.command == "allocinfo" && o.json) usage_error("allocinfo has no --json: it prints the kernel's table");
+  if (o.command != "allocinfo" && (!o.sort.empty() || o.nonzero || o.source_root_given))
+    usage_error("--sort, --nonzero and --source-root are for allocinfo");
   if (o.command == "timeline" && o.perfetto.empty() && o.html.empty() && o.svg.empty())
     usage_error("timeline needs --perfetto, --html or --svg");
   int sources = (!o.device.empty()) + (o.raw ? 1 : 0) + (!o.raw && !o.inputs.empty());
@@ -420,6 +446,7 @@ int main(int argc, char** argv) {
     for (auto& line : damage_report(trace)) fprintf(stderr, "kmtrace: warning: %s\n", line.c_str());
 
   SymbolMap syms;
+  std::string source_root = o.source_root;
   if (!o.elf.empty()) {
     std::string err;
     auto sym = Symbolizer::open(o.elf, &err);
@@ -431,18 +458,36 @@ int main(int argc, char** argv) {
     for (auto& e : trace.events)
       if (e.event_id == kmemtrace::kEventAlloc) callers.insert(e.caller);
     syms = sym->lookup(std::vector<uint64_t>(callers.begin(), callers.end()));
+    if (o.command == "allocinfo" && !o.source_root_given) {
+      source_root = kmtrace::source_root(sym->compile_units());
+      if (source_root.empty() && !o.quiet)
+        fprintf(stderr,
+                "kmtrace: warning: %s: cannot tell its source root from its DWARF (%s backend); "
+                "file names as the DWARF has them (--source-root DIR)\n",
+                o.elf.c_str(), sym->backend());
+    }
   }
 
   Summary sum = summarize(trace);
   std::string out;
+  const size_t top = o.top ? o.top : 30;  // sites, live
   if (o.command == "summary") {
     out = o.json ? summary_json(sum, trace) : summary_text(sum, trace);
   } else if (o.command == "sites") {
     auto s = sites(trace);
-    out = o.json ? sites_json(s, syms, o.top) : sites_text(s, syms, o.top);
+    out = o.json ? sites_json(s, syms, top) : sites_text(s, syms, top);
   } else if (o.command == "live") {
     auto s = sites(trace);
-    out = o.json ? live_json(s, syms, o.top) : live_text(s, syms, o.top);
+    out = o.json ? live_json(s, syms, top) : live_text(s, syms, top);
+  } else if (o.command == "allocinfo") {
+    AllocinfoOptions ao;
+    ao.source_root = source_root;
+    ao.sort = o.sort == "bytes"   ? AllocinfoSort::kBytes
+              : o.sort == "calls" ? AllocinfoSort::kCalls
+                                  : AllocinfoSort::kSite;
+    ao.top = o.top;
+    ao.nonzero = o.nonzero;
+    out = allocinfo_text(allocinfo(sites(trace), syms, ao));
   } else if (o.command == "timeline") {
     Timeline tl = timeline(trace, 5, 2000);
     if (!o.perfetto.empty()) {

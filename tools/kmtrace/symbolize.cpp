@@ -89,6 +89,18 @@ class DwSymbolizer : public Symbolizer {
     }
     return out;
   }
+  std::vector<std::pair<std::string, std::string>> compile_units() override {
+    std::vector<std::pair<std::string, std::string>> out;
+    Dwarf_Die* cu = nullptr;
+    Dwarf_Addr bias = 0;
+    while ((cu = dwfl_module_nextcu(mod_, cu, &bias))) {
+      Dwarf_Attribute attr;
+      const char* dir = dwarf_formstring(dwarf_attr(cu, DW_AT_comp_dir, &attr));
+      const char* name = dwarf_diename(cu);
+      out.emplace_back(dir ? dir : "", name ? name : "");
+    }
+    return out;
+  }
   const char* backend() const override { return "libdw"; }
 
  private:
@@ -143,6 +155,7 @@ class Addr2lineSymbolizer : public Symbolizer {
     unlink(path);
     return out;
   }
+  std::vector<std::pair<std::string, std::string>> compile_units() override { return {}; }
   const char* backend() const override { return "addr2line"; }
 
  private:

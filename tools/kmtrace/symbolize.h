@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kmtrace {
@@ -27,6 +28,9 @@ class Symbolizer {
   static std::unique_ptr<Symbolizer> open(const std::string& elf, std::string* error);
   // Looks up many return addresses at once.
   virtual std::map<uint64_t, SourceInfo> lookup(const std::vector<uint64_t>& return_addresses) = 0;
+  // Each compilation unit's DW_AT_comp_dir and DW_AT_name (either may be
+  // ""); empty from the addr2line backend, which cannot list them.
+  virtual std::vector<std::pair<std::string, std::string>> compile_units() = 0;
   // Which backend ("libdw" or "addr2line").
   virtual const char* backend() const = 0;
 };
