@@ -34,11 +34,13 @@
 //    page_alloc and vmem_alloc: they are not counted at any tag.
 #include <mm/alloc_tag.h>
 #include <mm/hooks.h>
-#include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
-#include "kmem_cache.h"
+#include "alloc_tag_internal.h"
 #include "lock.h"
+#if !defined(MM_KERNEL)
+#include <cstdlib>  // getenv: the host library's MM_MEM_PROFILING
+#endif
 
 extern "C" {
 // The linker's bounds of the section (weak: a host program may have no
@@ -75,9 +77,12 @@ uint32_t g_printing;
 uint64_t g_untagged;
 uint32_t g_untagged_said;
 
+// The section is an array of tags (alloc_tag.h); a size that is not a
+// multiple of one says otherwise, and then there are none.
 size_t tag_count() {
   if (!__start_alloc_tags || !__stop_alloc_tags) return 0;
-  return static_cast<size_t>(__stop_alloc_tags - __start_alloc_tags);
+  auto bytes = reinterpret_cast<uintptr_t>(__stop_alloc_tags) - reinterpret_cast<uintptr_t>(__start_alloc_tags);
+  return bytes % sizeof(AllocTag) ? 0 : bytes / sizeof(AllocTag);
 }
 
 // The counters of every slot, zeroed, from the page allocator (never kmem:
@@ -124,7 +129,7 @@ inline void count(uint32_t idx, int64_t bytes, int64_t calls) {
 
 }  // namespace
 
-// --- The allocators' side (alloc_tag_internal in kmem_cache.h) --------------------
+// --- The allocators' side (alloc_tag_internal.h) ----------------------------------
 
 bool prof_records() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED) != ProfMode::kNever; }
 
@@ -146,18 +151,6 @@ void prof_uncharge(uint32_t ref, uint64_t bytes, const char* what, const void* o
     plat::log("allocinfo: %s: free of %p, allocated while profiling was off (or freed twice), by %p: not "
               "subtracted (allocinfo counts such frees; this is said once)",
               what, obj, reinterpret_cast<void*>(caller));
-}
-
-void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
-  if (uint32_t* slot = prof_slot(cp, obj)) *slot = prof_charge(tag, cp->chunk);
-}
-
-void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  uint32_t* slot = prof_slot(cp, obj);
-  if (!slot) return;
-  uint32_t ref = *slot;
-  *slot = 0;
-  prof_uncharge(ref, cp->chunk, cp->name, obj, caller);
 }
 
 // --- Control ----------------------------------------------------------------------
@@ -186,6 +179,25 @@ bool prof_set(bool on) {
   return true;
 }
 
+void prof_host_init() {
+#if !defined(MM_KERNEL)
+  const char* env = getenv("MM_MEM_PROFILING");
+  if (!env) return;
+  if (__builtin_strcmp(env, "never") == 0) prof_boot_mode(ProfMode::kNever);
+  else if (__builtin_strcmp(env, "1") == 0) prof_boot_mode(ProfMode::kOn);
+  else if (__builtin_strcmp(env, "0") == 0) prof_boot_mode(ProfMode::kOff);
+  else plat::log("MM_MEM_PROFILING=%s: expected 0, 1 or never; 0", env);
+#endif
+}
+
+void prof_host_start() {
+#if !defined(MM_KERNEL)
+  if (prof_mode() != ProfMode::kOn) return;
+  prof_boot_mode(ProfMode::kOff);  // prof_set says on once it is
+  if (!prof_set(true)) plat::log("MM_MEM_PROFILING=1: profiling could not be switched on");
+#endif
+}
+
 uint64_t prof_untagged_frees() { return __atomic_load_n(&g_untagged, __ATOMIC_RELAXED); }
 
 uint64_t prof_metadata_bytes() {
@@ -193,7 +205,7 @@ uint64_t prof_metadata_bytes() {
                           ? uint64_t{plat::kCpuSlots} * (kPageBytes << g_counter_order) +
                                 (kPageBytes << g_rows_order)
                           : 0;
-  return counters + prof_slab_bytes();
+  return counters;
 }
 
 // --- Reading ----------------------------------------------------------------------

@@ -29,6 +29,12 @@ uint32_t prof_charge(const AllocTag* tag, uint64_t bytes);
 // caller the free.
 void prof_uncharge(uint32_t ref, uint64_t bytes, const char* what, const void* obj, uintptr_t caller);
 
+// The host library's switch (kmem_init, nothing in the kernel):
+// MM_MEM_PROFILING=0|1|never, the bootarg's values; read before the page
+// allocator is set up, and counting switched on once kmem is.
+void prof_host_init();
+void prof_host_start();
+
 // Moves the allocated segment of vmp at p (size bytes) to tag (vmem.cpp).
 void vmem_prof_retag(struct ::vmem* vmp, void* p, size_t size, const AllocTag* tag);
 

@@ -320,6 +320,7 @@ void kmem_init() {
   Guard<> g(init_lock);
   if (g_ready) return;
   debug_init();    // the host's MM_KMEM_DEBUG, before the first cache
+  prof_host_init();  // the host's MM_MEM_PROFILING, before the page allocator
   segkmem_init();  // page allocator, heap and kmem_default arenas
   internal_init();  // off-slab headers and kmemleak's records come from these
   // Magazine caches next: every other cache's free path may need them.
@@ -331,6 +332,7 @@ void kmem_init() {
   g.unlock();
   vmem_set_cache_layer(&kVmemLayer);
   debug_init_done();
+  prof_host_start();
 }
 
 // ---------------------------------------------------------------------------

@@ -698,6 +698,19 @@ uint32_t* prof_slot(kmem_cache_t* cp, const void* obj) {
 }
 uint64_t prof_slab_bytes() { return __atomic_load_n(&g_prof_bytes, __ATOMIC_RELAXED); }
 
+void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
+  if (uint32_t* slot = prof_slot(cp, obj)) *slot = prof_charge(tag, cp->chunk);
+}
+
+void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  uint32_t* slot = prof_slot(cp, obj);
+  if (!slot) return;
+  uint32_t ref = *slot;
+  *slot = 0;
+  prof_uncharge(ref, cp->chunk, cp->name, obj, caller);
+}
+
+
 uint64_t leak_records_bytes() { return __atomic_load_n(&g_leak_bytes, __ATOMIC_RELAXED); }
 
 // The flag's acquire pairs with mark_slab_pages' release: owner and the

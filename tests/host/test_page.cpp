@@ -5,6 +5,7 @@
 // outside them.
 #include <gtest/gtest.h>
 #include <mm/host.h>
+#include <mm/alloc_tag.h>
 #include <mm/page.h>
 #include <mm/platform.h>
 
@@ -104,7 +105,10 @@ TEST_F(page, InitCountsAreExact) {
     uint64_t first = (r.base - B) / kPageBytes, end = (r.base + r.size - B + kPageBytes - 1) / kPageBytes;
     for (uint64_t f = first; f < end && f < nframes; f++) res[f] = true;
   }
-  // Banks as maximal runs of RAM frames.
+  // Banks as maximal runs of RAM frames. Each frame has a descriptor, and
+  // allocation profiling's reference after them unless its mode is never.
+  const uint64_t per_frame = sizeof(Page) + (prof_mode() != ProfMode::kNever ? sizeof(uint32_t) : 0);
+  std::set<uint64_t> descriptor_frames;
   uint64_t usable = 0, descriptors = 0, ram_frames = 0;
   unsigned nbanks = 0;
   for (uint64_t f = 0; f < nframes;) {
@@ -116,7 +120,10 @@ TEST_F(page, InitCountsAreExact) {
     while (e < nframes && ram[e]) e++;
     nbanks++;
     ram_frames += e - f;
-    descriptors += ((e - f) * sizeof(Page) + kPageBytes - 1) / kPageBytes;
+    uint64_t need = ((e - f) * per_frame + kPageBytes - 1) / kPageBytes;
+    descriptors += need;
+    uint64_t at = plat::virt_to_phys(page_of_phys(B + f * kPageBytes)) / kPageBytes - B / kPageBytes;
+    for (uint64_t i = at; i < at + need; i++) descriptor_frames.insert(i);
     for (uint64_t i = f; i < e; i++) usable += !res[i];
     f = e;
   }
@@ -135,14 +142,12 @@ TEST_F(page, InitCountsAreExact) {
   EXPECT_GT(initial.free_blocks[kMaxOrder], 0u);
 
   // Every frame's flags: reserved exactly where the model says, or where a
-  // bank's descriptor array lives.
-  std::set<uint64_t> descriptor_frames;
+  // bank's descriptor array (and references) lives; every descriptor in it.
   for (uint64_t f = 0; f < nframes; f++) {
     if (!ram[f]) continue;
-    Page* first = page_of_phys(B + f * kPageBytes);
-    uint64_t at = plat::virt_to_phys(first);
-    descriptor_frames.insert(at / kPageBytes - B / kPageBytes);
-    descriptor_frames.insert((at + sizeof(Page) - 1) / kPageBytes - B / kPageBytes);
+    uint64_t at = plat::virt_to_phys(page_of_phys(B + f * kPageBytes));
+    EXPECT_TRUE(descriptor_frames.count(at / kPageBytes - B / kPageBytes)) << "frame " << f;
+    EXPECT_TRUE(descriptor_frames.count((at + sizeof(Page) - 1) / kPageBytes - B / kPageBytes)) << "frame " << f;
   }
   EXPECT_EQ(descriptor_frames.size(), descriptors);
   for (uint64_t f = 0; f < nframes; f++) {

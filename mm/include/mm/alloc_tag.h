@@ -17,11 +17,15 @@
 
 namespace mm {
 
-struct AllocTag {
+// Its size is its alignment (a power of two), so that the compiler's own
+// alignment of static data (16 or 32 bytes for objects this size on some
+// targets) leaves no gaps between tags: the section is an array.
+struct alignas(sizeof(void*) == 8 ? 32 : 16) AllocTag {
   const char* file;  // relative to the source tree
   const char* func;
   uint32_t line;
 };
+static_assert(sizeof(AllocTag) == alignof(AllocTag));
 
 // sysctl vm.mem_profiling: never (no per-object metadata, cannot be
 // switched on), 0 (off, switchable), 1 (on). Set once at boot before kmem
@@ -49,7 +53,8 @@ bool alloc_tag_find(const char* file, uint32_t line, AllocTagCounts& out);
 // Frees of objects that were allocated while profiling was off (counted,
 // the first one reported on the console), since boot.
 uint64_t prof_untagged_frees();
-// Bytes of per-object tag references and per-CPU counters.
+// Bytes of the per-CPU counters and allocinfo's snapshot (the references
+// are the page allocator's descriptor pages and kmem's metadata).
 uint64_t prof_metadata_bytes();
 
 // allocinfo, as Linux's /proc/allocinfo: a version line, a column line,
