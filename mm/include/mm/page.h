@@ -108,11 +108,11 @@ void page_free_va(void* va, unsigned order);
 // at their own tags).
 [[nodiscard]] uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag);
 [[nodiscard]] void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag);
-[[nodiscard]] __attribute__((always_inline)) inline uint64_t page_alloc_site(unsigned order, int kmflag,
+[[nodiscard]] __attribute__((always_inline, artificial)) inline uint64_t page_alloc_site(unsigned order, int kmflag,
                                                                             const AllocTag* tag) {
   return plat::alloc_hooks_on() ? page_alloc_tagged(order, kmflag, tag) : (page_alloc)(order, kmflag);
 }
-[[nodiscard]] __attribute__((always_inline)) inline void* page_alloc_va_site(unsigned order, int kmflag,
+[[nodiscard]] __attribute__((always_inline, artificial)) inline void* page_alloc_va_site(unsigned order, int kmflag,
                                                                             const AllocTag* tag) {
   return plat::alloc_hooks_on() ? page_alloc_va_tagged(order, kmflag, tag) : (page_alloc_va)(order, kmflag);
 }
