@@ -406,7 +406,7 @@ uint64_t kmem_slab_bytes() {
 
 uint64_t kmem_metadata_pages() {
   return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages() + stackdepot_pages() +
-         kmemleak_metadata_pages();
+         kmemleak_metadata_pages() + (prof_metadata_bytes() + kPageBytes - 1) / kPageBytes;
 }
 
 // ---------------------------------------------------------------------------

@@ -87,4 +87,22 @@ check("sysctl reads 1 at boot, 0 once switched off, 1 again",
 check("no allocator error or panic", "PANIC" not in text and "\n0 allocator errors reported since boot" in text)
 sys.exit(1 if bad else 0)
 PY
+# never: no references (fewer descriptor pages), the switch read-only.
+printf 'sysctl vm.mem_profiling\nsysctl vm.mem_profiling 1\nallocinfo --nonzero\npoweroff\n' |
+  "$run" "$board" --build-dir "$build" --timeout 100 --append "sysctl.vm.mem_profiling=never" "$@" >"$offline" 2>&1 ||
+  fail "qemu-run (never) exited $?"
+python3 - "$log" "$offline" <<'PY' || { echo "--- console (never) ---"; cat "$offline"; fail "never: see above"; }
+import re, sys
+on, never = (open(f, errors="replace").read().replace("\r", "") for f in sys.argv[1:3])
+bad = []
+def check(what, ok):
+    print(("ok:     " if ok else "WRONG:  ") + what)
+    if not ok: bad.append(what)
+desc = lambda t: int(re.search(r"(\d+) descriptor pages", t).group(1))
+check(f"never: fewer descriptor pages ({desc(never)} < {desc(on)})", desc(never) < desc(on))
+check("never: sysctl reads never", "vm.mem_profiling = never" in never)
+check("never: switching it on is refused", "vm.mem_profiling is read-only" in never)
+check("never: allocinfo says so", "profiling is never" in never)
+sys.exit(1 if bad else 0)
+PY
 echo "allocinfo-e2e: $board $*: ok"
