@@ -114,9 +114,10 @@ int cmd_allocinfo(int argc, char** argv) {
       return shell::usage_error(argv[0], "unknown argument '%s' (%s)", a, usage);
     }
   }
-  if (mm::prof_mode() != mm::ProfMode::kOn)
-    kprintf("allocinfo: profiling is %s (sysctl vm.mem_profiling 1 counts from now on)\n",
-            mm::prof_mode() == mm::ProfMode::kNever ? "never (booted with sysctl.vm.mem_profiling=never)" : "off");
+  if (mm::prof_mode() == mm::ProfMode::kNever)
+    kprintf("allocinfo: profiling is never (booted with sysctl.vm.mem_profiling=never): nothing is counted\n");
+  else if (mm::prof_mode() == mm::ProfMode::kOff)
+    kprintf("allocinfo: profiling is off (sysctl vm.mem_profiling 1 counts from then on)\n");
   bool ok = mm::allocinfo_print(opt, [](const char* line, void*) { kprintf("%s", line); }, nullptr);
   if (!ok) {
     kprintf("allocinfo: no memory for the counters of %zu tags, or another allocinfo is printing\n",
