@@ -39,6 +39,8 @@
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>
+#include <mm/alloc_tag.h>
+#include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <mm/kmemleak.h>
 #include <mm/page.h>
@@ -368,6 +370,43 @@ void bench_vmem(Table& t, const Counts& c) {
   }
 }
 
+// Allocation profiling: what counting adds to a pair (the tagged entry
+// points, the reference kept and the per-CPU counters), for a 64-byte
+// kmem_cache pair, a kmem_alloc pair and a page pair. Only when no
+// allocator hook is on and profiling has never been on (once on, frees stay
+// hooked: mm/alloc_tag.cpp, 4), so run last; it switches profiling on for
+// the measurement and off again.
+void bench_prof(Table& t, const Counts& c) {
+  if (mm::alloc_hooks_features() != 0 || mm::prof_mode() != mm::ProfMode::kOff) {
+    kprintf("%-16s %-10s %5s %8s %10s  (profiling or another allocator hook was on: boot without them)\n",
+            "prof_*", "-", "-", "-", "skipped");
+    return;
+  }
+  constexpr unsigned kPairs = 1000;
+  kmem_cache_t* cp = kmem_cache_create("bench_prof", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  if (!cp) {
+    row(t, "prof_on", "kmem_cache", 64, kPairs, 0, 0, false);
+    return;
+  }
+  CacheOps a{cp};
+  KmemAllocOps k{64};
+  PageOps pg;
+  unsigned before = g_failures;
+  auto pairs = [&](auto ops) {
+    run_pairs(ops, c.pairs_warm);
+    return best_of(c.reps, [&] { return timed([&] { run_pairs(ops, kPairs); }); });
+  };
+  uint64_t off_cache = pairs(a), off_alloc = pairs(k), off_page = pairs(pg);
+  bool on = mm::prof_set(true);
+  uint64_t on_cache = pairs(a), on_alloc = pairs(k), on_page = pairs(pg);
+  mm::prof_set(false);
+  kmem_cache_destroy(cp);
+  bool ok = on && g_failures == before;
+  row(t, "prof_on", "kmem_cache", 64, kPairs, on_cache, off_cache, ok);
+  row(t, "prof_on", "kmem_alloc", 64, kPairs, on_alloc, off_alloc, ok);
+  row(t, "prof_on", "page", mm::kPageBytes, kPairs, on_page, off_page, ok);
+}
+
 void bench_page(Table& t, const Counts& c) {
   uint64_t base = measure(NullOps{}, Pattern::kPairs, c);
   unsigned before = g_failures;
@@ -556,6 +595,7 @@ int cmd_bench(int argc, char** argv) {
   bench_trace(t, c);
   bench_leak(t, c);
   bench_debug(t, c);
+  bench_prof(t, c);  // last: frees stay hooked once profiling was on
   kprintf("bench: %u rows, %u failed\n", t.rows, t.failed);
   kprintf("(pairs: alloc, free, ...; lifo/random: %u allocs then %u frees, last first / fixed random order;\n"
           " cross: cpu 0 allocates %u, cpu 1 frees them; vmem: instant fit of one quantum, fresh arena of 1 GiB,\n"
@@ -563,7 +603,8 @@ int cmd_bench(int argc, char** argv) {
           " kmemtrace_on: what recording adds to a kmem_cache pair, two events; kmemleak_on, kmemleak_bt: what\n"
           " kmemleak's stamps add to a pair, without and with the backtrace; kmemleak_scan: per word scanned,\n"
           " whole system, over a chain of %u objects at 1%% pointer density; slab_pair: a pair through the slab\n"
-          " layer (no magazines); debug_*: a pair of a cache with that debug mode, no magazines either)\n",
+          " layer (no magazines); debug_*: a pair of a cache with that debug mode, no magazines either;\n"
+          " prof_on: what allocation profiling adds to a pair of that allocator)\n",
           kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments, 2048u);
   return t.failed ? 1 : 0;
 }

@@ -53,17 +53,26 @@ namespace mm {
 
 uint32_t g_prof_counting;  // word-sized: a plain load on every arch
 uint32_t g_prof_freeing;
+TagCounter* g_prof_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
+uintptr_t g_prof_tags;
+uint32_t g_prof_ntags;
 
 namespace {
 
-struct TagCounter {
-  int64_t bytes;
-  int64_t calls;
+// Switching, and the counters' allocation, one caller at a time: a flag
+// spun on with interrupts as they are, not a spinlock, because switching
+// the hooks cross-calls every core and the counters' allocation may wait
+// for memory (neither may happen with interrupts masked).
+uint32_t g_switching;
+struct Switching {
+  Switching() {
+    while (__atomic_exchange_n(&g_switching, 1u, __ATOMIC_ACQUIRE)) plat::cpu_relax();
+  }
+  ~Switching() { __atomic_store_n(&g_switching, 0u, __ATOMIC_RELEASE); }
+  Switching(const Switching&) = delete;
+  Switching& operator=(const Switching&) = delete;
 };
-
-plat::Lock g_prof_lock;  // switching, and the counters' allocation
 ProfMode g_mode = ProfMode::kOff;
-TagCounter* g_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
 unsigned g_counter_order;
 // allocinfo_print's snapshot and order, allocated with the counters (a
 // print allocates nothing, so it never counts itself); one print at a time.
@@ -86,9 +95,9 @@ size_t tag_count() {
 }
 
 // The counters of every slot, zeroed, from the page allocator (never kmem:
-// their own allocation would be counted). Under g_prof_lock.
+// their own allocation would be counted). Under Switching.
 bool counters_ready() {
-  if (g_counters[0]) return true;
+  if (g_prof_counters[0]) return true;
   size_t n = tag_count();
   size_t bytes = (n ? n : 1) * sizeof(TagCounter);
   unsigned order = 0;
@@ -114,17 +123,13 @@ bool counters_ready() {
   g_rows = rows;
   g_rows_order = rows_order;
   g_counter_order = order;
+  g_prof_tags = reinterpret_cast<uintptr_t>(__start_alloc_tags);
+  g_prof_ntags = static_cast<uint32_t>(n);
   // Release: the zeroed arrays before the pointers; the counting paths
   // load the pointers only after they saw g_prof_counting, stored after
   // this (release there too), so a plain load of each slot's pointer sees it.
-  for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_counters[c], got[c], __ATOMIC_RELEASE);
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_prof_counters[c], got[c], __ATOMIC_RELEASE);
   return true;
-}
-
-inline void count(uint32_t idx, int64_t bytes, int64_t calls) {
-  TagCounter& c = __atomic_load_n(&g_counters[plat::cpu_slot()], __ATOMIC_ACQUIRE)[idx];
-  __atomic_fetch_add(&c.bytes, bytes, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c.calls, calls, __ATOMIC_RELAXED);
 }
 
 }  // namespace
@@ -134,18 +139,20 @@ inline void count(uint32_t idx, int64_t bytes, int64_t calls) {
 bool prof_records() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED) != ProfMode::kNever; }
 
 uint32_t prof_charge(const AllocTag* tag, uint64_t bytes) {
-  if (!tag || tag < __start_alloc_tags || tag >= __stop_alloc_tags) return 0;  // not a tag of this image
-  auto idx = static_cast<uint32_t>(tag - __start_alloc_tags);
-  count(idx, static_cast<int64_t>(bytes), 1);
-  return idx + 1;
+  auto irq = plat::irq_save();
+  uint32_t ref = prof_charge_masked(tag, bytes);
+  plat::irq_restore(irq);
+  return ref;
 }
 
 void prof_uncharge(uint32_t ref, uint64_t bytes, const char* what, const void* obj, uintptr_t caller) {
-  if (ref && ref <= tag_count()) {
-    count(ref - 1, -static_cast<int64_t>(bytes), -1);
-    return;
-  }
-  if (!__atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED)) return;
+  auto irq = plat::irq_save();
+  prof_uncharge_masked(ref, bytes, what, obj, caller);
+  plat::irq_restore(irq);
+}
+
+void prof_untagged(uint32_t ref, const char* what, const void* obj, uintptr_t caller) {
+  if (ref || !__atomic_load_n(&g_prof_counting, __ATOMIC_RELAXED)) return;
   __atomic_fetch_add(&g_untagged, uint64_t{1}, __ATOMIC_RELAXED);
   if (__atomic_exchange_n(&g_untagged_said, 1u, __ATOMIC_RELAXED) == 0)
     plat::log("allocinfo: %s: free of %p, allocated while profiling was off (or freed twice), by %p: not "
@@ -159,7 +166,7 @@ void prof_boot_mode(ProfMode mode) { __atomic_store_n(&g_mode, mode, __ATOMIC_RE
 ProfMode prof_mode() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED); }
 
 bool prof_set(bool on) {
-  Guard<> g(g_prof_lock);
+  Switching g;
   if (g_mode == ProfMode::kNever) return false;
   if (on) {
     if (!counters_ready()) return false;
@@ -201,7 +208,7 @@ void prof_host_start() {
 uint64_t prof_untagged_frees() { return __atomic_load_n(&g_untagged, __ATOMIC_RELAXED); }
 
 uint64_t prof_metadata_bytes() {
-  uint64_t counters = __atomic_load_n(&g_counters[0], __ATOMIC_ACQUIRE)
+  uint64_t counters = __atomic_load_n(&g_prof_counters[0], __ATOMIC_ACQUIRE)
                           ? uint64_t{plat::kCpuSlots} * (kPageBytes << g_counter_order) +
                                 (kPageBytes << g_rows_order)
                           : 0;
@@ -218,7 +225,7 @@ bool alloc_tag_read(size_t i, AllocTagCounts& out) {
   out.bytes = 0;
   out.calls = 0;
   for (unsigned c = 0; c < plat::kCpuSlots; c++) {
-    const TagCounter* a = __atomic_load_n(&g_counters[c], __ATOMIC_ACQUIRE);
+    const TagCounter* a = __atomic_load_n(&g_prof_counters[c], __ATOMIC_ACQUIRE);
     if (!a) break;
     out.bytes += __atomic_load_n(&a[i].bytes, __ATOMIC_RELAXED);
     out.calls += static_cast<uint64_t>(__atomic_load_n(&a[i].calls, __ATOMIC_RELAXED));
@@ -294,7 +301,7 @@ void format_allocinfo_line(char* buf, size_t size, const AllocTagCounts& c) {
 
 bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char*, void*), void* arg) {
   {
-    Guard<> g(g_prof_lock);
+    Switching g;
     if (!counters_ready()) return false;
   }
   if (__atomic_exchange_n(&g_printing, 1u, __ATOMIC_ACQUIRE)) return false;

@@ -271,6 +271,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   // kmemleak objects: buffers of heap memory that are nobody's bookkeeping.
   cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && heap_memory;
   cp->profiled = cp->tracked;  // the allocators' own caches (KMC_NOTRACK) take their references from the internal ladder
+  cp->prof_recip = static_cast<uint32_t>(((uint64_t{1} << 32) + cp->chunk - 1) / cp->chunk);
   if (cp->offslab) {
     cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
     __builtin_memset(cp->hash, 0, kPageBytes);
@@ -427,12 +428,21 @@ __attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmfla
   if ((kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize)) return nullptr;
   return cache_alloc<true, false>(cp, kmflag, type, requested, caller, tag);
 }
+__attribute__((noinline)) void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag* tag) {
+  if (!leak_stamping()) return prof_stamp_irq(cp, obj, tag);
+  prof_stamp_irq(cp, obj, tag);
+  return leak_stamp(cp, obj, caller);
+}
+__attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
+  prof_unstamp(cp, obj, caller ? caller : caller_of_api());
+  cache_free<true, false>(cp, obj, type, caller);
+}
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {
   // A debugged cache gets the size asked for (its redzone starts there).
   void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
-  if (obj && prof_counting()) prof_stamp(cp, obj, tag);
+  if (obj && prof_counting()) prof_stamp_irq(cp, obj, tag);
   if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
   return obj;
 }
@@ -518,8 +528,9 @@ void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
   return cache_alloc(cp, kmflag);
 }
 
+// The hooked copy itself (the macro's call lands here): no second call.
 void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
-  return cache_alloc_traced(cp, kmflag, caller_of_api(), tag);
+  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
 }
 
 void kmem_cache_free(kmem_cache_t* cp, void* obj) {

@@ -102,7 +102,7 @@ __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintp
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
   if (p && prof_counting()) {
-    if (kmem_cache_t* c = size_cache(size)) prof_stamp(c, p, tag);  // kmem came up on this call (host)
+    if (kmem_cache_t* c = size_cache(size)) prof_stamp_irq(c, p, tag);  // kmem came up on this call (host)
     else vmem_prof_retag(segkmem_default_arena(), p, chunk, tag);  // counted at segkmem's call until now
   }
   if (p && leak_stamping()) {
@@ -193,7 +193,12 @@ void* (kmem_zalloc)(size_t size, int kmflag) {
   return p;
 }
 
+// The hooked copy itself on the size caches' path (the macro's call lands
+// here): no second call.
 void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1))
+    return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_api(), tag);
   return kmem_alloc_traced(size, kmflag, caller_of_api(), tag);
 }
 

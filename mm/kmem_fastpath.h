@@ -23,7 +23,8 @@
 //    masked region on the magazine path (trace/record.h: no second masking,
 //    no call); allocation profiling's stamp and kmemleak's are written
 //    afterwards, and profiling's reference is taken off a buffer before its
-//    free (alloc_tag.cpp).
+//    free, each out of line (alloc_stamp, free_unstamp) so that the hooked
+//    copies stay frameless.
 // 5. Ordering: none here. The CpuCache is this CPU's (kmem_cache.h says who
 //    else reads it and why that needs no order); the owner checks read
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
@@ -50,6 +51,13 @@ void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t reque
                         const AllocTag* tag);
 void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller,
                      const AllocTag* tag);
+// The hooked copies' stamps after a magazine hit while allocation
+// profiling counts: its own, then kmemleak's if that is on too (a tail
+// call: the hooked copy stays frameless). Returns obj.
+void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag* tag);
+// A hooked free while allocation profiling subtracts: the reference off
+// the buffer, then the free (a tail call, for the same reason).
+void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
 // kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
 // frameless). Returns obj.
 
@@ -101,7 +109,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
     if constexpr (kTraced) {
-      if (__builtin_expect(prof_counting(), 0)) prof_stamp(cp, obj, tag);
+      if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
       if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
     }
     return obj;
@@ -117,11 +125,11 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 // object can be handed out again. A free refused on the magazine path
 // (wrong owner, freed twice in a row) records nothing; one refused by the
 // slab layer has been recorded.
-template <bool kTraced = false>
+template <bool kTraced = false, bool kProf = kTraced>
 __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
                                                       uintptr_t caller = 0) {
-  if constexpr (kTraced)
-    if (__builtin_expect(prof_freeing(), 0)) prof_unstamp(cp, obj, caller);
+  if constexpr (kProf)
+    if (__builtin_expect(prof_freeing(), 0)) return free_unstamp(cp, obj, type, caller);
   if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
     if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
   } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {

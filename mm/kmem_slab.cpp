@@ -686,30 +686,21 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
   return &ls->meta[(addr - sp->base) / cp->chunk];
 }
 
-uint32_t* prof_slot(kmem_cache_t* cp, const void* obj) {
-  if (!cp->profiled) return nullptr;
-  auto addr = reinterpret_cast<uintptr_t>(obj);
-  Slab* sp = cp->offslab ? slab_of_heap_address(addr) : onslab_header(addr);
-  if (!sp || sp->cache != cp || !sp->tags || addr < sp->base) return nullptr;
-  uintptr_t off = addr - sp->base;
-  uintptr_t i = off / cp->chunk;
-  if (i >= sp->chunks || i * cp->chunk != off) return nullptr;  // past the slab, or inside a buffer
-  return &sp->tags[i];
-}
+Slab* prof_offslab(const kmem_cache_t*, uintptr_t addr) { return slab_of_heap_address(addr); }
 uint64_t prof_slab_bytes() { return __atomic_load_n(&g_prof_bytes, __ATOMIC_RELAXED); }
 
-void prof_stamp(kmem_cache_t* cp, void* obj, const AllocTag* tag) {
-  if (uint32_t* slot = prof_slot(cp, obj)) *slot = prof_charge(tag, cp->chunk);
+void* prof_stamp_irq(const kmem_cache_t* cp, void* obj, const AllocTag* tag) {
+  auto irq = plat::irq_save();
+  prof_stamp(cp, obj, tag);
+  plat::irq_restore(irq);
+  return obj;
 }
 
-void prof_unstamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  uint32_t* slot = prof_slot(cp, obj);
-  if (!slot) return;
-  uint32_t ref = *slot;
-  *slot = 0;
-  prof_uncharge(ref, cp->chunk, cp->name, obj, caller);
+void prof_unstamp(const kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  auto irq = plat::irq_save();
+  prof_unstamp_masked(cp, obj, caller);
+  plat::irq_restore(irq);
 }
-
 
 uint64_t leak_records_bytes() { return __atomic_load_n(&g_leak_bytes, __ATOMIC_RELAXED); }
 

@@ -92,7 +92,11 @@ namespace {
 
 // --- Tables (registered objects, roots, scan areas, early annotations) ------
 // Arrays of pages from the page allocator (never kmem: they would be objects
-// and references), grown by doubling under g_ctl.
+// and references), grown by doubling under g_ctl. The pages come through
+// one non-template function: allocation profiling's tag of a call inside a
+// template would not be in its section (mm/alloc_tag.h).
+void* table_pages(unsigned order) { return page_alloc_va(order, KM_NOSLEEP); }
+
 template <typename T>
 struct Table {
   T* v = nullptr;
@@ -102,7 +106,7 @@ struct Table {
     if (want <= cap) return true;
     unsigned o = v ? order + 1 : 0;
     while ((kPageBytes << o) / sizeof(T) < want && o < kMaxOrder) o++;
-    auto* nv = static_cast<T*>(page_alloc_va(o, KM_NOSLEEP));
+    auto* nv = static_cast<T*>(table_pages(o));
     if (!nv) return false;
     for (size_t i = 0; i < n; i++) nv[i] = v[i];
     if (v) page_free_va(v, order);

@@ -76,7 +76,12 @@ bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char* line, 
 }  // namespace mm
 
 // The call site's tag, in the alloc_tags section (read-only: the counters
-// live elsewhere). A statement expression: one static per expansion.
+// live elsewhere). A statement expression: one static per expansion. Not
+// inside a template: GCC puts a template instance's statics in its own
+// COMDAT section whatever their section attribute says, so the tag would be
+// outside alloc_tags and the call not counted (the CTest BOARD/alloc-tags
+// fails the build's image if one is; call a non-template function there).
+// An inline function is fine.
 #define MM_ALLOC_TAG()                                                                                        \
   ({                                                                                                          \
     static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = {__FILE__,    \
