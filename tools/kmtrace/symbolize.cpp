@@ -227,7 +227,8 @@ class DwSymbolizer : public Symbolizer {
 // binutils addr2line, batch mode through a temporary file of addresses.
 // Without DWARF attributes to go by, a frame is an artificial wrapper by
 // the names (symbolize.h): an inlined frame whose function's unqualified
-// name ends in "_site" and whose file is under mm/include/mm/.
+// name ends in "_site" and whose file is under mm/include/mm/ (see
+// is_wrapper for addr2line's misnamed innermost frames).
 class Addr2lineSymbolizer : public Symbolizer {
  public:
   explicit Addr2lineSymbolizer(std::string elf) : elf_(std::move(elf)) {}
@@ -277,9 +278,16 @@ class Addr2lineSymbolizer : public Symbolizer {
   static bool in_mm_headers(const std::string& file) {
     return file.rfind("mm/include/mm/", 0) == 0 || file.find("/mm/include/mm/") != std::string::npos;
   }
-  static bool is_wrapper(const SourceInfo& frame) {
-    std::string name = unqualified_function(frame.function);
-    return name.size() > 5 && name.compare(name.size() - 5, 5, "_site") == 0 && in_mm_headers(frame.file);
+  // frames[at] is a wrapper, and inlined (not the last). addr2line
+  // sometimes names the innermost inlined frame after the function it is
+  // all inlined in (the last frame's, qualified): such a frame in
+  // mm/include/mm/ is taken for a wrapper too (no allocation tag is in
+  // those headers).
+  static bool is_wrapper(const std::vector<SourceInfo>& frames, size_t at) {
+    if (at + 1 >= frames.size() || !in_mm_headers(frames[at].file)) return false;
+    std::string name = unqualified_function(frames[at].function);
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_site") == 0) return true;
+    return at == 0 && name == unqualified_function(frames.back().function);
   }
   // One address's frames, as addr2line -f -i prints them, to the call site.
   static SourceInfo call_site(const std::vector<std::string>& lines) {
@@ -297,7 +305,7 @@ class Addr2lineSymbolizer : public Symbolizer {
     }
     if (frames.empty()) return SourceInfo{"?", "", 0, ""};
     size_t at = 0;  // frames[at + 1] is where frames[at] is called, at its line
-    while (at + 1 < frames.size() && is_wrapper(frames[at])) at++;
+    while (is_wrapper(frames, at)) at++;
     SourceInfo si = frames[at];
     if (at + 1 < frames.size()) si.inlined_in = frames.back().function;
     return si;
