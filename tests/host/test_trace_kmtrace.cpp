@@ -5,6 +5,7 @@
 // allocinfo's table and the timeline outputs.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <trace/ring.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -43,8 +45,9 @@ std::string tmp(const std::string& name) {
   return ::testing::TempDir() + "kmt" + std::to_string(getpid()) + "_" + name;
 }
 
-Result run(const std::string& args, const std::string& stdin_file = "") {
-  std::string cmd = std::string(KMTRACE_PATH) + " " + args + " 2>" + tmp("stderr");
+// kmtrace with `env` ("NAME=value ", or "") in front of it.
+Result run_env(const std::string& env, const std::string& args, const std::string& stdin_file = "") {
+  std::string cmd = env + std::string(KMTRACE_PATH) + " " + args + " 2>" + tmp("stderr");
   if (!stdin_file.empty()) cmd += " < " + stdin_file;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{-1, ""};
@@ -56,6 +59,8 @@ Result run(const std::string& args, const std::string& stdin_file = "") {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+Result run(const std::string& args, const std::string& stdin_file = "") { return run_env("", args, stdin_file); }
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -529,6 +534,86 @@ TEST(KmtraceAllocinfoRules, PathsRelativeToTheSourceRoot) {
   EXPECT_EQ(source_root({}), "");
 }
 
+// Call sites behind artificial wrappers, as mm::page_alloc's (it expands to
+// mm::page_alloc_site, always-inline and artificial, in mm/include/mm/page.h,
+// which calls page_alloc_tagged): a caller calls fixture_outer_site on a
+// known line, which calls fixture_inner_site, which calls the out-of-line
+// fixture_alloc_tagged, which records its return address. The wrappers are
+// at the end of this file, under a #line naming them a header in
+// mm/include/mm/ (the addr2line backend's rule); kmtrace should give the
+// caller's line and function, as the kernel's tag does.
+struct WrapperCall {
+  uint64_t caller = 0;  // a return address, as the ELF's addresses (less the load bias)
+  int line = 0;         // the caller's line, as __LINE__ gives it
+};
+WrapperCall g_wrapper_call;
+
+uint64_t load_bias() {
+  uint64_t bias = 0;
+  dl_iterate_phdr(  // the main program comes first
+      [](dl_phdr_info* info, size_t, void* out) {
+        *static_cast<uint64_t*>(out) = info->dlpi_addr;
+        return 1;
+      },
+      &bias);
+  return bias;
+}
+
+[[gnu::noipa]] uint64_t fixture_alloc_tagged(int line) {
+  g_wrapper_call.caller = reinterpret_cast<uint64_t>(__builtin_return_address(0)) - load_bias();
+  g_wrapper_call.line = line;
+  return static_cast<uint64_t>(line);
+}
+
+[[gnu::always_inline, gnu::artificial]] inline uint64_t fixture_outer_site(int line);  // at the end
+
+// The plain case, and the wrapper called from a function inlined in
+// another (the call site is in fixture_helper; not an artificial one).
+[[gnu::noipa]] uint64_t fixture_caller() { return fixture_outer_site(__LINE__) + 1; }
+[[gnu::always_inline]] inline uint64_t fixture_helper() { return fixture_outer_site(__LINE__) + 2; }
+[[gnu::noipa]] uint64_t fixture_helper_caller() { return fixture_helper() + 3; }
+
+TEST(Kmtrace, CallSitesBehindArtificialWrappers) {
+  std::vector<uint8_t> m(Ring::bytes_for(4096));
+  Ring r;
+  r.init(m.data(), m.size());
+  ASSERT_GT(fixture_caller(), 0u);
+  WrapperCall direct = g_wrapper_call;
+  ASSERT_GT(fixture_helper_caller(), 0u);
+  WrapperCall helper = g_wrapper_call;
+  ASSERT_NE(direct.caller, helper.caller);
+  r.put_alloc(Ring::alloc_tag(kTypePages), 0, direct.caller, 0x10000, 4096, 4096, 0, -1);
+  r.put_alloc(Ring::alloc_tag(kTypePages), 1, helper.caller, 0x20000, 4096, 8192, 1, -1);
+  std::string path = dump_to_file(r, "kmt_wrappers.log");
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = 0;
+  const std::string file = "tests/host/test_trace_kmtrace.cpp:";
+  const std::string expected = "allocinfo - version: 1.0\n#     <size>  <calls> <tag info>\n"
+                               "        4096        1 " + file + std::to_string(direct.line) + " func:fixture_caller \n"
+                               "        8192        1 " + file + std::to_string(helper.line) + " func:fixture_helper \n";
+  for (const char* backend : {"libdw", "addr2line"}) {
+    SCOPED_TRACE(backend);
+    std::string env = std::string("KMTRACE_SYMBOLIZER=") + backend + " ";
+    Result a = run_env(env, "allocinfo --source-root " KMTRACE_SOURCE_ROOT " --elf " + std::string(self) + " " + path);
+    ASSERT_EQ(a.status, 0) << last_stderr();
+    EXPECT_EQ(a.out, expected);
+    // sites: the same lines, the function fixture_helper is inlined in,
+    // no wrapper.
+    Result j = run_env(env, "sites --json --elf " + std::string(self) + " " + path);
+    for (int line : {direct.line, helper.line})
+      EXPECT_NE(j.out.find("\"file\": \"" KMTRACE_SOURCE_ROOT "/" + file.substr(0, file.size() - 1) +
+                           "\", \"line\": " + std::to_string(line)),
+                std::string::npos)
+          << j.out;
+    size_t inlined_in = j.out.find("\"line\": " + std::to_string(helper.line) + ", \"inlined_in\": \"");
+    EXPECT_NE(inlined_in, std::string::npos) << j.out;
+    EXPECT_NE(j.out.find("fixture_helper_caller", inlined_in), std::string::npos) << j.out;
+    EXPECT_EQ(j.out.find("_site"), std::string::npos) << j.out;
+  }
+}
+
 // --device on a pseudo-terminal: the capture is waiting in the terminal's
 // input; kmtrace sets raw mode, reads, and stops by itself at the dump's
 // end frame (text after it is not waited for).
@@ -576,4 +661,17 @@ TEST(Kmtrace, TimelineOutputs) {
   EXPECT_NE(read_file(dir + "tl.html").find("<html>"), std::string::npos);
 }
 
+}  // namespace
+
+// fixture_outer_site and fixture_inner_site, as if in a header in
+// mm/include/mm/ (see CallSitesBehindArtificialWrappers); last in the file,
+// since a #line cannot name this file again.
+#line 1 "/magpie-fixture/mm/include/mm/kmtrace_fixture.h"
+namespace {
+[[gnu::always_inline, gnu::artificial]] inline uint64_t fixture_inner_site(int line) {
+  return fixture_alloc_tagged(line);
+}
+[[gnu::always_inline, gnu::artificial]] inline uint64_t fixture_outer_site(int line) {
+  return fixture_inner_site(line);
+}
 }  // namespace

@@ -1,6 +1,8 @@
 // Symbolizer backends: libdw (elfutils) or addr2line (binutils).
 #include "symbolize.h"
 
+#include "allocinfo.h"  // unqualified_function
+
 #include <cxxabi.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,6 +32,128 @@ std::string demangle(const char* name) {
 }
 
 #if KMTRACE_HAVE_LIBDW
+// True if `inlined` is an instance of a function declared
+// __attribute__((artificial)): GCC puts DW_AT_artificial on the abstract
+// instance (the inlined DIE's DW_AT_abstract_origin, or what that one's
+// DW_AT_specification names). GCC also marks the functions it makes up
+// itself artificial, a lambda's operator() among them, whose body is the
+// lambda's, written by hand; those are all class members, and so are not
+// taken here for wrappers.
+bool is_artificial_wrapper(Dwarf_Die* inlined) {
+  Dwarf_Attribute attr;
+  bool flag = false;
+  if (!dwarf_attr_integrate(inlined, DW_AT_artificial, &attr) || dwarf_formflag(&attr, &flag) != 0 || !flag)
+    return false;
+  // The declaration: the abstract origin, or the one it specifies.
+  Dwarf_Die origin, decl;
+  if (!dwarf_formref_die(dwarf_attr(inlined, DW_AT_abstract_origin, &attr), &origin)) return false;
+  if (!dwarf_formref_die(dwarf_attr(&origin, DW_AT_specification, &attr), &decl)) decl = origin;
+  Dwarf_Die* scopes = nullptr;  // decl, then what it is declared in
+  int n = dwarf_getscopes_die(&decl, &scopes);
+  int tag = n > 1 ? dwarf_tag(&scopes[1]) : DW_TAG_compile_unit;
+  free(scopes);
+  return n > 0 && tag != DW_TAG_class_type && tag != DW_TAG_structure_type && tag != DW_TAG_union_type;
+}
+
+// Where `inlined` was called from: DW_AT_call_file (an index into its
+// unit's file table) and DW_AT_call_line, what addr2line -i prints as the
+// next frame's line. False if it does not say.
+bool call_location(Dwarf_Die* inlined, std::string* file, int* line) {
+  Dwarf_Attribute attr;
+  Dwarf_Word index = 0, call_line = 0;
+  if (dwarf_formudata(dwarf_attr(inlined, DW_AT_call_file, &attr), &index) != 0 ||
+      dwarf_formudata(dwarf_attr(inlined, DW_AT_call_line, &attr), &call_line) != 0)
+    return false;
+  Dwarf_Die cu;
+  Dwarf_Files* files = nullptr;
+  size_t nfiles = 0;
+  if (!dwarf_diecu(inlined, &cu, nullptr, nullptr) || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0 ||
+      index >= nfiles)
+    return false;
+  const char* name = dwarf_filesrc(files, index, nullptr, nullptr);
+  if (!name) return false;
+  *file = name;
+  *line = static_cast<int>(call_line);
+  return true;
+}
+
+std::string die_function(Dwarf_Die* die) {
+  Dwarf_Attribute attr;
+  const char* name = nullptr;
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr))
+    name = dwarf_formstring(&attr);
+  else if (dwarf_attr_integrate(die, DW_AT_name, &attr))
+    name = dwarf_formstring(&attr);
+  return name ? demangle(name) : "";
+}
+
+// Tags whose DIEs can hold a function's code, or a concrete function.
+bool may_hold_code(int tag) {
+  return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_lexical_block ||
+         tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
+         tag == DW_TAG_union_type;
+}
+
+// The innermost DW_TAG_inlined_subroutine under `parent` whose code holds
+// pc, into *inlined (*found set). Not dwarf_getscopes: it looks only
+// inside DIEs whose code holds pc, and GCC puts the concrete DIE of a
+// lambda's static invoker (_FUN) inside the class type inside the
+// enclosing function's concrete DIE, whose code does not hold the
+// invoker's: pc in there gave no scopes at all. So functions and blocks
+// are searched whatever their code, for functions nested in them; only
+// inlined instances are pruned by it.
+void innermost_inlined(Dwarf_Die* parent, Dwarf_Addr pc, Dwarf_Die* inlined, bool* found) {
+  Dwarf_Die child;
+  if (dwarf_child(parent, &child) != 0) return;
+  do {
+    int tag = dwarf_tag(&child);
+    if (!may_hold_code(tag)) continue;
+    bool has_code = dwarf_hasattr(&child, DW_AT_low_pc) || dwarf_hasattr(&child, DW_AT_ranges);
+    bool holds_pc = has_code && dwarf_haspc(&child, pc) == 1;
+    if (tag == DW_TAG_inlined_subroutine) {
+      if (!holds_pc) continue;
+      *inlined = child;
+      *found = true;
+    }
+    innermost_inlined(&child, pc, inlined, found);
+    if (holds_pc) return;  // no other code holds it
+  } while (dwarf_siblingof(&child, &child) == 0);
+}
+
+// si holds the symbol's function and pc's line; `innermost` is the
+// innermost inlined instance containing pc. Steps out of artificial
+// wrappers, one by one (each step: the wrapper's call location, and the
+// function around it), then names the inlined function reached, if any,
+// with the symbol's function as the one it is inlined in.
+void call_site(Dwarf_Die* innermost, SourceInfo* si) {
+  // innermost and the DIEs around it in the concrete tree: the
+  // functions it is inlined in, lexical blocks, the subprogram, the unit.
+  Dwarf_Die* chain = nullptr;
+  int n = dwarf_getscopes_die(innermost, &chain);
+  int at = 0;  // an inlined instance in chain
+  while (at < n && is_artificial_wrapper(&chain[at])) {
+    std::string file;
+    int line = 0;
+    if (!call_location(&chain[at], &file, &line)) break;
+    si->file = file;
+    si->line = line;
+    int next = at + 1;
+    while (next < n && dwarf_tag(&chain[next]) != DW_TAG_inlined_subroutine &&
+           dwarf_tag(&chain[next]) != DW_TAG_subprogram)
+      next++;
+    at = next;
+    if (at < n && dwarf_tag(&chain[at]) != DW_TAG_inlined_subroutine) break;  // the subprogram: the symbol's
+  }
+  if (at < n && dwarf_tag(&chain[at]) == DW_TAG_inlined_subroutine) {
+    std::string name = die_function(&chain[at]);
+    if (!name.empty()) {
+      si->inlined_in = si->function;
+      si->function = name;
+    }
+  }
+  free(chain);
+}
+
 class DwSymbolizer : public Symbolizer {
  public:
   ~DwSymbolizer() override {
@@ -65,27 +189,13 @@ class DwSymbolizer : public Symbolizer {
         if (file) si.file = file;
         si.line = line;
       }
-      // The innermost inlined function containing pc, if any.
+      // The innermost inlined function containing pc, if any, past the
+      // artificial wrappers (symbolize.h).
       Dwarf_Addr bias = 0;
-      if (Dwarf_Die* cu = dwfl_module_addrdie(m, pc, &bias)) {
-        Dwarf_Die* scopes = nullptr;
-        int n = dwarf_getscopes(cu, pc - bias, &scopes);
-        for (int i = 0; i < n; i++) {
-          if (dwarf_tag(&scopes[i]) != DW_TAG_inlined_subroutine) continue;
-          Dwarf_Attribute attr;
-          const char* name = nullptr;
-          if (dwarf_attr_integrate(&scopes[i], DW_AT_linkage_name, &attr))
-            name = dwarf_formstring(&attr);
-          else if (dwarf_attr_integrate(&scopes[i], DW_AT_name, &attr))
-            name = dwarf_formstring(&attr);
-          if (name) {
-            si.inlined_in = si.function;
-            si.function = demangle(name);
-          }
-          break;
-        }
-        free(scopes);
-      }
+      Dwarf_Die inlined;
+      bool found = false;
+      if (Dwarf_Die* cu = dwfl_module_addrdie(m, pc, &bias)) innermost_inlined(cu, pc - bias, &inlined, &found);
+      if (found) call_site(&inlined, &si);
     }
     return out;
   }
@@ -115,11 +225,16 @@ class DwSymbolizer : public Symbolizer {
 #endif
 
 // binutils addr2line, batch mode through a temporary file of addresses.
+// Without DWARF attributes to go by, a frame is an artificial wrapper by
+// the names (symbolize.h): an inlined frame whose function's unqualified
+// name ends in "_site" and whose file is under mm/include/mm/ (see
+// is_wrapper for addr2line's misnamed innermost frames).
 class Addr2lineSymbolizer : public Symbolizer {
  public:
   explicit Addr2lineSymbolizer(std::string elf) : elf_(std::move(elf)) {}
   std::map<uint64_t, SourceInfo> lookup(const std::vector<uint64_t>& addrs) override {
     std::map<uint64_t, SourceInfo> out;
+    for (uint64_t a : addrs) out[a].function = "?";
     if (addrs.empty()) return out;
     char path[] = "/tmp/kmtrace-addrs-XXXXXX";
     int fd = mkstemp(path);
@@ -132,33 +247,69 @@ class Addr2lineSymbolizer : public Symbolizer {
     }
     bool ok = write(fd, list.data(), list.size()) == static_cast<ssize_t>(list.size());
     close(fd);
-    // Two lines per address (function, file:line); no -i, so the count
-    // of lines is known.
-    std::string cmd = "addr2line -f -C -e '" + elf_ + "' < " + path;
+    // -a: each address's frames (-i: the innermost first, then the
+    // functions it is inlined in, each at the line of the call) follow a
+    // line with the address, which no function or file name looks like.
+    std::string cmd = "addr2line -a -f -i -C -e '" + elf_ + "' < " + path;
     FILE* p = ok ? popen(cmd.c_str(), "r") : nullptr;
-    char fn[4096], loc[4096];
-    for (uint64_t a : addrs) {
-      SourceInfo& si = out[a];
-      si.function = "?";
-      if (!p || !fgets(fn, sizeof fn, p) || !fgets(loc, sizeof loc, p)) continue;
-      fn[strcspn(fn, "\n")] = 0;
-      loc[strcspn(loc, "\n")] = 0;
-      si.function = fn;
-      std::string l = loc;
-      size_t colon = l.rfind(':');
-      if (colon != std::string::npos && l.compare(0, 2, "??") != 0) {
-        si.file = l.substr(0, colon);
-        si.line = atoi(l.c_str() + colon + 1);
-      }
+    std::vector<std::vector<std::string>> answers;  // per address: function, location, function, ...
+    char line[4096];
+    while (p && fgets(line, sizeof line, p)) {
+      line[strcspn(line, "\n")] = 0;
+      if (is_address_line(line))
+        answers.emplace_back();
+      else if (!answers.empty())
+        answers.back().push_back(line);
     }
     if (p) pclose(p);
     unlink(path);
+    for (size_t i = 0; i < addrs.size() && i < answers.size(); i++) out[addrs[i]] = call_site(answers[i]);
     return out;
   }
   std::vector<std::pair<std::string, std::string>> compile_units() override { return {}; }
   const char* backend() const override { return "addr2line"; }
 
  private:
+  static bool is_address_line(const char* l) {
+    if (l[0] != '0' || l[1] != 'x' || !l[2]) return false;
+    return strspn(l + 2, "0123456789abcdefABCDEF") == strlen(l + 2);
+  }
+  // "mm/include/mm/..." or ".../mm/include/mm/...".
+  static bool in_mm_headers(const std::string& file) {
+    return file.rfind("mm/include/mm/", 0) == 0 || file.find("/mm/include/mm/") != std::string::npos;
+  }
+  // frames[at] is a wrapper, and inlined (not the last). addr2line
+  // sometimes names the innermost inlined frame after the function it is
+  // all inlined in (the last frame's, qualified): such a frame in
+  // mm/include/mm/ is taken for a wrapper too (no allocation tag is in
+  // those headers).
+  static bool is_wrapper(const std::vector<SourceInfo>& frames, size_t at) {
+    if (at + 1 >= frames.size() || !in_mm_headers(frames[at].file)) return false;
+    std::string name = unqualified_function(frames[at].function);
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_site") == 0) return true;
+    return at == 0 && name == unqualified_function(frames.back().function);
+  }
+  // One address's frames, as addr2line -f -i prints them, to the call site.
+  static SourceInfo call_site(const std::vector<std::string>& lines) {
+    std::vector<SourceInfo> frames;
+    for (size_t i = 0; i + 1 < lines.size(); i += 2) {
+      SourceInfo f;
+      f.function = lines[i];
+      const std::string& l = lines[i + 1];
+      size_t colon = l.rfind(':');
+      if (colon != std::string::npos && l.compare(0, 2, "??") != 0) {
+        f.file = l.substr(0, colon);
+        f.line = atoi(l.c_str() + colon + 1);
+      }
+      frames.push_back(f);
+    }
+    if (frames.empty()) return SourceInfo{"?", "", 0, ""};
+    size_t at = 0;  // frames[at + 1] is where frames[at] is called, at its line
+    while (is_wrapper(frames, at)) at++;
+    SourceInfo si = frames[at];
+    if (at + 1 < frames.size()) si.inlined_in = frames.back().function;
+    return si;
+  }
   std::string elf_;
 };
 

@@ -3,6 +3,20 @@
 // Uses elfutils' libdw (libdw-dev) when the build found it, else runs
 // binutils' addr2line. Caller addresses are return addresses: the line is
 // looked up at address - 1, inside the call instruction.
+//
+// A call site is where the allocator's public name is written, which is
+// what the kernel's allocation tags record (__FILE__, __LINE__, __func__).
+// Where that name expands to a call of an always-inline wrapper declared
+// __attribute__((artificial)) (mm::page_alloc -> mm::page_alloc_site in
+// mm/include/mm/page.h), the call instruction lies in the wrapper's inlined
+// copy; the lookup steps out of it to the frame around it: that frame's
+// function, and the line the wrapper is called from (DW_AT_call_file and
+// DW_AT_call_line, what addr2line -i prints as the outer frame's line),
+// repeatedly if wrappers nest. libdw knows a wrapper by DW_AT_artificial on
+// the inlined function's abstract instance; the addr2line backend, which
+// sees no attributes, by its names: an inlined frame whose function's
+// unqualified name ends in "_site" and whose file is under mm/include/mm/.
+// This holds for every command (sites, live, allocinfo, timeline).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -17,7 +31,7 @@ struct SourceInfo {
   std::string function;  // "?" if unknown
   std::string file;      // "" if unknown
   int line = 0;
-  std::string inlined_in;  // the function the call was inlined into, if any
+  std::string inlined_in;  // the function `function` is inlined into, if any (not an artificial wrapper)
   std::string location() const { return file.empty() ? "?" : file + ":" + std::to_string(line); }
 };
 
