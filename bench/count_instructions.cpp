@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include <mm/alloc_tag.h>
+
 #include "allocators.h"
 #include "patterns.h"
 
@@ -193,6 +195,21 @@ int main(int argc, char** argv) {
       return 1;
     }
     measure_pairs(KmemCacheAllocator{cp}, "pairs", m.name, 64);
+    kmem_cache_destroy(cp);
+  }
+
+  // Allocation profiling counting (mm/alloc_tag.h): the same pairs as the
+  // first rows with it on. Last: once it has been on, frees stay hooked.
+  {
+    kmem_cache_t* cp = kmem_cache_create("prof_pair", 64, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+    if (!cp || !mm::prof_set(true)) {
+      fprintf(stderr, "count_instructions: allocation profiling could not be switched on\n");
+      return 1;
+    }
+    measure_pairs(KmemCacheAllocator{cp}, "pairs", "prof_kmem_cache", 64);
+    measure_pairs(KmemAllocAllocator{64}, "pairs", "prof_kmem_alloc", 64);
+    measure_pairs(PageAllocator{}, "pairs", "prof_page", mm::kPageBytes);
+    mm::prof_set(false);
     kmem_cache_destroy(cp);
   }
 

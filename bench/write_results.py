@@ -44,6 +44,7 @@ BATCH_TARGET = 80
 VMEM_TARGET = 150
 VMEM_FRAGMENTED_RATIO = 1.25
 PAGE_TARGET = 60
+PROF_TARGET = 12  # instructions allocation profiling may add to a pair (issue: memory allocation profiling)
 
 
 def fail(msg):
@@ -221,6 +222,25 @@ def main():
         w("|---|---:|")
         for (name, title), (_, v) in zip(DEBUG_ROWS, debug_rows):
             w(f"| {title} | {fmt(v) if v is not None else '-'} |")
+        w("")
+
+    # Allocation profiling counting (count_instructions' very last rows):
+    # the same pairs with it on, and what it adds.
+    prof = [("kmem_cache", ir.get(("pairs", "prof_kmem_cache", 64)), ir.get(("pairs", "kmem_cache", 64))),
+            ("kmem_alloc", ir.get(("pairs", "prof_kmem_alloc", 64)), ir.get(("pairs", "kmem_alloc", 64))),
+            ("page", ir.get(("pairs", "prof_page", 4096)), special.get("page"))]
+    if any(on is not None for _, on, _ in prof):
+        w("Allocation profiling counting (`sysctl vm.mem_profiling 1`, `<mm/alloc_tag.h>`): 64-byte pairs "
+          "(single pages for `page`) with it on, and what it adds to the same pair with it off "
+          f"(target: at most {PROF_TARGET}):")
+        w("")
+        w("| allocator | on | added |")
+        w("|---|---:|---:|")
+        for name, on, off in prof:
+            added = on - off if on is not None and off is not None else None
+            miss = " MISSED" if added is not None and added > PROF_TARGET else ""
+            w(f"| {name} | {fmt(on) if on is not None else '-'} | "
+              f"{(fmt(added) + miss) if added is not None else '-'} |")
         w("")
 
     w("## Targets")
