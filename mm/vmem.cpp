@@ -1464,29 +1464,31 @@ __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size,
 // the quantum caches serve are not counted: their buffers have no segment).
 // Looked up again under the lock: this is the hooked path.
 bool own_segment(const vmem_t* vmp, size_t size) { return size - 1 >= vmp->qcache_want; }
-void prof_segment(vmem_t* vmp, void* p, size_t size, const mm::AllocTag* tag) {
-  if (!p || !mm::prof_counting()) return;
-  auto addr = reinterpret_cast<uintptr_t>(p);
-  uintptr_t asize = round_up(size, vmp->qmask);
-  ArenaLock h(vmp);
+// The reference of the allocated segment at addr of asize bytes (the arena
+// lock held), or null if there is none such.
+uint32_t* segment_tag(vmem_t* vmp, uintptr_t addr, uintptr_t asize) {
   Link** link;
   vmem_seg* v = hash_find(vmp, addr, &link);
-  if (*link && v->end - addr == asize) v->tag = mm::prof_charge(tag, asize);
+  return *link && v->end - addr == asize ? &v->tag : nullptr;
+}
+void prof_segment(vmem_t* vmp, void* p, size_t size, const mm::AllocTag* tag) {
+  if (!p || !mm::prof_counting()) return;
+  uintptr_t asize = round_up(size, vmp->qmask);
+  ArenaLock h(vmp);
+  if (uint32_t* t = segment_tag(vmp, reinterpret_cast<uintptr_t>(p), asize)) *t = mm::prof_charge(tag, asize);
 }
 // Before a free: only of an allocated segment of that size (anything else
 // the free refuses and reports).
 void prof_unsegment(vmem_t* vmp, void* p, size_t size, uintptr_t caller) {
   if (!mm::prof_freeing()) return;
-  auto addr = reinterpret_cast<uintptr_t>(p);
   uintptr_t asize = round_up(size, vmp->qmask);
   uint32_t ref;
   {
     ArenaLock h(vmp);
-    Link** link;
-    vmem_seg* v = hash_find(vmp, addr, &link);
-    if (!*link || v->end - addr != asize) return;
-    ref = v->tag;
-    v->tag = 0;
+    uint32_t* t = segment_tag(vmp, reinterpret_cast<uintptr_t>(p), asize);
+    if (!t) return;
+    ref = *t;
+    *t = 0;
   }
   mm::prof_uncharge(ref, asize, vmp->name, p, caller);
 }
@@ -1495,16 +1497,14 @@ void prof_unsegment(vmem_t* vmp, void* p, size_t size, uintptr_t caller) {
 // Gives the allocated segment at p to tag instead of the tag it was counted
 // at (a large kmem_alloc: vmem counted it at segkmem's call site).
 void mm::vmem_prof_retag(vmem_t* vmp, void* p, size_t size, const mm::AllocTag* tag) {
-  auto addr = reinterpret_cast<uintptr_t>(p);
   uintptr_t asize = round_up(size, vmp->qmask);
   uint32_t old;
   {
     ArenaLock h(vmp);
-    Link** link;
-    vmem_seg* v = hash_find(vmp, addr, &link);
-    if (!*link || v->end - addr != asize) return;
-    old = v->tag;
-    v->tag = mm::prof_charge(tag, asize);
+    uint32_t* t = segment_tag(vmp, reinterpret_cast<uintptr_t>(p), asize);
+    if (!t) return;
+    old = *t;
+    *t = mm::prof_charge(tag, asize);
   }
   if (old) mm::prof_uncharge(old, asize, vmp->name, p, 0);
 }
