@@ -124,8 +124,11 @@ int cmd_allocinfo(int argc, char** argv) {
             mm::alloc_tag_count());
     return 1;
   }
-  uint64_t untagged = mm::prof_untagged_frees();
+  uint64_t untagged = mm::prof_untagged_frees(), refless = mm::prof_refless_slabs();
   if (untagged) kprintf("# %llu frees of objects allocated while profiling was off\n", (unsigned long long)untagged);
+  if (refless)
+    kprintf("# %llu slabs made without tag references (memory ran out): their buffers are not counted\n",
+            (unsigned long long)refless);
   return 0;
 }
 

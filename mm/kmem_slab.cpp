@@ -157,10 +157,14 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
 // zeroed. A slab without them (the mode is never, or memory ran out) has
 // its buffers counted at no tag.
 uint64_t g_prof_bytes;
+uint64_t g_prof_refless;  // slabs made without references (memory ran out): their buffers are not counted
 uint32_t* prof_tags_alloc(uint32_t chunks) {
   size_t bytes = size_t{chunks} * sizeof(uint32_t);
   auto* t = static_cast<uint32_t*>(internal_alloc(bytes, KM_NOSLEEP));
-  if (!t) return nullptr;
+  if (!t) {
+    __atomic_fetch_add(&g_prof_refless, uint64_t{1}, __ATOMIC_RELAXED);
+    return nullptr;
+  }
   __builtin_memset(t, 0, bytes);
   __atomic_fetch_add(&g_prof_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
   return t;
@@ -688,6 +692,7 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
 
 Slab* prof_offslab(const kmem_cache_t*, uintptr_t addr) { return slab_of_heap_address(addr); }
 uint64_t prof_slab_bytes() { return __atomic_load_n(&g_prof_bytes, __ATOMIC_RELAXED); }
+uint64_t prof_refless_slabs() { return __atomic_load_n(&g_prof_refless, __ATOMIC_RELAXED); }
 
 void* prof_stamp_irq(const kmem_cache_t* cp, void* obj, const AllocTag* tag) {
   auto irq = plat::irq_save();

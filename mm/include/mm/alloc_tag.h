@@ -53,6 +53,9 @@ bool alloc_tag_find(const char* file, uint32_t line, AllocTagCounts& out);
 // Frees of objects that were allocated while profiling was off (counted,
 // the first one reported on the console), since boot.
 uint64_t prof_untagged_frees();
+// Slabs made without tag references because memory ran out (their buffers
+// are counted at no tag), since boot (kmem_slab.cpp).
+uint64_t prof_refless_slabs();
 // Bytes of the per-CPU counters and allocinfo's snapshot (the references
 // are the page allocator's descriptor pages and kmem's metadata).
 uint64_t prof_metadata_bytes();
