@@ -125,10 +125,15 @@ bool counters_ready() {
   g_counter_order = order;
   g_prof_tags = reinterpret_cast<uintptr_t>(__start_alloc_tags);
   g_prof_ntags = static_cast<uint32_t>(n);
-  // Release: the zeroed arrays before the pointers; the counting paths
-  // load the pointers only after they saw g_prof_counting, stored after
-  // this (release there too), so a plain load of each slot's pointer sees it.
+  // The counting paths load g_prof_counting relaxed, then these (plain
+  // loads: no acquire on the allocation path), and a control dependency
+  // does not order two loads on ARM or RISC-V. So every CPU is made to see
+  // them before counting can start: a call on each CPU, whose mailbox
+  // acquire orders that CPU's later loads after these stores (the
+  // platform's on_each_cpu). Once, at the first switch-on; they never
+  // change after.
   for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_prof_counters[c], got[c], __ATOMIC_RELEASE);
+  plat::on_each_cpu([](void*) {}, nullptr);
   return true;
 }
 
