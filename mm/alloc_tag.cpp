@@ -5,21 +5,27 @@
 //    alloc_tags; the linker gathers them between __start_alloc_tags and
 //    __stop_alloc_tags (the kernel's linker script does it explicitly,
 //    under .rodata). Nothing registers at run time: a tag is its index in
-//    the section. The tags are read-only; their counters are not in them.
+//    the section (a tag's size is its alignment, so the section is an
+//    array). The tags are read-only; their counters are not in them.
 // 2. Counters: per CPU slot an array of {bytes, calls}, one per tag,
 //    allocated the first time counting is switched on (never from the
-//    allocation path). A CPU adds to its own slot with relaxed atomic adds:
-//    nothing to mask, and on the host, where threads beyond kMaxCpus share
-//    a slot, nothing lost. Reading sums the slots; a CPU's figure may be
-//    negative (it freed what another allocated), the sum is not, once the
-//    adds it sums have happened.
-// 3. Each object remembers its tag: slab buffers of heap caches in a
-//    per-slab array of 32-bit references (tag index + 1, 0: none; kmem_
-//    slab.cpp, allocated with the slab unless the mode is never). The
-//    allocating CPU writes it after the allocation, before the object is
-//    returned; the freeing CPU reads and clears it before the free, while
-//    the object is still its caller's. Whatever ordered the object's hand-
-//    over between the two orders the reference too.
+//    allocation path), and made visible to every CPU before counting can
+//    start (counters_ready). A CPU adds to its own slot with interrupts
+//    masked: plain adds in the kernel; atomic adds on the host, where
+//    threads beyond kMaxCpus share a slot. Reading sums the slots; a CPU's
+//    figure may be negative (it freed what another allocated), the sum is
+//    not. (On 32-bit ARM a reader may see a 64-bit sum torn by an add in
+//    flight: a figure off for one print, never a count lost.)
+// 3. Each object remembers its tag as a 32-bit reference (tag index + 1,
+//    0: none): slab buffers of heap caches in an array beside their slab
+//    (kmem_slab.cpp, allocated with the slab unless the mode is never),
+//    page blocks in an array after the page descriptors (page.cpp), vmem
+//    allocations in their segment (vmem.cpp; a large kmem_alloc's segment
+//    is moved to its caller's tag). The allocating CPU writes it after the
+//    allocation, before the object is returned; the freeing CPU reads and
+//    clears it before the free, while the object is still its caller's.
+//    Whatever ordered the object's hand-over between the two orders the
+//    reference too.
 // 4. Switching. Counting on: the allocators' hooks go on (mm/hooks.h,
 //    kFeatureProfile) and the call sites' macros pass their tags to the
 //    tagged entry points, which stamp objects and count. Off: the
@@ -30,14 +36,14 @@
 //    reference while counting is on (the object was allocated while it was
 //    off) is counted and reported once (Linux's CONFIG_MEM_ALLOC_
 //    PROFILING_DEBUG).
-// 5. Not tagged yet: large kmem_alloc allocations (whole heap pages),
-//    page_alloc and vmem_alloc: they are not counted at any tag.
+// 5. Not counted: vmem_alloc sizes an arena's quantum caches serve (their
+//    buffers have no segment), and slabs refused their references because
+//    memory ran out (counted in prof_refless_slabs).
 #include <mm/alloc_tag.h>
 #include <mm/hooks.h>
 #include <mm/page.h>
 #include <mm/platform.h>
 #include "alloc_tag_internal.h"
-#include "lock.h"
 #if !defined(MM_KERNEL)
 #include <cstdlib>  // getenv: the host library's MM_MEM_PROFILING
 #endif
