@@ -9,11 +9,14 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/shell.h>
+#include <kernel/static_branch.h>
 #include <kernel/string.h>
 #include <mm/alloc_tag.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/platform.h>
 #include <mm/vmem.h>
+#include "mm_accounting.h"
 
 namespace {
 
@@ -86,17 +89,45 @@ int test_done(const char* cmd) {
   return 0;
 }
 
+void print_total(int64_t v, const char* what) { kprintf("# %12lli %s\n", static_cast<long long>(v), what); }
+
+int print_totals() {
+  AllocTotals t;
+  if (!allocinfo_totals(t)) {
+    kprintf("allocinfo: the allocators are not up yet\n");
+    return 1;
+  }
+  kprintf("# totals, bytes: RAM = tagged + untagged + held for reuse + allocator metadata + free + reserved\n");
+  print_total(t.tagged, "tagged: live objects and pages of call sites outside mm/ (kmem, page allocator)");
+  print_total(t.untagged, "untagged: live ones no tag counts (allocated while profiling was off)");
+  print_total(static_cast<int64_t>(t.held),
+              "held for reuse: free buffers in magazines, depot and slabs, slab overhead, per-CPU page caches, "
+              "mapped free heap");
+  print_total(static_cast<int64_t>(t.metadata),
+              "allocator metadata: kmem's and vmem's pages, mm's own caches and tables, page tables");
+  print_total(static_cast<int64_t>(t.free), "free");
+  print_total(static_cast<int64_t>(t.reserved), "reserved: kernel image, DTB, reserved ranges, page descriptors");
+  print_total(static_cast<int64_t>(t.ram), t.sum() == static_cast<int64_t>(t.ram)
+                                               ? "RAM: the sum of the above, as meminfo"
+                                               : "RAM: NOT the sum of the above (the books do not balance)");
+  return t.sum() == static_cast<int64_t>(t.ram) ? 0 : 1;
+}
+
 int cmd_allocinfo(int argc, char** argv) {
-  const char* usage = "usage: allocinfo [--top N] [--sort bytes|calls] [--nonzero] | allocinfo test [done]";
+  const char* usage =
+      "usage: allocinfo [--top N] [--sort bytes|calls] [--nonzero] [--totals] | allocinfo test [done]";
   if (argc >= 2 && strcmp(argv[1], "test") == 0) {
     if (argc == 2) return test_start(argv[0]);
     if (argc == 3 && strcmp(argv[2], "done") == 0) return test_done(argv[0]);
     return shell::usage_error(argv[0], "%s", usage);
   }
   mm::AllocInfoOptions opt;
+  bool totals = false;
   for (int i = 1; i < argc; i++) {
     const char* a = argv[i];
-    if (strcmp(a, "--nonzero") == 0) {
+    if (strcmp(a, "--totals") == 0) {
+      totals = true;
+    } else if (strcmp(a, "--nonzero") == 0) {
       opt.nonzero = true;
     } else if (strcmp(a, "--top") == 0) {
       uint64_t n;
@@ -129,7 +160,7 @@ int cmd_allocinfo(int argc, char** argv) {
   if (refless)
     kprintf("# %llu slabs made without tag references (memory ran out): their buffers are not counted\n",
             (unsigned long long)refless);
-  return 0;
+  return totals ? print_totals() : 0;
 }
 
 int cmd_sysctl(int argc, char** argv) {
@@ -156,6 +187,52 @@ int cmd_sysctl(int argc, char** argv) {
 
 }  // namespace
 
+// The totals. From the tags: tagged, the tags of call sites outside mm/
+// of kmem and the page allocator (vmem's bytes are units of an arena, RAM
+// or not; mm/'s own calls are slabs, spans and metadata, counted below
+// from the allocators). From the allocators (mm_boot::accounting, meminfo's
+// figures, and kmem_books):
+//   live outside mm/ = the buffers of profiled caches + large kmem_allocs
+//                      that are not the allocators' own + the pages no
+//                      subsystem claims (meminfo's "other": direct
+//                      page_alloc users);
+//   untagged         = live outside mm/ - tagged;
+//   held             = per-CPU page caches + profiled slabs' bytes not
+//                      live + the heap's mapped bytes in neither a slab nor
+//                      a large allocation;
+//   metadata         = kmem's and vmem's pages + page tables + the
+//                      allocators' own slabs and large allocations;
+//   free, reserved   = the page allocator's.
+// The sum is RAM when every page is claimed once (meminfo's equation, with
+// nothing unclaimed); untagged is 0 when counting has been on since boot.
+bool allocinfo_totals(AllocTotals& t) {
+  if (!mm_boot::ready()) return false;
+  t = AllocTotals{};
+  int64_t tagged = 0;
+  for (size_t i = 0; i < mm::alloc_tag_count(); i++) {
+    mm::AllocTagCounts c;
+    mm::alloc_tag_read(i, c);
+    if (!c.tag->internal && c.tag->kind != mm::AllocKind::kVmem) tagged += c.bytes;
+  }
+  mm_boot::MemAccounting a;
+  mm_boot::accounting(a);
+  mm::PageStats ps;
+  mm::page_stats(ps);
+  mm::KmemBooks k;
+  mm::kmem_books(k);
+  uint64_t pcp = ps.pcp_pages * mm::kPageBytes;
+  uint64_t live = k.live_bytes_profiled + (k.large_bytes - k.large_internal_bytes) + a.other;
+  t.tagged = tagged;
+  t.untagged = static_cast<int64_t>(live) - tagged;
+  t.held = pcp + (k.slab_bytes_profiled - k.live_bytes_profiled) +
+           (a.heap - k.slab_bytes_profiled - k.slab_bytes_internal - k.large_bytes);
+  t.metadata = a.kmem_meta + a.vmem_tags + a.page_tables + k.slab_bytes_internal + k.large_internal_bytes;
+  t.free = a.free - pcp;
+  t.reserved = a.reserved;
+  t.ram = a.ram;
+  return true;
+}
+
 namespace allocinfo_boot {
 void setup() {
   char buf[16];
@@ -166,14 +243,24 @@ void setup() {
   else kprintf("mm: sysctl.vm.mem_profiling=%s: expected 0, 1 or never; 0\n", buf);
 }
 
+bool g_since_boot;
+
 void start() {
   if (mm::prof_mode() != mm::ProfMode::kOn) return;
   mm::prof_boot_mode(mm::ProfMode::kOff);  // prof_set says on once it is
-  if (mm::prof_set(true)) kprintf("mm: allocation profiling on (%zu call sites)\n", mm::alloc_tag_count());
-  else kprintf("mm: allocation profiling could not be switched on\n");
+  // The hooks' static branches need their patching page (once; kmemtrace
+  // asks for it too).
+  if (static_branch::init() && mm::prof_set(true)) {
+    g_since_boot = true;
+    kprintf("mm: allocation profiling on (%zu call sites)\n", mm::alloc_tag_count());
+  } else {
+    kprintf("mm: allocation profiling could not be switched on\n");
+  }
 }
+
+bool counting_since_boot() { return g_since_boot && mm::prof_mode() == mm::ProfMode::kOn; }
 }  // namespace allocinfo_boot
 
 SHELL_COMMAND(allocinfo, "live bytes and objects per allocation call site: allocinfo [--top N] [--sort bytes|calls] "
-              "[--nonzero] | allocinfo test [done]", cmd_allocinfo);
+              "[--nonzero] [--totals] | allocinfo test [done]", cmd_allocinfo);
 SHELL_COMMAND(sysctl, "read or set allocation profiling: sysctl vm.mem_profiling [0|1]", cmd_sysctl);

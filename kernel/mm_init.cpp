@@ -104,11 +104,11 @@ void init() {
   });
   kmem_debug_shell::setup();  // kmem.debug=: before the first cache
   mm::kmem_init();
+  allocinfo_boot::start();  // sysctl.vm.mem_profiling=1: before anything outside mm/ allocates
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();
   failslab_setup();
   mm::kmem_debug_start();  // debugged kmem_alloc caches: the hooks pass the sizes asked for
-  allocinfo_boot::start();
   mm::PageStats st;
   mm::page_stats(st);
   g_boot_free_pages = st.free_pages;

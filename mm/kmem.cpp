@@ -405,6 +405,35 @@ uint64_t kmem_slab_bytes() {
   return total;
 }
 
+void kmem_books(KmemBooks& out) {
+  out = KmemBooks{};
+  for_each_cache([&](kmem_cache_t* cp) {
+    if ((cp->flags & KMC_QCACHE) || cp->owner_check == kOwnerNone) return;  // not heap memory
+    uint64_t slabs;
+    {
+      Guard<> g(cp->slab_lock);
+      slabs = (cp->partial.count + cp->full.count + cp->empty.count) * cp->slab_size;
+    }
+    if (!cp->profiled) {
+      out.slab_bytes_internal += slabs;
+      return;
+    }
+    KmemCacheStats st;
+    kmem_cache_stats(cp, st);
+    out.slab_bytes_profiled += slabs;
+    out.live_bytes_profiled += st.buf_inuse * cp->chunk;
+  });
+  segkmem_for_each_large(
+      [](uintptr_t start, size_t size, void* arg) {
+        auto& b = *static_cast<KmemBooks*>(arg);
+        b.large_bytes += size;
+        LargeLeakWords w;
+        if (segkmem_large_leak_words(start, w) && (*w.w[LargeLeakWords::kFlagsWord] & kLargeUntracked))
+          b.large_internal_bytes += size;
+      },
+      &out);
+}
+
 uint64_t kmem_metadata_pages() {
   return __atomic_load_n(&g_meta_pages, __ATOMIC_RELAXED) + segkmem_index_pages() + stackdepot_pages() +
          kmemleak_metadata_pages() + (prof_metadata_bytes() + kPageBytes - 1) / kPageBytes;
@@ -524,7 +553,7 @@ __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, ui
 // The Solaris name, for calls that do not go through the macro (mm/kmem.h):
 // counted at this function's own tag.
 void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
-  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api(), MM_ALLOC_TAG());
+  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return cache_alloc(cp, kmflag);
 }
 

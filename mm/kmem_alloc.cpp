@@ -178,14 +178,14 @@ using namespace mm;
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
 void* (kmem_alloc)(size_t size, int kmflag) {
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG());
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return kmem_alloc_body(size, kmflag);
 }
 
 void* (kmem_zalloc)(size_t size, int kmflag) {
   void* p;
   if (kmemtrace::on()) {
-    p = kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG());
+    p = kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
   } else {
     p = kmem_alloc_body(size, kmflag);
   }

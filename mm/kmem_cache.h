@@ -426,6 +426,9 @@ __attribute__((always_inline)) inline void prof_unstamp_masked(const kmem_cache_
 // The same with interrupts as they are (kmem_slab.cpp); returns obj.
 void* prof_stamp_irq(const kmem_cache_t* cp, void* obj, const AllocTag* tag);
 void prof_unstamp(const kmem_cache_t* cp, void* obj, uintptr_t caller);
+// An object the consolidator moved from one buffer to another keeps its
+// reference (or, if the new buffer's slab has none, leaves its tag).
+void prof_move(const kmem_cache_t* cp, void* from, void* to);
 
 // --- kmem_consolidate.cpp -------------------------------------------------
 void move_cache(kmem_cache_t* cp);

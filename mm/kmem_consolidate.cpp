@@ -78,8 +78,10 @@ void move_cache(kmem_cache_t* cp) {
         LeakMeta* from = leak_meta_of(cp, reinterpret_cast<void*>(old));
         LeakMeta* to = leak_meta_of(cp, dst);
         if (from && to) *to = *from;
+        prof_move(cp, reinterpret_cast<void*>(old), dst);  // and its allocation profiling reference
         slab_free(cp, reinterpret_cast<void*>(old), true, 0);
       } else if (rc == KMEM_CBRC_DONT_NEED) {
+        prof_unstamp(cp, reinterpret_cast<void*>(old), 0);  // the object is gone: off its tag
         slab_free(cp, reinterpret_cast<void*>(old), true, 0);
         slab_free(cp, dst, true, 0);
       } else if (rc == KMEM_CBRC_DONT_KNOW) {

@@ -707,6 +707,17 @@ void prof_unstamp(const kmem_cache_t* cp, void* obj, uintptr_t caller) {
   plat::irq_restore(irq);
 }
 
+void prof_move(const kmem_cache_t* cp, void* from, void* to) {
+  uint32_t* f = prof_slot<true>(cp, from);
+  if (!f) return;
+  if (uint32_t* t = prof_slot<true>(cp, to)) {
+    *t = *f;
+    *f = 0;
+  } else {
+    prof_unstamp(cp, from, 0);
+  }
+}
+
 uint64_t leak_records_bytes() { return __atomic_load_n(&g_leak_bytes, __ATOMIC_RELAXED); }
 
 // The flag's acquire pairs with mark_slab_pages' release: owner and the

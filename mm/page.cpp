@@ -758,7 +758,7 @@ void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
 // The functions themselves (mm/page.h): calls that do not go through the
 // macros are counted at these functions' own tags.
 uint64_t (page_alloc)(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address(), MM_ALLOC_TAG());
+  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address(), MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, caller_address());
@@ -771,7 +771,7 @@ void page_free(uint64_t pa, unsigned order) {
 }
 
 void* (page_alloc_va)(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address(), MM_ALLOC_TAG());
+  if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address(), MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;

@@ -1532,7 +1532,7 @@ __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_
 // The functions themselves (mm/vmem.h): calls that do not go through the
 // macros are counted at these functions' own tags.
 void* (vmem_alloc)(vmem_t* vmp, size_t size, int vmflag) {
-  if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api(), MM_ALLOC_TAG());
+  if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kVmem));
   return alloc_body(vmp, size, vmflag, caller_of_api());
 }
 
@@ -1572,7 +1572,8 @@ __attribute__((always_inline)) inline void* xalloc_body(vmem_t* vmp, size_t size
 
 void* (vmem_xalloc)(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
                     void* maxaddr, int vmflag) {
-  return xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller_of_api(), MM_ALLOC_TAG());
+  return xalloc_body(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag, caller_of_api(),
+                     MM_ALLOC_TAG_INDIRECT(kVmem));
 }
 
 void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,

@@ -4,7 +4,8 @@
 # lines of kernel/allocinfo.cpp; then the kernel's `allocinfo` and `kmtrace
 # allocinfo` (rebuilt offline from the dump of the same run) must print the
 # same lines, in the same format, for every site of that file; each site has
-# the count the command made; `allocinfo test done` takes them all back to
+# the count the command made; --totals adds up to RAM with nothing live
+# untagged; `allocinfo test done` takes them all back to
 # zero; bad options are refused; `sysctl vm.mem_profiling` reads and
 # switches; nothing is reported as an allocator error.
 # Usage: allocinfo-e2e.sh QEMU_RUN BOARD BUILD_DIR KMTRACE [qemu-run options...]
@@ -24,6 +25,7 @@ kmemtrace on
 allocinfo test
 kmemtrace off
 allocinfo --nonzero
+allocinfo --totals --top 1
 kmemtrace dump
 allocinfo test done
 allocinfo --nonzero
@@ -84,6 +86,17 @@ for cmd, msg in (("allocinfo --sort size", "expected bytes or calls"), ("allocin
     check(f"'{cmd}' refused: {out.strip()}", msg in out)
 check("sysctl reads 1 at boot, 0 once switched off, 1 again",
       re.findall(r"vm\.mem_profiling = (\S+)", text) == ["1", "0", "0", "1"])
+# The books (--totals), profiling on since boot: nothing live is untagged,
+# and the lines add up to RAM.
+tot = text.split("magpie> allocinfo --totals --top 1\n", 1)[1].split("magpie> ", 1)[0]
+vals = {m.group(2).split(":")[0].split(" (")[0]: int(m.group(1)) for m in re.finditer(r"^# +(-?\d+) (.*)$", tot, re.M)}
+check(f"--totals prints every line ({sorted(vals)})",
+      {"tagged", "untagged", "held for reuse", "allocator metadata", "free", "reserved", "RAM"} <= set(vals))
+if "RAM" in vals:
+    parts = sum(v for k, v in vals.items() if k != "RAM")
+    check(f"--totals: the parts add up to RAM ({parts} = {vals['RAM']})", parts == vals["RAM"])
+    check(f"--totals: nothing live is untagged ({vals.get('untagged')})", vals.get("untagged") == 0)
+    check("--totals says the books balance", "RAM: the sum of the above" in tot)
 check("no allocator error or panic", "PANIC" not in text and "\n0 allocator errors reported since boot" in text)
 sys.exit(1 if bad else 0)
 PY

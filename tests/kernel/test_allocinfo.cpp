@@ -5,6 +5,7 @@
 // Linked last (tests/kernel/CMakeLists.txt): once profiling has been on,
 // the frees stay hooked (mm/alloc_tag.cpp, 4), which tests that need the
 // allocators' hooks off would see.
+#include <kernel/allocinfo.h>
 #include <kernel/ktest.h>
 #include <kernel/string.h>
 #include <mm/alloc_tag.h>
@@ -152,4 +153,44 @@ KTEST(allocinfo_counts_indirect_calls_at_the_functions_tags) {
   kmem_free(q, 64);
   KEXPECT_EQ(function_tag("mm/kmem_alloc.cpp", "kmem_alloc").calls, before);
   KEXPECT_EQ(mm::prof_untagged_frees(), untagged);
+}
+
+// The books balance (allocinfo --totals): tagged + untagged + held +
+// metadata + free + reserved = RAM before, during and after a workload;
+// the workload's bytes, counted from the allocators' own sizes, move
+// tagged by exactly that much and untagged not at all; with profiling on
+// since boot nothing live is untagged.
+KTEST(allocinfo_books_balance) {
+  if (mm::prof_mode() == mm::ProfMode::kNever) KSKIP("booted with sysctl.vm.mem_profiling=never");
+  if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): some slabs may have no tag references");
+  AllocTotals t0, t1, t2;
+  KASSERT(allocinfo_totals(t0));
+  KEXPECT_EQ(t0.sum(), static_cast<int64_t>(t0.ram));
+  if (allocinfo_boot::counting_since_boot()) KEXPECT_EQ(t0.untagged, 0);
+  ProfilingOn on;
+  KASSERT(on.ok);
+  KASSERT(allocinfo_totals(t0));
+  kmem_cache_t* cp = kmem_cache_create("test_books", 100, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  void* a[10];
+  void* c[7];
+  uint64_t pg[3];
+  for (auto& p : a) p = kmem_alloc(200, KM_SLEEP);
+  for (auto& p : c) p = kmem_cache_alloc(cp, KM_SLEEP);
+  void* large = kmem_alloc(50000, KM_SLEEP);
+  for (auto& p : pg) p = mm::page_alloc(1, KM_SLEEP);
+  uint64_t bytes = 10 * chunk_of(a[0]) + 7 * chunk_of(c[0]) + 13 * mm::kPageBytes + 3 * 2 * mm::kPageBytes;
+  KASSERT(allocinfo_totals(t1));
+  KEXPECT_EQ(t1.sum(), static_cast<int64_t>(t1.ram));
+  KEXPECT_EQ(t1.tagged - t0.tagged, static_cast<int64_t>(bytes));
+  KEXPECT_EQ(t1.untagged, t0.untagged);
+  for (auto p : a) kmem_free(p, 200);
+  for (auto p : c) kmem_cache_free(cp, p);
+  kmem_free(large, 50000);
+  for (auto p : pg) mm::page_free(p, 1);
+  KEXPECT(kmem_cache_destroy(cp));
+  KASSERT(allocinfo_totals(t2));
+  KEXPECT_EQ(t2.sum(), static_cast<int64_t>(t2.ram));
+  KEXPECT_EQ(t2.tagged, t0.tagged);
+  KEXPECT_EQ(t2.untagged, t0.untagged);
 }

@@ -20,11 +20,20 @@ namespace mm {
 // Its size is its alignment (a power of two), so that the compiler's own
 // alignment of static data (16 or 32 bytes for objects this size on some
 // targets) leaves no gaps between tags: the section is an array.
+// Which allocator a tag's call is to (allocinfo --totals counts the RAM of
+// kmem's and the page allocator's; vmem's bytes are an arena's units).
+enum class AllocKind : uint8_t { kKmem, kPage, kVmem };
+
 struct alignas(sizeof(void*) == 8 ? 32 : 16) AllocTag {
   const char* file;  // relative to the source tree
   const char* func;
   uint32_t line;
+  AllocKind kind;
+  bool internal;  // a call mm/ makes for itself (its file is in mm/): slabs, spans, metadata
 };
+// Is the call at file (relative to the source tree) one mm/ makes for
+// itself? The functions' own tags (indirect calls) are not.
+constexpr bool alloc_site_internal(const char* file) { return file[0] == 'm' && file[1] == 'm' && file[2] == '/'; }
 static_assert(sizeof(AllocTag) == alignof(AllocTag));
 
 // sysctl vm.mem_profiling: never (no per-object metadata, cannot be
@@ -85,10 +94,12 @@ bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char* line, 
 // outside alloc_tags and the call not counted (the CTest BOARD/alloc-tags
 // fails the build's image if one is; call a non-template function there).
 // An inline function is fine.
-#define MM_ALLOC_TAG()                                                                                        \
+#define MM_ALLOC_TAG_AS(kind_, internal_)                                                                    \
   ({                                                                                                          \
-    static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = {__FILE__,    \
-                                                                                              __func__,    \
-                                                                                              __LINE__};   \
+    static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = {              \
+        __FILE__, __func__, __LINE__, ::mm::AllocKind::kind_, internal_};                                     \
     &mm_alloc_tag_;                                                                                          \
   })
+#define MM_ALLOC_TAG(kind_) MM_ALLOC_TAG_AS(kind_, ::mm::alloc_site_internal(__FILE__))
+// The functions' own tags: the calls that do not go through the macros.
+#define MM_ALLOC_TAG_INDIRECT(kind_) MM_ALLOC_TAG_AS(kind_, false)

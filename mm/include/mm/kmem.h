@@ -67,11 +67,11 @@ void* kmem_alloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
 void* kmem_zalloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
 #define MM_ALLOC_HOOKS(tagged, plain) (::mm::plat::alloc_hooks_on() ? (tagged) : (plain))
 #define kmem_cache_alloc(cp, kmflag) \
-  MM_ALLOC_HOOKS(::kmem_cache_alloc_tagged((cp), (kmflag), MM_ALLOC_TAG()), ::kmem_cache_alloc((cp), (kmflag)))
+  MM_ALLOC_HOOKS(::kmem_cache_alloc_tagged((cp), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_cache_alloc((cp), (kmflag)))
 #define kmem_alloc(size, kmflag) \
-  MM_ALLOC_HOOKS(::kmem_alloc_tagged((size), (kmflag), MM_ALLOC_TAG()), ::kmem_alloc((size), (kmflag)))
+  MM_ALLOC_HOOKS(::kmem_alloc_tagged((size), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_alloc((size), (kmflag)))
 #define kmem_zalloc(size, kmflag) \
-  MM_ALLOC_HOOKS(::kmem_zalloc_tagged((size), (kmflag), MM_ALLOC_TAG()), ::kmem_zalloc((size), (kmflag)))
+  MM_ALLOC_HOOKS(::kmem_zalloc_tagged((size), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_zalloc((size), (kmflag)))
 
 namespace mm {
 
@@ -101,6 +101,17 @@ void kmem_move_pass();
 // Bytes held by the slabs of caches whose memory is page-backed (every cache
 // but vmem quantum caches over integer arenas).
 uint64_t kmem_slab_bytes();
+// Where the heap's kmem memory is, for allocation profiling's totals
+// (allocinfo --totals): a snapshot, exact when nothing allocates or frees
+// meanwhile.
+struct KmemBooks {
+  uint64_t slab_bytes_profiled;   // slabs of heap caches allocation profiling counts (not the allocators' own)
+  uint64_t live_bytes_profiled;   // their buffers allocated to callers (each its chunk)
+  uint64_t slab_bytes_internal;   // slabs of the allocators' own heap caches
+  uint64_t large_bytes;           // large kmem_alloc allocations, the allocators' own included
+  uint64_t large_internal_bytes;  // of which the allocators' own
+};
+void kmem_books(KmemBooks& out);
 // Pages kmem took straight from the page allocator for its own bookkeeping
 // (cache structures, off-slab hash tables, the heap page index) and for its
 // debugging features' stack depot (mm/stackdepot.h).

@@ -116,8 +116,8 @@ void page_free_va(void* va, unsigned order);
                                                                             const AllocTag* tag) {
   return plat::alloc_hooks_on() ? page_alloc_va_tagged(order, kmflag, tag) : (page_alloc_va)(order, kmflag);
 }
-#define page_alloc(order, kmflag) page_alloc_site((order), (kmflag), MM_ALLOC_TAG())
-#define page_alloc_va(order, kmflag) page_alloc_va_site((order), (kmflag), MM_ALLOC_TAG())
+#define page_alloc(order, kmflag) page_alloc_site((order), (kmflag), MM_ALLOC_TAG(kPage))
+#define page_alloc_va(order, kmflag) page_alloc_va_site((order), (kmflag), MM_ALLOC_TAG(kPage))
 
 Page* page_of_phys(uint64_t pa);  // nullptr if pa is not RAM we manage
 Page* page_of(const void* va);    // direct-map or heap address; nullptr if neither

@@ -64,12 +64,12 @@ void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag
 void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
                          void* maxaddr, int vmflag, const mm::AllocTag* tag);
 #define vmem_alloc(vmp, size, vmflag)                                                               \
-  (::mm::plat::alloc_hooks_on() ? ::vmem_alloc_tagged((vmp), (size), (vmflag), MM_ALLOC_TAG()) \
+  (::mm::plat::alloc_hooks_on() ? ::vmem_alloc_tagged((vmp), (size), (vmflag), MM_ALLOC_TAG(kVmem)) \
                                 : ::vmem_alloc((vmp), (size), (vmflag)))
 #define vmem_xalloc(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag)                                   \
   (::mm::plat::alloc_hooks_on()                                                                                   \
        ? ::vmem_xalloc_tagged((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag),         \
-                              MM_ALLOC_TAG())                                                                     \
+                              MM_ALLOC_TAG(kVmem))                                                                     \
        : ::vmem_xalloc((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag)))
 // Bytes allocated (VMEM_ALLOC), free (VMEM_FREE) or both.
 size_t vmem_size(vmem_t* vmp, int typemask);
