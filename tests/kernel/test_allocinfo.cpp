@@ -152,7 +152,9 @@ KTEST(allocinfo_counts_indirect_calls_at_the_functions_tags) {
   kmem_free(p, 64);
   kmem_free(q, 64);
   KEXPECT_EQ(function_tag("mm/kmem_alloc.cpp", "kmem_alloc").calls, before);
-  KEXPECT_EQ(mm::prof_untagged_frees(), untagged);
+  // Our frees found their references (under fault injection, code that
+  // handles an injected failure may free older objects meanwhile).
+  if (!mm::failslab_armed()) KEXPECT_EQ(mm::prof_untagged_frees(), untagged);
 }
 
 // The books balance (allocinfo --totals): tagged + untagged + held +
