@@ -76,6 +76,7 @@ namespace {
 using ull = unsigned long long;
 
 constexpr uint64_t kMaxOps = 10'000'000'000ull;
+constexpr uint64_t kProgressMinOps = 100000;  // per core: shorter runs print no progress
 constexpr unsigned kHeld = 64;          // slots per core
 constexpr unsigned kInbox = 64;         // items per core's inbox
 constexpr unsigned kRegSlots = 2048;    // per movable cache
@@ -623,8 +624,16 @@ void worker(void*) {
   unsigned self = cpu_id();
   Core& c = g_core[self];
   bool sampler = self == g_t.caller;
+  // Long runs say how far they are, every tenth of the calling core's share
+  // (the cores' shares are equal, so it is the whole run's progress).
+  uint64_t tenth = sampler && c.ops >= kProgressMinOps ? c.ops / 10 : 0;
+  uint64_t t0 = tenth ? timer::now_ns() : 0;
   for (uint64_t op = 0; op < c.ops; op++) {
     if (sampler && op % 256 == 0) sample_ticks();
+    if (tenth && op && op % tenth == 0 && op / tenth < 10) {
+      uint64_t ms = (timer::now_ns() - t0) / 1000000;
+      kprintf("kmem torture: %llu%% (%llu ms)\n", (ull)(op / tenth * 10), (ull)ms);
+    }
     if (op % 16 == 0) drain_inbox(c);
     uint32_t pick = c.rng.below(10000);
     if (pick < 2) {
