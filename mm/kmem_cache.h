@@ -391,39 +391,9 @@ void leak_note_large(void* obj, uintptr_t caller);
 uint64_t kmemleak_metadata_pages();
 
 // --- Allocation profiling (alloc_tag.cpp; the references: kmem_slab.cpp) ---
-// The slab of an off-slab buffer of cp, through the heap's page index.
-Slab* prof_offslab(const kmem_cache_t* cp, uintptr_t addr);
-// Buffer obj's tag reference, if obj is a buffer of a slab of cp that has
-// references; else null. exact: also check that obj is a buffer's start
-// (a free's pointer; an allocation's is one).
-template <bool kExact>
-__attribute__((always_inline)) inline uint32_t* prof_slot(const kmem_cache_t* cp, const void* obj) {
-  if (!cp->profiled) return nullptr;
-  auto addr = reinterpret_cast<uintptr_t>(obj);
-  Slab* sp = __builtin_expect(cp->offslab, 0) ? prof_offslab(cp, addr) : onslab_header(addr);
-  if (!sp || !sp->tags || (kExact && (sp->cache != cp || addr < sp->base))) return nullptr;
-  uintptr_t off = addr - sp->base;
-  // Exact for every buffer start: off * (2^32 / chunk + e) / 2^32 with
-  // 0 <= e < 1 is the index plus off * e / 2^32 < 1 (off < 2^32).
-  auto i = static_cast<uint32_t>((uint64_t{off} * cp->prof_recip) >> 32);
-  if (kExact && (i >= sp->chunks || i * cp->chunk != off)) return nullptr;  // past the slab, inside a buffer
-  return &sp->tags[i];
-}
-uint64_t prof_slab_bytes();
-// Stamps obj with tag and counts it (kernel: interrupts masked, the
-// magazine path's own masking); before a free, subtracts obj from its tag
-// and clears the reference.
-__attribute__((always_inline)) inline void prof_stamp(const kmem_cache_t* cp, void* obj, const AllocTag* tag) {
-  if (uint32_t* slot = prof_slot<false>(cp, obj)) *slot = prof_charge_masked(tag, cp->chunk);
-}
-__attribute__((always_inline)) inline void prof_unstamp_masked(const kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  uint32_t* slot = prof_slot<true>(cp, obj);
-  if (!slot) return;
-  uint32_t ref = *slot;
-  *slot = 0;
-  prof_uncharge_masked(ref, cp->chunk, cp->name, obj, caller);
-}
-// The same with interrupts as they are (kmem_slab.cpp); returns obj.
+// Stamps obj with tag and counts it; before a free, subtracts obj from its
+// tag and clears the reference (each masks interrupts for the counters).
+// prof_stamp_irq returns obj (a tail call's value).
 void* prof_stamp_irq(const kmem_cache_t* cp, void* obj, const AllocTag* tag);
 void prof_unstamp(const kmem_cache_t* cp, void* obj, uintptr_t caller);
 // An object the consolidator moved from one buffer to another keeps its

@@ -58,8 +58,6 @@ void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag*
 // A hooked free while allocation profiling subtracts: the reference off
 // the buffer, then the free (a tail call, for the same reason).
 void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
-// kmemleak's stamp on a magazine hit (a tail call: the hooked copy stays
-// frameless). Returns obj.
 
 // Off-slab caches: does the heap page index say obj is in a slab of cp?
 // (A mismatch is reported by free_bad_owner.) A heap page's owner is its

@@ -156,7 +156,6 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
 // Allocation profiling's references, one per buffer (alloc_tag.cpp, 3),
 // zeroed. A slab without them (the mode is never, or memory ran out) has
 // its buffers counted at no tag.
-uint64_t g_prof_bytes;
 uint64_t g_prof_refless;  // slabs made without references (memory ran out): their buffers are not counted
 uint32_t* prof_tags_alloc(uint32_t chunks) {
   size_t bytes = size_t{chunks} * sizeof(uint32_t);
@@ -166,13 +165,11 @@ uint32_t* prof_tags_alloc(uint32_t chunks) {
     return nullptr;
   }
   __builtin_memset(t, 0, bytes);
-  __atomic_fetch_add(&g_prof_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
   return t;
 }
 void prof_tags_free(uint32_t* t, uint32_t chunks) {
   size_t bytes = size_t{chunks} * sizeof(uint32_t);
   internal_free(t, bytes);
-  __atomic_fetch_sub(&g_prof_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
 }
 
 void leak_slab_free(LeakSlab* ls) {
@@ -690,20 +687,40 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
   return &ls->meta[(addr - sp->base) / cp->chunk];
 }
 
-Slab* prof_offslab(const kmem_cache_t*, uintptr_t addr) { return slab_of_heap_address(addr); }
-uint64_t prof_slab_bytes() { return __atomic_load_n(&g_prof_bytes, __ATOMIC_RELAXED); }
+namespace {
+// Buffer obj's tag reference, if obj is a buffer of a slab of cp that has
+// references; else null. kExact: also check that obj is a buffer's start
+// (a free's pointer; an allocation's is one).
+template <bool kExact>
+__attribute__((always_inline)) inline uint32_t* prof_slot(const kmem_cache_t* cp, const void* obj) {
+  if (!cp->profiled) return nullptr;
+  auto addr = reinterpret_cast<uintptr_t>(obj);
+  Slab* sp = __builtin_expect(cp->offslab, 0) ? slab_of_heap_address(addr) : onslab_header(addr);
+  if (!sp || !sp->tags || (kExact && (sp->cache != cp || addr < sp->base))) return nullptr;
+  uintptr_t off = addr - sp->base;
+  // Exact for every buffer start: off * (2^32 / chunk + e) / 2^32 with
+  // 0 <= e < 1 is the index plus off * e / 2^32 < 1 (off < 2^32).
+  auto i = static_cast<uint32_t>((uint64_t{off} * cp->prof_recip) >> 32);
+  if (kExact && (i >= sp->chunks || i * cp->chunk != off)) return nullptr;  // past the slab, inside a buffer
+  return &sp->tags[i];
+}
+}  // namespace
 uint64_t prof_refless_slabs() { return __atomic_load_n(&g_prof_refless, __ATOMIC_RELAXED); }
 
 void* prof_stamp_irq(const kmem_cache_t* cp, void* obj, const AllocTag* tag) {
   auto irq = plat::irq_save();
-  prof_stamp(cp, obj, tag);
+  if (uint32_t* slot = prof_slot<false>(cp, obj)) *slot = prof_charge_masked(tag, cp->chunk);
   plat::irq_restore(irq);
   return obj;
 }
 
 void prof_unstamp(const kmem_cache_t* cp, void* obj, uintptr_t caller) {
   auto irq = plat::irq_save();
-  prof_unstamp_masked(cp, obj, caller);
+  if (uint32_t* slot = prof_slot<true>(cp, obj)) {
+    uint32_t ref = *slot;
+    *slot = 0;
+    prof_uncharge_masked(ref, cp->chunk, cp->name, obj, caller);
+  }
   plat::irq_restore(irq);
 }
 
