@@ -9,9 +9,7 @@ set -uo pipefail
 shopt -s lastpipe  # case_ runs at the end of pipelines and counts in this shell
 [[ $# -eq 1 && -x "$1" ]] || { echo "usage: test-bench-check.sh PATH/TO/bench-check (an executable)" >&2; exit 2; }
 checker=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 total=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 baseline() {  # the baseline every case compares with
   cat <<'B'
@@ -50,17 +48,9 @@ ok_rows=("pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs k
 case_() {
   local name=$1 want=$2 pattern=$3
   shift 3
-  total=$((total + 1))
   cat >"$tmp/log"
   "$checker" "$@" "$tmp/log" >"$tmp/out" 2>&1
-  local got=$?
-  if [[ $got -eq $want ]] && grep -Eq -- "$pattern" "$tmp/out"; then
-    echo "ok: $name"
-  else
-    echo "FAILED: $name (status $got, wanted $want and a line matching '$pattern'); output:"
-    sed 's/^/    /' "$tmp/out"
-    fails=$((fails + 1))
-  fi
+  verdict "$name" $? "$want" "$pattern"
 }
 baseline >"$tmp/base"
 B=(--baseline "$tmp/base")
@@ -107,5 +97,4 @@ if grep -q '^#   tools/bench-qemu --update-baseline --boards qemu-virt-arm64$' "
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache - - skipped" |
   case_ "--write-baseline refuses a run with a skipped row" 1 'a baseline needs every row measured' --write-baseline "$tmp/new2"
 
-echo "$((total - fails)) passed, $fails failed"
-exit $((fails > 0))
+summary

@@ -8,34 +8,17 @@
 set -uo pipefail
 [[ $# -eq 1 && -x "$1" ]] || { echo "usage: test-halt-test.sh PATH/TO/halt-test.sh (an executable)" >&2; exit 2; }
 checker=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 total=0
-cat >"$tmp/run" <<EOF2
-#!/usr/bin/env bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # The checker must boot as the board, without semihosting.
-[[ " \$* " == *" --no-semihosting "* ]] || { echo "stand-in: no --no-semihosting in \$*"; exit 2; }
-cat >/dev/null
-cat "$tmp/log"
-exit \$(cat "$tmp/status")
-EOF2
-chmod +x "$tmp/run"
+stand_in '[[ " $* " == *" --no-semihosting "* ]] || { echo "stand-in: no --no-semihosting in $*"; exit 2; }'
 
 # case NAME RUN-STATUS WANT-STATUS WANT-PATTERN LOG-TEXT
 case_() {
   local name=$1 status=$2 want=$3 pattern=$4 text=$5
-  total=$((total + 1))
-  printf '%b' "$text" | sed 's/$/\r/' >"$tmp/log"
+  console_log "$text"
   echo "$status" >"$tmp/status"
   "$checker" "$tmp/run" board "$tmp" >"$tmp/out" 2>&1
-  local got=$?
-  if [[ $got -eq $want ]] && grep -Eq -- "$pattern" "$tmp/out"; then
-    echo "ok: $name"
-  else
-    echo "FAILED: $name (status $got, wanted $want and a line matching '$pattern'); output:"
-    sed 's/^/    /' "$tmp/out"
-    fails=$((fails + 1))
-  fi
+  verdict "$name" $? "$want" "$pattern"
 }
 
 # One log serves both boots (poweroff and the panic): it has both lines.
@@ -51,5 +34,4 @@ case_ "no trap caught fails it" 124 1 "0 'semihosting unavailable' lines" "$head
 case_ "a silent hang (no halt message) fails it" 124 1 'FAILED: poweroff' "$head$trapped"
 case_ "a panic without its report fails it" 124 1 'FAILED: a panic' "${good/PANIC on cpu 0: ASSERT failed: v == 42/PANIC on cpu 0: data abort}"
 
-echo "$((total - fails)) of $total cases passed"
-[[ $fails -eq 0 ]]
+summary

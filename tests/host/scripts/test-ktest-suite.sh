@@ -7,25 +7,15 @@
 set -uo pipefail
 [[ $# -eq 1 && -x "$1" ]] || { echo "usage: test-ktest-suite.sh PATH/TO/ktest-suite (an executable)" >&2; exit 2; }
 checker=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 total=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # case NAME WANT-STATUS WANT-PATTERN LOG-TEXT [checker args...]
 case_() {
   local name=$1 want=$2 pattern=$3 text=$4
   shift 4
-  total=$((total + 1))
   printf '%b' "$text" >"$tmp/log"
   "$checker" "$@" --log "$tmp/log" >"$tmp/out" 2>&1
-  local got=$?
-  if [[ $got -eq $want ]] && grep -Eq -- "$pattern" "$tmp/out"; then
-    echo "ok: $name"
-  else
-    echo "FAILED: $name (status $got, wanted $want and a line matching '$pattern'); output:"
-    sed 's/^/    /' "$tmp/out"
-    fails=$((fails + 1))
-  fi
+  verdict "$name" $? "$want" "$pattern"
 }
 
 boot='Magpie 0.1.0 (qemu-virt-arm64, arm64) booting\r\n'
@@ -87,5 +77,4 @@ else
   echo "FAILED: the command form (statuses $a, $b)"; cat "$tmp/out" "$tmp/out2"; fails=$((fails + 1))
 fi
 
-echo "$((total - fails)) passed, $fails failed"
-exit $((fails > 0))
+summary

@@ -8,35 +8,18 @@
 set -uo pipefail
 [[ $# -eq 1 && -x "$1" ]] || { echo "usage: test-torture-test.sh PATH/TO/torture-test.sh (an executable)" >&2; exit 2; }
 checker=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 total=0
-cat >"$tmp/run" <<EOF2
-#!/usr/bin/env bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # qemu-run has no --cpus: the checker keeps it for itself.
-for a; do [[ \$a == --cpus ]] && { echo "qemu-run: unknown option '--cpus'"; exit 2; }; done
-cat >/dev/null
-cat "$tmp/log"
-exit \$(cat "$tmp/status")
-EOF2
-chmod +x "$tmp/run"
+stand_in 'for a; do [[ $a == --cpus ]] && { echo "qemu-run: unknown option '\''--cpus'\''"; exit 2; }; done'
 
 # case NAME WANT-STATUS WANT-PATTERN LOG-TEXT [checker args after OPS...]
 case_() {
   local name=$1 want=$2 pattern=$3 text=$4
   shift 4
-  total=$((total + 1))
-  printf '%b' "$text" | sed 's/$/\r/' >"$tmp/log"
+  console_log "$text"
   echo "${RUN_STATUS:-0}" >"$tmp/status"
   "$checker" "$tmp/run" board "$tmp" 1000 "$@" >"$tmp/out" 2>&1
-  local got=$?
-  if [[ $got -eq $want ]] && grep -Eq -- "$pattern" "$tmp/out"; then
-    echo "ok: $name"
-  else
-    echo "FAILED: $name (status $got, wanted $want and a line matching '$pattern'); output:"
-    sed 's/^/    /' "$tmp/out"
-    fails=$((fails + 1))
-  fi
+  verdict "$name" $? "$want" "$pattern"
 }
 
 head='magpie> kmem torture 1000 12345\nkmem torture: 1000 ops on 8 cpus, seed 12345\n'
@@ -73,5 +56,4 @@ case_ "fault injection that made allocations fail passes" 0 '^torture-test: PASS
   "${good/kmem fail: off/kmem fail: 10% of KM_NOSLEEP\/VM_NOSLEEP allocations, every 1 eligible, no limit, every cache and arena; 9743 failed so far}" \
   --append kmem.fail=10,1,-1
 
-echo "$((total - fails)) of $total cases passed"
-[[ $fails -eq 0 ]]
+summary
