@@ -1,11 +1,12 @@
 // ARMv7-A entry: the Linux ARM boot protocol.
 //
-// The bootloader (QEMU, U-Boot bootz) loads this raw image at its link
-// address and jumps to its first byte in SVC (or HYP) mode with the MMU and
-// data cache off, r0 = 0, r1 = machine type, r2 = physical address of the
-// DTB.
+// The bootloader (QEMU, U-Boot bootz) loads this raw image anywhere in RAM
+// (a zImage is not tied to an address) and jumps to its first byte in SVC
+// (or HYP) mode with the MMU and data cache off, r0 = 0, r1 = machine type,
+// r2 = physical address of the DTB.
 //
 // Primary core:
+//   0. if not at the link address, move there (relocate, below);
 //   1. drop from HYP to SVC if needed; mask interrupts;
 //   2. invalidate the cache lines over the boot stack and page-table pool
 //      (written with the MMU off, they must not meet stale lines later);
@@ -36,12 +37,17 @@ _start:
     .endr
     b       primary_entry
     .word   0x016f2818                  // zImage magic
-    .word   _start                      // load and run address
-    .word   __data_end                  // end of the loaded image
+    .word   0                           // load and run address: 0, any (relocate)
+    .word   __loaded_size               // end of the loaded image, from its start
     .word   0x04030201                  // little endian
 
 primary_entry:
     mov     r8, r2                      // DTB
+    adr     r4, _start                  // where the image runs
+    ldr     r5, =_start                 // where it was linked to run
+    cmp     r4, r5
+    bne     relocate
+linked_entry:
     bl      enter_svc
     mrc     p15, 0, r9, c0, c0, 5       // MPIDR
 
@@ -83,6 +89,129 @@ secondary_entry:
     bl      secondary_main
 1:  wfe
     b       1b
+
+// Moves the image from where the bootloader put it (r4) to its link address
+// (r5) and continues at linked_entry there with r8 = the DTB; the DTB moves
+// too if it lies where the image will live. The link address is RAM base +
+// 64 KiB on the boards this arch has; the image holds only absolute
+// addresses (literal pools, tables of pointers), so it must run there.
+// Position-independent: PC-relative branches and adr, and literals whose
+// values are link addresses. Uses no stack and no memory but the copies.
+//
+// Three cases, as Linux's zImage head has them:
+//   - the copy does not overlap the loaded image: one move;
+//   - it overlaps below the loaded image (loaded at most one image size
+//     above the link address): a forward copy would overwrite this code
+//     before it finished, so first move the image above both and start
+//     again from there (then it is the first case);
+//   - it overlaps above (loaded below the link address, as at RAM + 32 KiB,
+//     a common zImage address): copied backwards from the end, which
+//     reaches this code (the image's first 512 bytes) only if the two are
+//     less than that apart; they are 32 KiB apart at least on these boards.
+// Whatever the kernel will use past the loaded bytes (.bss, the page
+// tables, the stacks: up to __kernel_end) must not hold the DTB: if it
+// does, the DTB moves just above both the kernel's footprint and the
+// loaded image first.
+//
+// Caches: the protocol has the data cache off and clean, so the copies
+// reach memory; lines the bootloader left for the destination (clean, but
+// now stale) are invalidated, and so are the instruction cache and the
+// branch predictor, before the jump.
+relocate:
+    ldr     r6, =__data_end
+    sub     r6, r6, r5                  // r6: bytes loaded (a multiple of 8)
+    ldr     r7, =__kernel_end
+    sub     r7, r7, r5                  // r7: the kernel's whole footprint
+    add     r9, r5, r6                  // r9: end of the destination's loaded part
+    // Overlap below: link < run < link + loaded.
+    cmp     r4, r5
+    cmphi   r9, r4
+    bls     2f
+    add     r10, r4, r6                 // r10: first move's target, 4 KiB above
+    add     r10, r10, #0xff0            // the loaded image (and above the DTB if
+    add     r10, r10, #0xf              // the move would land on it)
+    bic     r10, r10, #0xff0
+    bic     r10, r10, #0xf
+    ldr     r11, [r8, #4]               // DTB totalsize, big-endian
+    rev     r11, r11
+    add     r11, r11, r8                // r11: DTB end
+    add     r0, r10, r6
+    cmp     r8, r0                      // DTB start < target end
+    cmplo   r10, r11                    // and target start < DTB end: overlap
+    bhs     1f
+    add     r10, r11, #0xff0
+    add     r10, r10, #0xf
+    bic     r10, r10, #0xff0
+    bic     r10, r10, #0xf
+1:  mov     r0, r10
+    mov     r1, r4
+    mov     r2, r6
+    bl      boot_memmove
+    mov     r0, r10
+    add     r1, r10, r6
+    bl      sync_moved_code
+    add     r0, r10, #(primary_entry - _start)
+    mov     r2, r8                      // primary_entry again, in the new copy
+    bx      r0
+2:  // Does the DTB lie in [link, link + footprint)?
+    ldr     r11, [r8, #4]
+    rev     r11, r11                    // DTB totalsize
+    add     r0, r5, r7                  // footprint end
+    add     r1, r8, r11                 // DTB end
+    cmp     r8, r0
+    cmplo   r5, r1
+    bhs     3f
+    add     r10, r4, r6                 // above the loaded image
+    cmp     r10, r0
+    movlo   r10, r0                     // and the footprint
+    add     r10, r10, #7
+    bic     r10, r10, #7                // (a DTB is 8-byte aligned)
+    mov     r0, r10
+    mov     r1, r8
+    add     r2, r11, #3
+    bic     r2, r2, #3
+    bl      boot_memmove
+    mov     r8, r10
+3:  mov     r0, r5
+    mov     r1, r4
+    mov     r2, r6
+    bl      boot_memmove
+    mov     r0, r5
+    mov     r1, r9
+    bl      sync_moved_code
+    ldr     pc, =linked_entry
+
+// Copies r2 bytes (a multiple of 4) from r1 to r0, word-aligned, in the
+// direction that is safe when the two overlap. Clobbers r0-r3.
+boot_memmove:
+    cmp     r0, r1
+    bxeq    lr
+    bhi     2f
+1:  subs    r2, r2, #4                  // forward
+    ldrhs   r3, [r1], #4
+    strhs   r3, [r0], #4
+    bhi     1b
+    bx      lr
+2:  add     r0, r0, r2                  // backward, from the end
+    add     r1, r1, r2
+3:  subs    r2, r2, #4
+    ldrhs   r3, [r1, #-4]!
+    strhs   r3, [r0, #-4]!
+    bhi     3b
+    bx      lr
+
+// Makes code just written to [r0, r1) with the caches off safe to run:
+// invalidates the data cache's stale lines over it, then the instruction
+// cache and the branch predictor. Clobbers r0-r3, r12.
+sync_moved_code:
+    mov     r12, lr
+    bl      dcache_invalidate_range
+    mov     r0, #0
+    mcr     p15, 0, r0, c7, c5, 0       // ICIALLU
+    mcr     p15, 0, r0, c7, c5, 6       // BPIALL
+    dsb
+    isb
+    bx      r12
 
 // If entered in HYP mode, let SVC mode use the counter and timers, give it
 // the real ID registers, and return to the caller in SVC mode with

@@ -3,8 +3,12 @@
 // The bootloader (QEMU, U-Boot booti, the Raspberry Pi firmware) loads this
 // raw Image at a 2 MiB-aligned base + text_offset and jumps to its first
 // byte with x0 = physical address of the DTB, MMU off, at EL2 or EL1.
+// The header asks for the base nearest the start of RAM (flags bit 3
+// clear), which is where the image is linked; a loader may still choose a
+// higher base.
 //
 // Primary core:
+//   0. if not at the link address, move there (relocate, below);
 //   1. drop from EL2 to EL1 if needed;
 //   2. invalidate the cache lines over the boot stack and page-table pool
 //      (written with the MMU off, they must not meet stale lines later);
@@ -32,6 +36,11 @@ _start:
 
 primary_entry:
     mov     x19, x0                     // DTB
+    adr     x20, _start                 // where the image runs
+    ldr     x21, =_start                // where it was linked to run
+    cmp     x20, x21
+    b.ne    relocate
+linked_entry:
     bl      drop_to_el1
     mrs     x20, mpidr_el1
 
@@ -103,6 +112,118 @@ spin_table_entry:
     b       1b
 2:  ldr     x0, [x1]
     b       secondary_entry
+
+// Moves the image from where the loader put it (x20) to its link address
+// (x21), RAM base + text_offset, and continues at linked_entry there with
+// x19 = the DTB; the DTB moves too if it lies where the image will live.
+// The image holds absolute addresses (literal pools, tables of pointers),
+// so it must run where it was linked. Position-independent: PC-relative
+// branches and adr, and literals whose values are link addresses. Uses no
+// stack and no memory but the copies; runs at EL2 or EL1, MMU off.
+//
+// Three cases, as arch/arm/start.S has them:
+//   - the copy does not overlap the loaded image: one move;
+//   - it overlaps below the loaded image: a forward copy would overwrite
+//     this code before it finished, so first move the image 4 KiB-aligned
+//     above both (and above the DTB if it would land on it) and start again
+//     from there, which is then the first case;
+//   - it overlaps above (loaded below the link address): copied backwards
+//     from the end, which reaches this code only if the two are less than
+//     its offset apart; a 2 MiB-aligned base puts them 2 MiB apart.
+// Whatever the kernel uses past the loaded bytes (.bss, page tables,
+// stacks: up to __kernel_end) must not hold the DTB: if it does, the DTB
+// moves just above both the kernel's footprint and the loaded image first.
+//
+// Caches: the protocol has the data cache off (and clean to the point of
+// coherency), so the copies reach memory; stale lines for the destination
+// and the instruction cache are invalidated before the jump.
+relocate:
+    ldr     x22, =__loaded_size         // x22: bytes loaded (a multiple of 8)
+    ldr     x23, =__image_size          // x23: the kernel's whole footprint
+    add     x24, x21, x22               // x24: end of the destination's loaded part
+    ldr     w25, [x19, #4]              // DTB totalsize, big-endian
+    rev     w25, w25
+    add     x25, x25, x19               // x25: DTB end
+    // Overlap below: link < run < link + loaded.
+    cmp     x20, x21
+    ccmp    x24, x20, #0, hi            // (hi) then compare end with run
+    b.ls    2f
+    add     x26, x20, x22               // x26: the first move's target
+    add     x26, x26, #0xfff
+    and     x26, x26, #~0xfff
+    add     x0, x26, x22
+    cmp     x19, x0                     // DTB start < target end
+    ccmp    x26, x25, #2, lo            // and target start < DTB end: overlap
+    b.hs    1f
+    add     x26, x25, #0xfff
+    and     x26, x26, #~0xfff
+1:  mov     x0, x26
+    mov     x1, x20
+    mov     x2, x22
+    bl      boot_memmove
+    mov     x0, x26
+    add     x1, x26, x22
+    bl      sync_moved_code
+    add     x1, x26, #(primary_entry - _start)
+    mov     x0, x19                     // primary_entry again, in the new copy
+    br      x1
+2:  // Does the DTB lie in [link, link + footprint)?
+    add     x0, x21, x23                // footprint end
+    cmp     x19, x0
+    ccmp    x21, x25, #2, lo
+    b.hs    3f
+    add     x26, x20, x22               // above the loaded image
+    cmp     x26, x0
+    csel    x26, x26, x0, hs            // and the footprint
+    add     x26, x26, #7
+    and     x26, x26, #~7               // (a DTB is 8-byte aligned)
+    mov     x0, x26
+    mov     x1, x19
+    sub     x2, x25, x19
+    add     x2, x2, #7
+    and     x2, x2, #~7
+    bl      boot_memmove
+    mov     x19, x26
+3:  mov     x0, x21
+    mov     x1, x20
+    mov     x2, x22
+    bl      boot_memmove
+    mov     x0, x21
+    mov     x1, x24
+    bl      sync_moved_code
+    ldr     x0, =linked_entry
+    br      x0
+
+// Copies x2 bytes (a multiple of 8) from x1 to x0, both 8-byte aligned, in
+// the direction that is safe when the two overlap. Clobbers x0-x3.
+boot_memmove:
+    cmp     x0, x1
+    b.eq    3f
+    b.hi    2f
+1:  cbz     x2, 3f                      // forward
+    ldr     x3, [x1], #8
+    str     x3, [x0], #8
+    sub     x2, x2, #8
+    b       1b
+2:  add     x0, x0, x2                  // backward, from the end
+    add     x1, x1, x2
+4:  cbz     x2, 3f
+    ldr     x3, [x1, #-8]!
+    str     x3, [x0, #-8]!
+    sub     x2, x2, #8
+    b       4b
+3:  ret
+
+// Makes code just written to [x0, x1) with the caches off safe to run:
+// invalidates the data cache's stale lines over it, then the instruction
+// cache. Clobbers x0-x3, x27.
+sync_moved_code:
+    mov     x27, lr
+    bl      dcache_invalidate_range
+    ic      iallu
+    dsb     sy
+    isb
+    ret     x27
 
 // If entered at EL2, configure EL1 as AArch64 with access to the counters
 // and return to the caller at EL1h with interrupts masked. Clobbers x0-x2.

@@ -1,11 +1,13 @@
 // RISC-V 64 entry: the Linux RISC-V boot protocol under SBI firmware.
 //
-// The firmware (OpenSBI, or U-Boot on top of it) loads this raw Image at
-// RAM base + text_offset and jumps to its first byte in S-mode with paging
-// off, a0 = this hart's id and a1 = physical address of the DTB. Any hart
-// may be the boot hart.
+// The firmware (OpenSBI, or U-Boot on top of it) loads this raw Image at a
+// 2 MiB-aligned address (OpenSBI's configured one, U-Boot's booti RAM base
+// + text_offset) and jumps to its first byte in S-mode with paging off,
+// a0 = this hart's id and a1 = physical address of the DTB. Any hart may
+// be the boot hart.
 //
 // Boot hart:
+//   0. if not at the link address, move there (relocate, below);
 //   1. mask interrupts, park stray traps, set the boot stack;
 //   2. clear .bss (RISC-V caches are coherent with paging off as on);
 //   3. build the Sv39 tables in C++ (riscv_early_mmu: the page-table pool
@@ -49,12 +51,17 @@ primary_entry:
     li      t1, 1
     amoswap.w.aq t1, t1, (t0)
     bnez    t1, stray_start
+    mv      s1, a0                  // hartid
+    mv      s2, a1                  // DTB
+    la      s10, boot_moved         // the flag strays here wait on (relocate)
+relocation_check:
+    lla     t0, _start              // where the image runs
+    ld      t1, link_start          // where it was linked to run
+    bne     t0, t1, relocate
     csrw    sie, zero
     csrci   sstatus, SSTATUS_SIE
     la      t0, early_trap
     csrw    stvec, t0
-    mv      s1, a0                  // hartid
-    mv      s2, a1                  // DTB
     li      tp, 0
     li      gp, 0
     la      sp, g_kernel_stacks     // slot 0's kernel stack (kernel/stack_layout.h)
@@ -96,14 +103,158 @@ secondary_entry:
 1:  wfi
     j       1b
 
+// Moves the image from where the firmware put it (t0) to its link address
+// (t1) and continues at relocation_check there with s1 = hart id and s2 =
+// the DTB; the DTB moves too if it lies where the image will live. The
+// image holds absolute addresses (tables of pointers), so it must run
+// where it was linked. Position-independent: PC-relative jumps and lla,
+// and literals whose values are link addresses. Uses no stack and no
+// memory but the copies.
+//
+// Three cases, as arch/arm/start.S has them:
+//   - the copy does not overlap the loaded image: one move;
+//   - it overlaps below the loaded image: a forward copy would overwrite
+//     this code before it finished, so first move the image 4 KiB-aligned
+//     above both (and above the DTB if it would land on it) and start
+//     again from there, which is then the first case; with 2 MiB-aligned
+//     addresses only an image over 2 MiB overlaps;
+//   - it overlaps above (loaded below the link address): copied backwards
+//     from the end, which reaches this code only if the two are less than
+//     its offset apart.
+// Whatever the kernel uses past the loaded bytes (.bss, page tables,
+// stacks: up to __kernel_end) must not hold the DTB: if it does, the DTB
+// moves just above both the kernel's footprint and the loaded image first.
+//
+// Harts that entered this copy at _start after the boot hart (stray_start)
+// wait on boot_moved in it, s10: the release store below publishes the
+// moved image to them; each then runs fence.i itself before jumping to it
+// (fence.i orders only the executing hart's instruction fetches).
+relocate:
+    mv      s3, t0                  // s3: run
+    mv      s4, t1                  // s4: link
+    ld      s5, loaded_size         // s5: bytes loaded (a multiple of 8)
+    ld      s6, image_size          // s6: the kernel's whole footprint
+    add     s7, s4, s5              // s7: end of the destination's loaded part
+    lbu     t0, 4(s2)               // DTB totalsize, big-endian
+    lbu     t1, 5(s2)
+    lbu     t2, 6(s2)
+    lbu     t3, 7(s2)
+    slli    t0, t0, 24
+    slli    t1, t1, 16
+    slli    t2, t2, 8
+    or      t0, t0, t1
+    or      t0, t0, t2
+    or      t0, t0, t3
+    add     s8, s2, t0              // s8: DTB end
+    li      s11, -4096          // s11: the 4 KiB mask
+    // Overlap below: link < run < link + loaded.
+    bleu    s3, s4, 2f
+    bleu    s7, s3, 2f
+    add     s9, s3, s5              // s9: the first move's target
+    sub     s9, s9, s11             // + 4096 - 1, rounded down: 4 KiB up
+    addi    s9, s9, -1
+    and     s9, s9, s11
+    add     t0, s9, s5
+    bgeu    s2, t0, 1f              // DTB at or past the target's end
+    bgeu    s9, s8, 1f              // or ends before it: no overlap
+    sub     s9, s8, s11
+    addi    s9, s9, -1
+    and     s9, s9, s11
+1:  mv      a0, s9
+    mv      a1, s3
+    mv      a2, s5
+    call    boot_memmove
+    fence.i
+    lla     t0, relocation_check    // its offset in the image, added to the copy's base
+    lla     t1, _start
+    sub     t0, t0, t1
+    add     t0, t0, s9
+    jr      t0                      // s1, s2, s10 carried over
+2:  // Does the DTB lie in [link, link + footprint)?
+    add     t0, s4, s6              // footprint end
+    bgeu    s2, t0, 3f
+    bgeu    s4, s8, 3f
+    add     s9, s3, s5              // above the loaded image
+    bgeu    s9, t0, 4f
+    mv      s9, t0                  // and the footprint
+4:  addi    s9, s9, 7
+    andi    s9, s9, -8              // (a DTB is 8-byte aligned)
+    mv      a0, s9
+    mv      a1, s2
+    sub     a2, s8, s2
+    addi    a2, a2, 7
+    andi    a2, a2, -8
+    call    boot_memmove
+    mv      s2, s9
+3:  mv      a0, s4
+    mv      a1, s3
+    mv      a2, s5
+    call    boot_memmove
+    fence.i
+    li      t0, 1
+    fence   rw, w                   // release: the copy before the flag
+    sw      t0, 0(s10)
+    lla     t0, relocation_check
+    lla     t1, _start
+    sub     t0, t0, t1
+    add     t0, t0, s4
+    jr      t0
+
+// Copies a2 bytes (a multiple of 8) from a1 to a0, both 8-byte aligned, in
+// the direction that is safe when the two overlap. Clobbers a0-a3.
+boot_memmove:
+    beq     a0, a1, 3f
+    bgtu    a0, a1, 2f
+1:  beqz    a2, 3f                  // forward
+    ld      a3, 0(a1)
+    sd      a3, 0(a0)
+    addi    a0, a0, 8
+    addi    a1, a1, 8
+    addi    a2, a2, -8
+    j       1b
+2:  add     a0, a0, a2              // backward, from the end
+    add     a1, a1, a2
+4:  beqz    a2, 3f
+    addi    a0, a0, -8
+    addi    a1, a1, -8
+    ld      a3, 0(a1)
+    sd      a3, 0(a0)
+    addi    a2, a2, -8
+    j       4b
+3:  ret
+
+.balign 8
+link_start:
+    .dword  _start
+link_stray:
+    .dword  stray_start
+loaded_size:
+    .dword  __loaded_size
+image_size:
+    .dword  __image_size
+
 // A hart that entered at _start after the boot hart (see above), paging off,
 // a0 = its hart id. Waits until riscv_starting_cpu names a PerCpu with this
 // hart id, marks it (arch_scratch[0] = 1, reported by init_secondary_cpu)
-// and continues as the secondary it is. Touches no stack.
+// and continues as the secondary it is. Touches no stack. One that entered
+// a copy the boot hart is moving away from (relocate) first waits for the
+// move and continues in the moved image.
 stray_start:
     csrw    sie, zero
     csrci   sstatus, SSTATUS_SIE
-    la      t2, riscv_starting_cpu
+    lla     t0, _start
+    ld      t1, link_start
+    beq     t0, t1, 3f
+    la      t2, boot_moved
+4:  lw      t0, 0(t2)
+    fence   r, rw                   // acquire: pairs with relocate's release store
+    bnez    t0, 5f
+    .insn   i 0x0f, 0, x0, x0, 0x010    // pause
+    j       4b
+5:  fence.i                         // this hart's fetches see the moved code
+    ld      t0, link_stray
+    jr      t0
+3:  la      t2, riscv_starting_cpu
 1:  ld      t0, 0(t2)
     fence   r, rw                   // acquire: pairs with start_cpu's release store
     beqz    t0, 2f
@@ -139,4 +290,6 @@ early_trap:
 .section .data
 .balign 8
 boot_lottery:
+    .word   0
+boot_moved:                         // set in the copy the boot hart moved from
     .word   0

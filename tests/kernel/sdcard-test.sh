@@ -2,7 +2,9 @@
 # Checks what tools/make-sdcard writes, with mtools (no root, no loop
 # device): an MBR with one bootable FAT32 (LBA) partition that fsck.fat
 # finds clean, holding the firmware, config.txt with the lines the board
-# needs, and the kernel image and DTB byte for byte.
+# needs, and the kernel image and DTB byte for byte; with --uboot, U-Boot
+# as the firmware's kernel and a boot.scr that loads and starts ours; and
+# options that cannot apply refused with a message.
 # Usage: sdcard-test.sh MAKE_SDCARD BOARD BUILD_DIR
 set -uo pipefail
 make_sdcard=$1 board=$2 build=$3
@@ -44,5 +46,35 @@ check "kernel8.img and the DTB are the build's" $?
 [[ $(stat -c %s "$work/start.elf") -gt 1000000 ]]
 check "start.elf is the firmware (over 1 MB)" $?
 
-echo "$((6 - fails)) passed, $fails failed"
+# The U-Boot card: the firmware starts U-Boot, whose distro boot runs boot.scr.
+"$make_sdcard" "$board" "$work/ub.img" --build-dir "$build" --uboot --append "test kmemtrace=on" >/dev/null ||
+  { echo "FAILED: make-sdcard --uboot"; exit 1; }
+uimg="$work/ub.img@@1M"
+files=$(mdir -i "$uimg" -b :: | sed 's|^::/||' | sort | tr '\n' ' ')
+[[ $files == "bcm2837-rpi-3-b.dtb boot.scr bootcode.bin config.txt fixup.dat kernel8.img start.elf u-boot-rpi3.bin " ]]
+check "--uboot files: $files" $?
+mtype -i "$uimg" ::config.txt | grep -qx kernel=u-boot-rpi3.bin
+check "--uboot: config.txt starts U-Boot" $?
+mcopy -i "$uimg" ::boot.scr "$work/"
+script=$(tail -c +73 "$work/boot.scr")   # past the 64-byte image header and the 8-byte length table
+ok=0
+for line in 'load ${devtype} ${devnum}:${distro_bootpart} ${kernel_addr_r} kernel8.img' \
+    'setenv bootargs "test kmemtrace=on"' 'booti ${kernel_addr_r} - ${fdt_addr}'; do
+  grep -qxF "$line" <<<"$script" || { echo "boot.scr lacks: $line"; ok=1; }
+done
+check "--uboot: boot.scr loads kernel8.img, sets bootargs, runs booti" $ok
+
+# Options that cannot apply are refused, with a message, and no image.
+ok=0
+for bad in "--append test" "--uboot --load-addr 12" "--uboot --append a\"b" "--frobnicate"; do
+  # shellcheck disable=SC2086
+  if "$make_sdcard" "$board" "$work/bad.img" --build-dir "$build" $bad >"$work/bad.log" 2>&1 || [[ -e $work/bad.img ]]; then
+    echo "accepted: $bad"; ok=1
+  elif ! grep -q '^make-sdcard: ' "$work/bad.log"; then
+    echo "no message for: $bad"; ok=1
+  fi
+done
+check "bad options refused with a message" $ok
+
+echo "$((9 - fails)) passed, $fails failed"
 exit $((fails ? 1 : 0))
