@@ -125,10 +125,13 @@ secondary_entry:
 // stacks: up to __kernel_end) must not hold the DTB: if it does, the DTB
 // moves just above both the kernel's footprint and the loaded image first.
 //
-// Harts that entered this copy at _start after the boot hart (stray_start)
-// wait on boot_moved in it, s10: the release store below publishes the
-// moved image to them; each then runs fence.i itself before jumping to it
-// (fence.i orders only the executing hart's instruction fetches).
+// Harts that entered this copy at _start after the boot hart (stray_start;
+// only firmware without SBI HSM starts them so) wait on boot_moved in it,
+// s10: the release store below publishes the moved image to them; each
+// then runs fence.i itself before jumping to it (fence.i orders only the
+// executing hart's instruction fetches). When the two copies overlap (an
+// image over 2 MiB), the move overwrites the code such harts spin in, and
+// the flag's word is the kernel's: it is not written, and they are lost.
 relocate:
     mv      s3, t0                  // s3: run
     mv      s4, t1                  // s4: link
@@ -191,10 +194,12 @@ relocate:
     mv      a2, s5
     call    boot_memmove
     fence.i
+    sub     t0, s10, s4             // the flag's copy now lies inside the
+    bltu    t0, s6, 5f              // kernel (overlapping moves): no strays can be saved
     li      t0, 1
     fence   rw, w                   // release: the copy before the flag
     sw      t0, 0(s10)
-    lla     t0, relocation_check
+5:  lla     t0, relocation_check
     lla     t1, _start
     sub     t0, t0, t1
     add     t0, t0, s4
