@@ -2,7 +2,9 @@
 // (W^X), so each instruction is written through a temporary writable
 // alias of its frame in the heap window: map the frame there, store the
 // 4-byte instruction (one aligned store: cores executing the site see the
-// old or the new instruction, never a mix), make it visible to
+// old or the new instruction, never a mix; riscv64's sites may sit on a
+// 2-byte boundary and take two stores, with the other cores parked, as
+// below), make it visible to
 // instruction fetch (arch::text_written), unmap. Then every online core
 // runs arch::sync_instructions through a cross-call, so none goes on
 // executing an instruction it fetched before.
@@ -30,6 +32,7 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/smp.h>
+#include <arch/ops.h>
 #include <kernel/static_branch.h>
 #include <mm/page.h>
 #include <mm/segkmem.h>
@@ -58,7 +61,7 @@ bool patchable(uintptr_t site, uintptr_t target) {
             static_cast<unsigned long>(site), static_cast<unsigned long>(target), off);
     return false;
   }
-  if ((site & 3) || !in_text(site) || !in_text(target)) {
+  if ((site & (arch::kStaticBranchSiteAlign - 1)) || !in_text(site) || !in_text(target)) {
     kprintf("static_branch: site 0x%lx or target 0x%lx is not in the kernel text (0x%lx-0x%lx): not patched\n",
             static_cast<unsigned long>(site), static_cast<unsigned long>(target),
             reinterpret_cast<unsigned long>(__text_start), reinterpret_cast<unsigned long>(__text_end));
@@ -67,17 +70,30 @@ bool patchable(uintptr_t site, uintptr_t target) {
   return true;
 }
 
-bool patch(uintptr_t site, uintptr_t target, bool on) {
-  if (!patchable(site, target)) return false;
-  uint64_t pa = arch::translate(site);
+// Stores value (T: 4 or 2 bytes, aligned to its size) at text address at,
+// through the alias.
+template <typename T>
+bool write_text(uintptr_t at, T value) {
+  uint64_t pa = arch::translate(at);
   if (!pa) return false;
   uint64_t frame = pa & ~uint64_t{mm::kPageBytes - 1};
   if (!arch::map(g_alias, frame, mm::kPageBytes, arch::kMapRead | arch::kMapWrite)) return false;
   uintptr_t alias = g_alias + static_cast<uintptr_t>(pa - frame);
-  *reinterpret_cast<volatile uint32_t*>(alias) = arch::static_branch_insn(site, target, on);
-  arch::text_written(alias, site);
+  *reinterpret_cast<volatile T*>(alias) = value;
+  arch::text_written(alias, at);
   arch::unmap(g_alias, mm::kPageBytes);
   return true;
+}
+
+bool patch(uintptr_t site, uintptr_t target, bool on) {
+  if (!patchable(site, target)) return false;
+  uint32_t insn = arch::static_branch_insn(site, target, on);
+  if (!(site & 3)) return write_text<uint32_t>(site, insn);
+  // A site on a 2-byte boundary (riscv64), perhaps across a page: two
+  // halves, never seen half-written since the other cores are parked.
+  if (!arch::text_patch_stops_others()) return false;
+  return write_text<uint16_t>(site, static_cast<uint16_t>(insn)) &&
+         write_text<uint16_t>(site + 2, static_cast<uint16_t>(insn >> 16));
 }
 
 struct Batch {

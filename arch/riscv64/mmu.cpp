@@ -497,8 +497,8 @@ const char* describe_mapping(uintptr_t va, char* buf, size_t size) {
   return buf;
 }
 
-// Static branches: a 4-byte nop <-> jal x0 on a 4-byte boundary, one
-// aligned store. Without Ziccif the ISA does not say what a hart fetching
+// Static branches: a 4-byte nop <-> jal x0 on a 2-byte boundary (one
+// aligned store, or two halves for a site that is not 4-aligned). Without Ziccif the ISA does not say what a hart fetching
 // an instruction sees while another hart rewrites it, so the other harts
 // are parked while text changes (text_patch_stops_others): each one waits
 // with interrupts masked in park_*, below, and runs fence.i

@@ -78,6 +78,7 @@ constexpr bool kLeafFramesSaveOnlyFp = false;
 // the section of its key as {site, target}. Two keys: the allocators' hooks
 // on allocation (.static_branches) and on free (.static_branches.free).
 #define ARCH_HAS_STATIC_BRANCH 1
+constexpr unsigned kStaticBranchSiteAlign = 4;  // every instruction's
 #define ARCH_STATIC_BRANCH(section) \
   asm goto(                                \
       "1: nop\n"                           \

@@ -120,12 +120,14 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 // the section of its key as {site, target}. Two keys: the allocators' hooks
 // on allocation (.static_branches) and on free (.static_branches.free).
 #define ARCH_HAS_STATIC_BRANCH 1
-// The site is a 4-byte nop on a 4-byte boundary (never a compressed one), so
-// that one aligned store turns it into a jal.
-// The .balign comes before norvc: the padding may need a 2-byte c.nop.
+constexpr unsigned kStaticBranchSiteAlign = 2;  // see below
+// The site is a 4-byte nop (never a compressed one, so that a jal fits), on
+// whatever 2-byte boundary it falls: a 4-byte alignment would cost a c.nop
+// of padding, executed, at half the sites. Patching writes a misaligned
+// site as two halves, which is safe because the other harts are parked
+// while text changes (arch::text_patch_stops_others).
 #define ARCH_STATIC_BRANCH(section) \
   asm goto(                                                                \
-      ".balign 4\n"                                                        \
       ".option push\n"                                                     \
       ".option norvc\n"                                                    \
       "1: nop\n"                                                           \
