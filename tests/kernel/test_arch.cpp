@@ -10,6 +10,7 @@
 #include <kernel/smp.h>
 #include <kernel/static_branch.h>
 #include <kernel/timer.h>
+#include <mm/page.h>
 
 namespace {
 
@@ -34,8 +35,16 @@ bool unmapped(uintptr_t va, size_t size) {
 
 KTEST(map_large_leaf_then_split_it_by_a_partial_unmap) {
   const uintptr_t va = test_window();
-  // 2 MiB of RAM around the kernel image, mapped a second time read-only.
-  const uint64_t pa = reinterpret_cast<uintptr_t>(__kernel_start) & ~uint64_t{kLarge - 1};
+  // 2 MiB of RAM (a buddy block, so aligned to its size, and all of it in
+  // the identity map: not the kernel image's 2 MiB, whose stack guard pages
+  // are holes wherever the layout puts them), mapped a second time
+  // read-only.
+  unsigned order = 0;
+  while ((mm::kPageBytes << order) < kLarge) order++;
+  const uint64_t pa = mm::page_alloc(order, KM_SLEEP);
+  KASSERT(pa && !(pa & (kLarge - 1)));
+  for (uintptr_t o = 0; o < kLarge; o += sizeof(uint32_t))  // contents to compare
+    *reinterpret_cast<volatile uint32_t*>(static_cast<uintptr_t>(pa) + o) = static_cast<uint32_t>(o * 2654435761u);
   KASSERT(unmapped(va, kLarge));
   KASSERT(arch::map(va, pa, kLarge, arch::kMapRead));
   bool right = true;
@@ -63,6 +72,7 @@ KTEST(map_large_leaf_then_split_it_by_a_partial_unmap) {
 
   arch::unmap(va, kLarge);
   KEXPECT(unmapped(va, kLarge));
+  mm::page_free(pa, order);
 }
 
 // Static branches: a branch is only written where the arch's encoding
