@@ -7,6 +7,7 @@
 #include <kernel/console.h>
 #include <kernel/shell.h>
 #include <kernel/string.h>
+#include <mm/kmemleak.h>
 #include <cstdarg>
 
 extern "C" const ShellCommand __shell_commands_start[], __shell_commands_end[];
@@ -154,6 +155,10 @@ void run() {
       continue;
     }
     execute(line);
+    // While kmemleak scans stacks, the next command's frames must not find
+    // this one's values in the slots they leave unwritten: a stale copy of
+    // a leaked pointer there would hide it (mm/kmemleak.cpp, 7).
+    mm::kmemleak_scrub_stack();
   }
 }
 

@@ -53,7 +53,8 @@
 //    report). A core that may sit in a call for long (the kernel: every
 //    cross-call) first zeroes the dead stack its frames will occupy
 //    (kmemleak_scrub_stack): their unwritten slots then hold nothing an
-//    earlier, deeper call left there. The heap's first page is never
+//    earlier, deeper call left there; the shell does the same after each
+//    command, for the next command's frames. The heap's first page is never
 //    handed out, since its address is a value the allocators hold all the
 //    time.
 // 8. What it costs (figures from `bench` under qemu-run --icount and

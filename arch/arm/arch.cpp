@@ -100,7 +100,12 @@ static_assert(offsetof(ModeSave, r0) == MODE_SAVE_R0 && offsetof(ModeSave, r1) =
               offsetof(ModeSave, cpsr) == MODE_SAVE_CPSR && offsetof(ModeSave, sp) == MODE_SAVE_SP &&
               sizeof(ModeSave) == MODE_SAVE_SIZE);
 enum { kModeAbt, kModeUnd, kModeIrq, kModeFiq, kModes };
-ModeSave g_mode_save[kMaxCpus][kModes];
+// In .noscan (linker/kernel.ld.in), which kmemleak does not read: after an
+// exception the area keeps stale copies of registers, and one that held a
+// leaked object's address would hide the leak for good. Nothing is lost:
+// an exception's live registers are in its trap frame on the stack by the
+// time anything runs, and that is scanned.
+__attribute__((section(".noscan"))) ModeSave g_mode_save[kMaxCpus][kModes];
 
 // Points the banked sp of every exception mode at this core's save areas.
 // With interrupts masked (boot). The operands are pinned to r0-r3: FIQ mode
