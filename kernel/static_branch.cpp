@@ -90,10 +90,14 @@ bool patch(uintptr_t site, uintptr_t target, bool on) {
   uint32_t insn = arch::static_branch_insn(site, target, on);
   if (!(site & 3)) return write_text<uint32_t>(site, insn);
   // A site on a 2-byte boundary (riscv64), perhaps across a page: two
-  // halves, never seen half-written since the other cores are parked.
+  // halves, never seen half-written since the other cores are parked. The
+  // nop's low half (opcode OP-IMM, rd x0) stays while the high half
+  // changes: in between, the site is an addi to x0 (a hint), never a jal
+  // with part of its offset (on: high half first; off: low half first).
   if (!arch::text_patch_stops_others()) return false;
-  return write_text<uint16_t>(site, static_cast<uint16_t>(insn)) &&
-         write_text<uint16_t>(site + 2, static_cast<uint16_t>(insn >> 16));
+  auto lo = static_cast<uint16_t>(insn), hi = static_cast<uint16_t>(insn >> 16);
+  if (on) return write_text<uint16_t>(site + 2, hi) && write_text<uint16_t>(site, lo);
+  return write_text<uint16_t>(site, lo) && write_text<uint16_t>(site + 2, hi);
 }
 
 struct Batch {

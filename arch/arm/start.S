@@ -106,44 +106,75 @@ secondary_entry:
 //     again from there (then it is the first case);
 //   - it overlaps above (loaded below the link address, as at RAM + 32 KiB,
 //     a common zImage address): copied backwards from the end, which
-//     reaches this code (the image's first 512 bytes) only if the two are
-//     less than that apart; they are 32 KiB apart at least on these boards.
+//     reaches this code (.text.boot, up to boot_text_end) only if the two
+//     are less than that apart: then two moves as well.
 // Whatever the kernel will use past the loaded bytes (.bss, the page
 // tables, the stacks: up to __kernel_end) must not hold the DTB: if it
 // does, the DTB moves just above both the kernel's footprint and the
 // loaded image first.
 //
-// Caches: the protocol has the data cache off and clean, so the copies
-// reach memory; lines the bootloader left for the destination (clean, but
-// now stale) are invalidated, and so are the instruction cache and the
-// branch predictor, before the jump.
+// Caches: the protocol has the data cache off, so the copies reach memory.
+// Each destination's lines are invalidated before its copy (a dirty line
+// left there must not be written back over it) and after (stale lines must
+// not be read once the caches are on); then the instruction cache and the
+// branch predictor, before the jump. A bootloader that left the data cache
+// on breaks the protocol, and this move with it.
+// The link range must be free RAM: nothing here checks the DTB's reserved
+// ranges (they are honoured from the kernel's start on).
 relocate:
     ldr     r6, =__data_end
     sub     r6, r6, r5                  // r6: bytes loaded (a multiple of 8)
     ldr     r7, =__kernel_end
     sub     r7, r7, r5                  // r7: the kernel's whole footprint
     add     r9, r5, r6                  // r9: end of the destination's loaded part
-    // Overlap below: link < run < link + loaded.
-    cmp     r4, r5
-    cmphi   r9, r4
-    bls     2f
-    add     r10, r4, r6                 // r10: first move's target, 4 KiB above
-    add     r10, r10, #0xff0            // the loaded image (and above the DTB if
-    add     r10, r10, #0xf              // the move would land on it)
-    bic     r10, r10, #0xff0
-    bic     r10, r10, #0xf
-    ldr     r11, [r8, #4]               // DTB totalsize, big-endian
+    // r11: the DTB's size, or 0 when r8 is no DTB (null, misaligned, or no
+    // FDT magic: nothing of it is moved, and the kernel will say so).
+    mov     r11, #0
+    cmp     r8, #0
+    beq     0f
+    tst     r8, #7
+    bne     0f
+    ldr     r0, [r8]
+    ldr     r1, =0xedfe0dd0             // 0xd00dfeed, big-endian
+    cmp     r0, r1
+    bne     0f
+    ldr     r11, [r8, #4]               // totalsize, big-endian
     rev     r11, r11
-    add     r11, r11, r8                // r11: DTB end
+    add     r11, r11, #7
+    bic     r11, r11, #7
+0:  // Overlap below (link < run < link + loaded), or this code within reach
+    // of the backward copy (run < link < run + .text.boot): two moves.
+    cmp     r4, r5
+    bhi     4f
+    sub     r0, r5, r4
+    ldr     r1, =boot_text_end
+    ldr     r2, =_start
+    sub     r1, r1, r2                  // .text.boot's size
+    cmp     r0, r1
+    bhs     2f
+    b       5f
+4:  cmp     r9, r4
+    bls     2f
+5:  add     r10, r4, r6                 // r10: the first move's target: the
+    add     r10, r10, #0xff0            // loaded image's end rounded up to
+    add     r10, r10, #0xf              // 4 KiB, or the DTB's end if the move
+    bic     r10, r10, #0xff0            // would land on it
+    bic     r10, r10, #0xf
+    cmp     r11, #0
+    beq     1f
     add     r0, r10, r6
+    add     r1, r8, r11                 // DTB end
     cmp     r8, r0                      // DTB start < target end
-    cmplo   r10, r11                    // and target start < DTB end: overlap
+    cmplo   r10, r1                     // and target start < DTB end: overlap
     bhs     1f
-    add     r10, r11, #0xff0
+    add     r10, r1, #0xff0
     add     r10, r10, #0xf
     bic     r10, r10, #0xff0
     bic     r10, r10, #0xf
 1:  mov     r0, r10
+    add     r1, r10, r6
+    bl      dcache_invalidate_range     // no dirty line may land on the copy
+    mov     r0, r10
     mov     r1, r4
     mov     r2, r6
     bl      boot_memmove
@@ -154,8 +185,8 @@ relocate:
     mov     r2, r8                      // primary_entry again, in the new copy
     bx      r0
 2:  // Does the DTB lie in [link, link + footprint)?
-    ldr     r11, [r8, #4]
-    rev     r11, r11                    // DTB totalsize
+    cmp     r11, #0
+    beq     3f
     add     r0, r5, r7                  // footprint end
     add     r1, r8, r11                 // DTB end
     cmp     r8, r0
@@ -167,12 +198,20 @@ relocate:
     add     r10, r10, #7
     bic     r10, r10, #7                // (a DTB is 8-byte aligned)
     mov     r0, r10
+    add     r1, r10, r11
+    bl      dcache_invalidate_range
+    mov     r0, r10
     mov     r1, r8
-    add     r2, r11, #3
-    bic     r2, r2, #3
+    mov     r2, r11
     bl      boot_memmove
+    mov     r0, r10                     // stale lines over the DTB's new place
+    add     r1, r10, r11
+    bl      dcache_invalidate_range
     mov     r8, r10
 3:  mov     r0, r5
+    mov     r1, r9
+    bl      dcache_invalidate_range
+    mov     r0, r5
     mov     r1, r4
     mov     r2, r6
     bl      boot_memmove
@@ -180,6 +219,7 @@ relocate:
     mov     r1, r9
     bl      sync_moved_code
     ldr     pc, =linked_entry
+    .ltorg
 
 // Copies r2 bytes (a multiple of 4) from r1 to r0, word-aligned, in the
 // direction that is safe when the two overlap. Clobbers r0-r3.
@@ -290,3 +330,8 @@ enable_mmu:
     mcr     p15, 0, r0, c1, c0, 0
     isb
     bx      lr
+
+// The end of the code relocate and its helpers run, literal pools included
+// (relocate's backward copy must not reach it).
+    .ltorg
+boot_text_end:

@@ -134,16 +134,34 @@ spin_table_entry:
 // stacks: up to __kernel_end) must not hold the DTB: if it does, the DTB
 // moves just above both the kernel's footprint and the loaded image first.
 //
-// Caches: the protocol has the data cache off (and clean to the point of
-// coherency), so the copies reach memory; stale lines for the destination
-// and the instruction cache are invalidated before the jump.
+// Caches: the protocol has the data cache off, so the copies reach memory.
+// Each destination's lines are invalidated before its copy (the protocol
+// has only the image's range clean: a dirty line elsewhere must not be
+// written back over the copy) and after (stale lines must not be read once
+// the caches are on); then the instruction cache, before the jump. A loader
+// that left the data cache on breaks the protocol, and this move with it.
+// The link range must be free RAM: nothing here checks the DTB's reserved
+// ranges (they are honoured from the kernel's start on), and a loader picks
+// a higher base than RAM's when firmware lives low.
 relocate:
     ldr     x22, =__loaded_size         // x22: bytes loaded (a multiple of 8)
     ldr     x23, =__image_size          // x23: the kernel's whole footprint
     add     x24, x21, x22               // x24: end of the destination's loaded part
-    ldr     w25, [x19, #4]              // DTB totalsize, big-endian
-    rev     w25, w25
-    add     x25, x25, x19               // x25: DTB end
+    // x27: the DTB's size rounded to 8, or 0 when x19 is no DTB (null,
+    // misaligned, or no FDT magic: nothing of it is moved); x25: its end.
+    mov     x27, #0
+    cbz     x19, 0f
+    tst     x19, #7
+    b.ne    0f
+    ldr     w0, [x19]
+    ldr     w1, =0xedfe0dd0             // 0xd00dfeed, big-endian
+    cmp     w0, w1
+    b.ne    0f
+    ldr     w27, [x19, #4]              // totalsize, big-endian
+    rev     w27, w27
+    add     x27, x27, #7
+    and     x27, x27, #~7
+0:  add     x25, x19, x27
     // Overlap below: link < run < link + loaded.
     cmp     x20, x21
     ccmp    x24, x20, #0, hi            // (hi) then compare end with run
@@ -151,6 +169,7 @@ relocate:
     add     x26, x20, x22               // x26: the first move's target
     add     x26, x26, #0xfff
     and     x26, x26, #~0xfff
+    cbz     x27, 1f
     add     x0, x26, x22
     cmp     x19, x0                     // DTB start < target end
     ccmp    x26, x25, #2, lo            // and target start < DTB end: overlap
@@ -158,6 +177,9 @@ relocate:
     add     x26, x25, #0xfff
     and     x26, x26, #~0xfff
 1:  mov     x0, x26
+    add     x1, x26, x22
+    bl      dcache_invalidate_range     // no dirty line may land on the copy
+    mov     x0, x26
     mov     x1, x20
     mov     x2, x22
     bl      boot_memmove
@@ -168,6 +190,7 @@ relocate:
     mov     x0, x19                     // primary_entry again, in the new copy
     br      x1
 2:  // Does the DTB lie in [link, link + footprint)?
+    cbz     x27, 3f
     add     x0, x21, x23                // footprint end
     cmp     x19, x0
     ccmp    x21, x25, #2, lo
@@ -178,13 +201,20 @@ relocate:
     add     x26, x26, #7
     and     x26, x26, #~7               // (a DTB is 8-byte aligned)
     mov     x0, x26
+    add     x1, x26, x27
+    bl      dcache_invalidate_range
+    mov     x0, x26
     mov     x1, x19
-    sub     x2, x25, x19
-    add     x2, x2, #7
-    and     x2, x2, #~7
+    mov     x2, x27
     bl      boot_memmove
+    mov     x0, x26                     // stale lines over the DTB's new place
+    add     x1, x26, x27
+    bl      dcache_invalidate_range
     mov     x19, x26
 3:  mov     x0, x21
+    mov     x1, x24
+    bl      dcache_invalidate_range
+    mov     x0, x21
     mov     x1, x20
     mov     x2, x22
     bl      boot_memmove
@@ -216,14 +246,14 @@ boot_memmove:
 
 // Makes code just written to [x0, x1) with the caches off safe to run:
 // invalidates the data cache's stale lines over it, then the instruction
-// cache. Clobbers x0-x3, x27.
+// cache. Clobbers x0-x3, x28.
 sync_moved_code:
-    mov     x27, lr
+    mov     x28, lr
     bl      dcache_invalidate_range
     ic      iallu
     dsb     sy
     isb
-    ret     x27
+    ret     x28
 
 // If entered at EL2, configure EL1 as AArch64 with access to the counters
 // and return to the caller at EL1h with interrupts masked. Clobbers x0-x2.

@@ -24,6 +24,11 @@
 // address, and a target that is awake in that window jumps to the previous
 // entry address (this image's _start) with the previous argument (the DTB).
 // It also lets firmware that starts every hart here (SBI without HSM) work.
+// Both assume the image runs where it was loaded: after relocate moved it,
+// such a hart enters the old copy, whose pages the kernel has given to the
+// page allocator. With OpenSBI 1.1 (whose hart_start has that window) or
+// without HSM, load the image at its link address (U-Boot's booti and
+// OpenSBI's payloads do).
 
 #include <kernel/stack_layout.h>
 #include "csr.h"
@@ -138,7 +143,16 @@ relocate:
     ld      s5, loaded_size         // s5: bytes loaded (a multiple of 8)
     ld      s6, image_size          // s6: the kernel's whole footprint
     add     s7, s4, s5              // s7: end of the destination's loaded part
-    lbu     t0, 4(s2)               // DTB totalsize, big-endian
+    // t0: the DTB's size rounded to 8, or 0 when s2 is no DTB (null,
+    // misaligned, or no FDT magic: nothing of it is moved); s8: its end.
+    li      t0, 0
+    beqz    s2, 0f
+    andi    t1, s2, 7
+    bnez    t1, 0f
+    lwu     t1, 0(s2)
+    li      t2, 0xedfe0dd0          // 0xd00dfeed, big-endian
+    bne     t1, t2, 0f
+    lbu     t0, 4(s2)               // totalsize, big-endian
     lbu     t1, 5(s2)
     lbu     t2, 6(s2)
     lbu     t3, 7(s2)
@@ -148,8 +162,10 @@ relocate:
     or      t0, t0, t1
     or      t0, t0, t2
     or      t0, t0, t3
-    add     s8, s2, t0              // s8: DTB end
-    li      s11, -4096          // s11: the 4 KiB mask
+    addi    t0, t0, 7
+    andi    t0, t0, -8
+0:  add     s8, s2, t0              // s8: DTB end (s2 when there is none)
+    li      s11, -4096              // s11: the 4 KiB mask
     // Overlap below: link < run < link + loaded.
     bleu    s3, s4, 2f
     bleu    s7, s3, 2f
@@ -157,6 +173,7 @@ relocate:
     sub     s9, s9, s11             // + 4096 - 1, rounded down: 4 KiB up
     addi    s9, s9, -1
     and     s9, s9, s11
+    beq     s2, s8, 1f              // no DTB
     add     t0, s9, s5
     bgeu    s2, t0, 1f              // DTB at or past the target's end
     bgeu    s9, s8, 1f              // or ends before it: no overlap
@@ -174,6 +191,7 @@ relocate:
     add     t0, t0, s9
     jr      t0                      // s1, s2, s10 carried over
 2:  // Does the DTB lie in [link, link + footprint)?
+    beq     s2, s8, 3f              // no DTB
     add     t0, s4, s6              // footprint end
     bgeu    s2, t0, 3f
     bgeu    s4, s8, 3f
@@ -185,8 +203,6 @@ relocate:
     mv      a0, s9
     mv      a1, s2
     sub     a2, s8, s2
-    addi    a2, a2, 7
-    andi    a2, a2, -8
     call    boot_memmove
     mv      s2, s9
 3:  mv      a0, s4

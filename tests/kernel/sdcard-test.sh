@@ -99,20 +99,20 @@ else
   check "ub: boot.scr loads $IMAGE at kernel_addr_r, sets bootargs, runs $UBOOT_BOOT" $?
   # Another load address: booti made to keep the image there.
   case $ARCH in
-    arm) addr=0x40008000 patch=() ;;
-    arm64) addr=0x48000000 patch=("mw.l 0x48000018 0xa") ;;
-    riscv64) addr=0x80400000 patch=("mw.l 0x80400008 0x400000") ;;
+    arm) addr=0x40008000 fdt=0x400a0000 patch=() ;;
+    arm64) addr=0x48000000 fdt=0x40100000 patch=("mw.l 0x48000018 0xa") ;;
+    riscv64) addr=0x80400000 fdt=0x80300000 patch=("mw.l 0x80400008 0x400000") ;;
   esac
-  card at --load-addr "$addr" --fdt-addr 0x40100000
+  card at --load-addr "$addr" --fdt-addr "$fdt"
   has_lines at "load \${devtype} \${devnum}:\${distro_bootpart} $addr $IMAGE" "${patch[@]}" \
     'setenv fdt_high 0xffffffffffffffff' 'fdt addr ${fdtcontroladdr}' 'fdt header get fdtsize totalsize' \
-    'fdt move ${fdtcontroladdr} 0x40100000 ${fdtsize}' "$UBOOT_BOOT $addr - 0x40100000"
+    "fdt move \${fdtcontroladdr} $fdt \${fdtsize}" "$UBOOT_BOOT $addr - $fdt"
   check "at: boot.scr loads at $addr${patch:+ (${patch[*]})}, moves the DTB, runs $UBOOT_BOOT there" $?
-  bad=("--load-addr 0x12g" "--fdt-addr 1234")
+  bad=("--load-addr 0x12g" "--fdt-addr 1234" "--fdt-addr 0x40100004" "--load-addr 0x2")
 fi
 
 # Options that cannot apply are refused, with a message, and no image.
-bad+=("--uboot --load-addr 12" "--uboot --append a\"b" "--frobnicate")
+bad+=("--uboot --load-addr 12" "--uboot --append a\"b" "--uboot --append a\$b" "--frobnicate")
 ok=0
 for b in "${bad[@]}"; do
   rm -f "$work/bad.img"

@@ -5,9 +5,10 @@
 # the arches whose boot protocol lets a loader put the image anywhere, at
 # addresses where the kernel must move itself to its link address first:
 #   arm:   below the link address, overlapping it (RAM + 32 KiB, a common
-#          zImage address); above it, overlapping (the move goes in two
-#          hops); the same with the DTB where the kernel's .bss and stacks
-#          will be (the DTB moves too); far above;
+#          zImage address), and so close below that a backward copy would
+#          overwrite the code doing it (two moves); above it, overlapping
+#          (two moves); the same with the DTB where the kernel's .bss and
+#          stacks will be (the DTB moves too); far above;
 #   arm64 (virt and raspi3b): a higher 2 MiB base than RAM's (booti keeps it there once the
 #          header's placement bit says it may);
 #   riscv64: another 2 MiB-aligned address (booti keeps it there once the
@@ -60,6 +61,7 @@ boot "at U-Boot's kernel_addr_r" --uboot
 case $board in
   qemu-virt-arm)
     boot "at 0x40008000, overlapping below the link address" --uboot-addr 0x40008000
+    boot "at 0x4000ff00, so close below that the copy would reach its own code (two moves)" --uboot-addr 0x4000ff00
     boot "at 0x40018000, overlapping above it (two moves)" --uboot-addr 0x40018000
     boot "at 0x40018000 with the DTB at 0x400a0000, in the kernel's .bss" --uboot-addr 0x40018000 --uboot-fdt-addr 0x400a0000
     boot "at 0x47f00000, far above" --uboot-addr 0x47f00000 ;;
