@@ -96,6 +96,10 @@ uint32_t site_insn(uintptr_t site) {
 // the branch, then the nop again, read back. (The suites that boot with the
 // hooks on run through such sites patched.)
 KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
+#if !defined(ARCH_HAS_STATIC_BRANCH)
+  // The hooks' switch is a flag there: no site may have been emitted.
+  KEXPECT(&__static_branches_end[0] == &__static_branches_start[0]);
+#else
   const StaticSite* odd = nullptr;
   size_t n = 0, misaligned = 0;
   for (const StaticSite* s = __static_branches_start; s < __static_branches_end; s++, n++) {
@@ -118,6 +122,7 @@ KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
   KEXPECT_EQ(site_insn(odd->site), arch::static_branch_insn(odd->site, odd->target, !was_on));
   KASSERT(static_branch::patch_site(odd->site, odd->target, was_on));
   KEXPECT_EQ(site_insn(odd->site), before);
+#endif
 }
 
 KTEST(static_branch_refuses_a_target_out_of_reach) {
