@@ -582,7 +582,7 @@ int cmd_bench(int argc, char** argv) {
   const Counts& c = *counts;
   make_order();
   g_failures = 0;
-  bool cross = g_cpu_count >= 2 && g_percpu[1].online.load();
+  bool cross = kMaxCpus >= 2 && g_cpu_count >= 2 && g_percpu[1 % kMaxCpus].online.load();
   kprintf("bench: %s (%s), %u cpus, %s: counter ticks per object (alloc + free), net of the empty loop, best of %u\n",
           MAGPIE_BOARD, MAGPIE_ARCH, cpus_online(), c.name, c.reps);
   counter_check(c);

@@ -846,6 +846,38 @@ void page_stats(PageStats& out) {
 
 uint64_t page_ram_bytes() { return g.ram_bytes; }
 
+void page_ram_range(uint64_t& lo, uint64_t& hi) {
+  lo = hi = 0;
+  for (unsigned i = 0; i < g.nbanks; i++) {
+    uint64_t b = g.banks[i].first << kPageShift, e = g.banks[i].end << kPageShift;
+    if (i == 0 || b < lo) lo = b;
+    if (i == 0 || e > hi) hi = e;
+  }
+}
+
+void page_split(uint64_t pa, unsigned order) {
+  Page* p = page_of_phys(pa);
+  MM_ASSERT(p && (p->flags & kPageHead) && p->order == order && !(pa & ((kPageBytes << order) - 1)));
+  uint32_t* slot = page_tag_slot(pa);
+  uint32_t ref = slot ? *slot : 0;
+  for (uint64_t i = 0; i < pages_in(order); i++) {
+    Page* t = p + i;
+    t->flags = kPageHead;
+    t->order = 0;
+    t->count = 0;
+    t->next = nullptr;
+    t->owner = nullptr;
+    if (i && slot) slot[i] = ref;
+  }
+  // Profiling: the block was charged as one allocation of all its bytes;
+  // each page is now freed on its own, one call and one page each.
+  if (ref && order) {
+    plat::IrqState s = plat::irq_save();
+    prof_recount_masked(ref, static_cast<int64_t>(pages_in(order) - 1));
+    plat::irq_restore(s);
+  }
+}
+
 bool page_verify() {
   Guard<> guard(g_lock);
   // Free lists: links, heads, counts.

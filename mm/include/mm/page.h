@@ -148,5 +148,11 @@ void page_reset_for_tests();
 // Bytes of RAM in the banks page_init manages (whole frames, overlaps
 // merged): usable, reserved and descriptor frames.
 uint64_t page_ram_bytes();
+// The lowest and the highest-plus-one physical address of the banks.
+void page_ram_range(uint64_t& lo, uint64_t& hi);
+// Turns an allocated block of 2^order frames at pa into 2^order allocated
+// single frames, each freed on its own with page_free(pa, 0) (a physical
+// heap's runs of contiguous pages: mm/segkmem.cpp).
+void page_split(uint64_t pa, unsigned order);
 
 }  // namespace mm

@@ -43,6 +43,10 @@
 //                                         "jiffies"; kernel: kTimerHz a second;
 //                                         host: 100 a second); kernel: a counter
 //                                         read and a multiply, no division
+//   constexpr bool kPhysicalHeap;         no MMU: the heap is runs of contiguous
+//                                         frames at their physical addresses, and
+//                                         heap_window / map_heap are not used
+//                                         (segkmem.cpp, point 7)
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
 #pragma once
