@@ -22,8 +22,8 @@
 //    or a pc that is not in the text. A frame of exception_entry (start.S)
 //    is a trap: the walk goes on from the trap frame's registers.
 // 4. What is reported matches the frame-pointer walk (backtrace.h): the
-//    return addresses of the frames at or above fp (a frame's sp, at its
-//    body, is what GCC keeps in r7).
+//    return addresses of the frames at or above fp (GCC's r7 for a frame
+//    lies inside it: between its sp and its caller's).
 #include <kernel/arch.h>
 #include <kernel/backtrace.h>
 #include <kernel/boot.h>
@@ -244,10 +244,11 @@ __attribute__((noinline)) size_t unwind(uintptr_t fp, const TrapFrame* trap, uin
       push(s.r[15]);
       continue;
     }
-    uintptr_t frame_sp = s.r[13];
     if (!step(s, exact ? pc : pc - 2)) break;
     exact = false;
-    if (frame_sp >= fp || trap) push(s.r[15]);
+    // The frame just undone spans [its sp, the caller's sp): it is at or
+    // above fp if it ends above it (fp, a frame's r7, lies inside it).
+    if (s.r[13] > fp || trap) push(s.r[15]);
   }
   return n;
 }
