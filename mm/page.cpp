@@ -330,6 +330,16 @@ Page* check_free(uint64_t pa, unsigned order, const void* va, void* caller) {
 
 PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
 
+// A slot the stack no longer holds. Where the heap is physical
+// (plat::kPhysicalHeap) its pa is also the address of whatever the page
+// becomes (a slab's first buffer): kmemleak scans .bss, where g_pcp is, and
+// would take the stale copy for a reference. Elsewhere heap addresses are
+// not frames' and the slot is left as it is (no store on the fast path).
+inline void forget_popped(CachedPage& e) {
+  if constexpr (plat::kPhysicalHeap) e.pa = 0;
+  else (void)e;
+}
+
 // Refills an empty cache with up to kPageCacheBatch pages above the reserve.
 void cache_fill(PageCache& c) {
   MM_ASSERT(c.count == 0);
@@ -362,6 +372,7 @@ void cache_drain(PageCache& c, uintptr_t n) {
     give_block(p, 0);
   }
   for (uintptr_t i = n; i < c.count; i++) c.stack[i - n] = c.stack[i];
+  for (uintptr_t i = c.count - n; i < c.count; i++) forget_popped(c.stack[i]);
   store_relaxed(c.count, c.count - n);
   store_relaxed(c.drains, c.drains + n);
   note_reserve_level();
@@ -383,6 +394,7 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
       pa = c.stack[c.count - 1].pa;
       cached = true;
       store_relaxed(c.count, c.count - 1);
+      forget_popped(c.stack[c.count]);
       MM_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
     }
   }
@@ -482,6 +494,7 @@ inline bool alloc_fast(uint64_t& pa) {
       ok = false;
     } else {
       store_relaxed(c.count, n - 1);
+      forget_popped(c.stack[n - 1]);
       p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
     }
   }

@@ -212,6 +212,7 @@ KTEST(exhaustion_nosleep_fails_pushpage_succeeds_and_all_comes_back) {
     pages = next;
   }
   KEXPECT(kmem_cache_destroy(g_exhaust_cache));
+  g_exhaust_cache = nullptr;  // no stale pointer in .bss for kmemleak's later scans
   reap_everything();
   // Back to the boot value, once the pages the kernel keeps after use
   // (page tables, boundary tags, kmem bookkeeping) since boot are counted.
