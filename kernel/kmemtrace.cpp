@@ -29,6 +29,7 @@
 #include <kernel/format.h>
 #include <kernel/kmemtrace.h>
 #include <mm/hooks.h>
+#include <mm/page.h>
 #include <mm/kmemleak.h>
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
@@ -218,12 +219,16 @@ void clear() {
 size_t ring_capacity() { return g_ring_capacity; }
 
 void setup_rings() {
+  // Each CPU's ring: kDefaultRing, or a 64th of RAM where that is less (a
+  // board with 256 KiB of RAM: 4 KiB), unless kmemtrace.ring= says.
   size_t cap = kDefaultRing;
+  while (cap > kMinRing && (uint64_t{cap} << 6) > mm::page_ram_bytes()) cap >>= 1;
+  const size_t ram_default = cap;
   char buf[32];
   if (boot::arg_value("kmemtrace.ring", buf, sizeof buf) && !parse_ring_size(buf, cap)) {
     kprintf("kmemtrace: kmemtrace.ring=%s is not a power of two from 4K to 64M; using %llu KiB\n", buf,
-            (ull)(kDefaultRing >> 10));
-    cap = kDefaultRing;
+            (ull)(ram_default >> 10));
+    cap = ram_default;
   }
   unsigned cpus = g_boot.cpu_count < kmemtrace::max_cpus() ? g_boot.cpu_count : kmemtrace::max_cpus();
   size_t bytes = kmemtrace::Ring::bytes_for(cap);

@@ -966,7 +966,7 @@ bool turn_on() {
     g_gray_cap = (kPageBytes << kGrayOrder) / sizeof(Gray);
     g_stack_copy = static_cast<uintptr_t*>(page_alloc_va(kStackCopyOrder, KM_SLEEP));
   }
-  stackdepot_init(kStackDepotDefaultPool);
+  stackdepot_init(stackdepot_default_pool());
   __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
   bool all = true;
   for_each_cache([&all](kmem_cache_t* cp) { all &= leak_records_reset(cp); });

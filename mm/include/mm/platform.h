@@ -16,6 +16,7 @@
 //   unsigned cpu_slot();                  cpu_id() without claiming: may return
 //                                         kMaxCpus (host thread with no CPU yet)
 //   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
+//   constexpr unsigned kMaxArenas;        vmem arenas that can exist at once
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
 //   void cpu_relax();                     a hint inside a spin-wait loop
 //   unsigned highest_bit(uintptr_t x);    index of the highest / lowest set

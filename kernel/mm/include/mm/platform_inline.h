@@ -14,6 +14,7 @@ namespace mm::plat {
 
 constexpr unsigned kMaxCpus = ::kMaxCpus;
 constexpr unsigned kCpuSlots = kMaxCpus + 1;  // see mm/host/mm_platform.h
+constexpr unsigned kMaxArenas = ::kMaxVmemArenas;  // vmem arenas at once
 inline unsigned cpu_id() { return arch::this_cpu()->index; }
 inline unsigned cpu_slot() { return cpu_id(); }
 inline unsigned cpu_count() { return g_cpu_count; }

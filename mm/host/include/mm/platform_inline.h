@@ -69,6 +69,7 @@ constexpr unsigned kMaxCpus = 64;
 // a thread without a CPU yet reads: kept empty, it sends the fast path to
 // the slow path, which claims a CPU (cpu_id()).
 constexpr unsigned kCpuSlots = kMaxCpus + 1;
+constexpr unsigned kMaxArenas = 64;  // vmem arenas at once
 
 // constinit: no dynamic initialisation, so no TLS wrapper call on the fast
 // path. kMaxCpus until the thread claims a CPU.
