@@ -54,11 +54,13 @@ size_t g_ring_capacity;
 unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
 bool g_streaming;  // the shell's core only (see 3)
 
-// A frame line is at most about 1.04 x kDefaultPayload + its header: 8 KiB
-// holds one whole. Used only inside kmemtrace::dump, which serialises its
-// callers.
+// Output goes out a line at a time, or a buffer's worth of a longer one
+// (a frame line is about 1.04 x kDefaultPayload plus its header: several
+// buffers; nothing else prints while a dump holds the console's shell).
+// 1 KiB: a small board has no 8 KiB of .bss to spare for whole lines. Used
+// only inside kmemtrace::dump, which serialises its callers.
 struct LineBuffer {
-  char buf[8192] = {};
+  char buf[1024] = {};
   size_t n = 0;
   void flush() {
     if (n) console::write_raw(buf, n);

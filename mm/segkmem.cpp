@@ -203,13 +203,25 @@ void* import_physical(vmem_t* src, size_t size, int vmflag) {
   unsigned order = 0;
   while ((size_t{1} << order) < pages) order++;
   uint64_t pa = order <= kMaxOrder ? page_alloc(order, vmflag & VM_KMFLAGS) : 0;
+  if (!pa && order > 0 && order <= kMaxOrder) {
+    // Single free pages in the per-CPU caches may be what completes a run.
+    page_drain_cpu_caches();
+    pa = page_alloc(order, vmflag & VM_KMFLAGS);
+  }
+  if (!pa) {
+    // No aligned block: any run of free frames that long.
+    pa = page_alloc_run(pages, vmflag & VM_KMFLAGS);
+    if (pa) order = 0xff;  // split already, nothing to give back
+  }
   if (!pa) {
     // Pages may be waiting in the release batch: free them and retry once.
     if (!segkmem_flush()) return nullptr;
     return import_physical(src, size, vmflag);
   }
-  page_split(pa, order);
-  for (size_t i = pages; i < (size_t{1} << order); i++) page_free(pa + i * kPageBytes, 0);
+  if (order != 0xff) {
+    page_split(pa, order);
+    for (size_t i = pages; i < (size_t{1} << order); i++) page_free(pa + i * kPageBytes, 0);
+  }
   auto base = static_cast<uintptr_t>(pa);
   void* va = vmem_xalloc(src, size, kPageBytes, 0, 0, reinterpret_cast<void*>(base),
                          reinterpret_cast<void*>(base + size), VM_NOSLEEP);

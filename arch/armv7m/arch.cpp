@@ -153,6 +153,20 @@ extern "C" void armv7m_trap(TrapFrame* f) {
   }
 }
 
+namespace {
+// The stack's paint (start.S): no MMU, so no guard page below it. Every
+// exit reports how deep the stack went, and one that reached its bottom
+// (ran off it, into .bss below, or as good as) makes the exit status 3,
+// as a panic does.
+constexpr uint32_t kStackPaint = 0x5354414b;
+size_t stack_use(const PerCpu& cpu) {
+  const auto* w = reinterpret_cast<const uint32_t*>(cpu.stack_bottom);
+  const auto* top = reinterpret_cast<const uint32_t*>(cpu.stack_top);
+  while (w < top && *w == kStackPaint) w++;
+  return static_cast<size_t>(reinterpret_cast<uintptr_t>(top) - reinterpret_cast<uintptr_t>(w));
+}
+}  // namespace
+
 namespace arch {
 
 void init_boot_cpu(PerCpu& cpu) { set_this_cpu(&cpu); }
@@ -222,6 +236,13 @@ void poweroff() {
 }
 
 void exit(int code) {
+  const PerCpu& cpu = ::this_cpu();
+  size_t used = stack_use(cpu), size = cpu.stack_top - cpu.stack_bottom;
+  kprintf("stack: %zu of %zu bytes used at most\n", used, size);
+  if (used + 64 > size) {
+    kprintf("stack: it reached its last 64 bytes (no guard page here): counted as a failure\n");
+    if (code == 0 || code == 1) code = 3;
+  }
   // SYS_EXIT_EXTENDED gives the exact status; SYS_EXIT only 0 or 1.
   uint32_t block[2] = {kAdpStoppedApplicationExit, static_cast<uint32_t>(code)};
   armv7m_semihost(kSysExitExtended, block);

@@ -6,7 +6,8 @@
 //
 // Reset (the only core):
 //   1. copy .data from its load address in the image to its place in RAM
-//      (DATA_ADDR), and clear .bss;
+//      (DATA_ADDR), clear .bss, and paint the stacks (no MMU, so no guard
+//      page: how deep a stack went is read from the paint, arch.cpp);
 //   2. stack alignment on exception entry (CCR.STKALIGN), the vector table
 //      base (VTOR), separate MemManage, BusFault and UsageFault handlers;
 //   3. call kernel_main(embedded DTB, hwid 0) on slot 0's kernel stack.
@@ -60,7 +61,14 @@ reset_entry:
     bhs     4f
     str     r2, [r0], #4
     b       3b
-4:  ldr     r0, =0xe000ed14                 // CCR
+4:  ldr     r0, =__kstacks_start                // paint the stacks (arch.cpp: stack_use)
+    ldr     r1, =__kstacks_end
+    ldr     r2, =0x5354414b                   // "KATS"
+5:  cmp     r0, r1
+    bhs     6f
+    str     r2, [r0], #4
+    b       5b
+6:  ldr     r0, =0xe000ed14                 // CCR
     ldr     r1, [r0]
     orr     r1, r1, #(1 << 9)               // STKALIGN: 8-byte aligned frames
     str     r1, [r0]
@@ -79,8 +87,8 @@ reset_entry:
     ldr     r0, =g_board_dtb
     movs    r1, #0
     bl      kernel_main
-5:  wfi
-    b       5b
+7:  wfi
+    b       7b
 .ltorg
 
 .section .text, "ax"
