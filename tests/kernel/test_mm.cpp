@@ -84,7 +84,11 @@ KTEST(mm_accounting_adds_up) {
   KEXPECT_EQ(a.other, 0u);
   KEXPECT_EQ(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.reserved, a.ram);
   KEXPECT(a.heap_slabs <= a.heap);
-  KEXPECT(a.free > a.ram / 2);
+  // More than half of RAM was free after boot (on a 256 KiB board too); now
+  // a quarter at least (kmemleak's and the stack depot's tables stay once
+  // an earlier test turned kmemleak on).
+  KEXPECT(mm_boot::boot_free_pages() * mm::kPageBytes > a.ram / 2);
+  KEXPECT(a.free > a.ram / 4);
 }
 
 namespace {
@@ -169,8 +173,10 @@ KTEST(exhaustion_nosleep_fails_pushpage_succeeds_and_all_comes_back) {
   mm::page_stats(s);
   KEXPECT(npages > 0);
   KEXPECT(s.free_pages <= s.reserve_pages + s.pcp_pages);
-  // 2. Give 512 back, and let kmem run out of them.
-  for (int i = 0; i < 512 && pages; i++) {
+  // 2. Give 512 back (half of them where RAM is small), and let kmem run
+  // out of them.
+  const uint64_t given = npages / 2 < 512 ? npages / 2 : 512;
+  for (uint64_t i = 0; i < given && pages; i++) {
     void* next = *static_cast<void**>(pages);
     mm::page_free_va(pages, 0);
     pages = next;
@@ -185,7 +191,7 @@ KTEST(exhaustion_nosleep_fails_pushpage_succeeds_and_all_comes_back) {
     head = p;
     n++;
   }
-  KEXPECT(n >= 256);  // most of the 512 pages became objects
+  KEXPECT(n >= given / 2);  // most of the pages given back became objects (two to a page)
   // 3. NOSLEEP keeps failing cleanly, from kmem_alloc too. A failed
   //    NOSLEEP allocation reaps, which can bring back pages other CPUs
   //    cached (with 8 of them, a few): what a retry gets is kept, and the
