@@ -197,7 +197,9 @@ Torture* g_t;
 
 // Sets g_state up (zeroed, constructed); false if there is no memory.
 bool state_begin() {
-  void* mem = kmem_zalloc(sizeof(State), KM_NOSLEEP);
+  // KM_SLEEP (no injected failure) where RAM is plenty; on a small board
+  // (below 1 MiB) waiting could be for ever: NOSLEEP, and a message.
+  void* mem = kmem_zalloc(sizeof(State), mm::page_ram_bytes() >= (uint64_t{1} << 20) ? KM_SLEEP : KM_NOSLEEP);
   if (!mem) {
     kprintf("kmem torture: no %zu bytes for its state\n", sizeof(State));
     return false;

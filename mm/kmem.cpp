@@ -106,9 +106,15 @@ uint32_t link_secret_for(const kmem_cache_t* cp) {
 // on g_free_structs; a page's count (its Page::count) is its slots in use,
 // and a page whose last slot is freed goes back, its other slots taken off
 // the list first. Under g_struct_lock (cache creation and destruction only).
+// (Where a structure is larger than half a page, the host's with its many
+// CPU slots, each takes its own block of pages, as before.)
 constexpr size_t kStructBytes = (sizeof(kmem_cache) + 63) / 64 * 64;
-static_assert(kStructBytes <= kPageBytes);
 constexpr unsigned kStructsPerPage = kPageBytes / kStructBytes;
+constexpr unsigned struct_order() {
+  unsigned order = 0;
+  while ((kPageBytes << order) < sizeof(kmem_cache)) order++;
+  return order;
+}
 struct FreeStruct {
   FreeStruct* next;
 };
@@ -116,6 +122,11 @@ plat::Lock g_struct_lock;
 FreeStruct* g_free_structs;
 
 kmem_cache_t* cache_alloc_struct() {
+  if constexpr (kStructsPerPage < 2) {
+    void* p = meta_alloc(struct_order(), KM_SLEEP);
+    __builtin_memset(p, 0, kPageBytes << struct_order());
+    return new (p) kmem_cache;
+  }
   void* p = nullptr;
   {
     Guard<> g(g_struct_lock);
@@ -146,6 +157,10 @@ kmem_cache_t* cache_alloc_struct() {
 
 void cache_free_struct(kmem_cache_t* cp) {
   cp->~kmem_cache();
+  if constexpr (kStructsPerPage < 2) {
+    meta_free(cp, struct_order());
+    return;
+  }
   auto* f = reinterpret_cast<FreeStruct*>(cp);
   uintptr_t page = reinterpret_cast<uintptr_t>(cp) & ~(uintptr_t{kPageBytes} - 1);
   Page* pg = page_of(cp);

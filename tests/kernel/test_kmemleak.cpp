@@ -7,6 +7,7 @@
 #include <kernel/timer.h>
 #include <mm/failslab.h>
 #include <mm/kmem.h>
+#include <mm/page.h>
 #include <mm/kmemleak.h>
 #include <atomic>
 
@@ -109,6 +110,15 @@ KTEST(kmemleak_reports_exactly_what_leaked) {
   kmem_free(kept[2], 16);
   kmem_free(kept, 64);
   g_kept_root = nullptr;
+  // The leaks go back too where RAM is small (a 256 KiB board would keep
+  // a tenth of it leaked for the rest of the suite); elsewhere they stay,
+  // reported, as a leak does.
+  if (mm::page_ram_bytes() < (uint64_t{1} << 20) && matched == 4) {
+    kmem_free(reinterpret_cast<void*>(~g_expected[0]), 48);
+    kmem_free(reinterpret_cast<void*>(~g_expected[1]), 48);
+    kmem_free(reinterpret_cast<void*>(~g_expected[2]), 30000);
+    kmem_free(reinterpret_cast<void*>(~g_expected[3]), 100);
+  }
 }
 
 namespace {

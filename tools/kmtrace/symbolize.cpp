@@ -20,6 +20,13 @@
 
 namespace kmtrace {
 namespace {
+// An address inside the call a return address ra returns from: ra - 1,
+// after clearing a Thumb return address's bit 0 (ARMv7-M: ra - 1 would be
+// the instruction after the call, whose line may be the next one).
+uint64_t call_pc(uint64_t ra) { return (ra & ~uint64_t{1}) - 1; }
+}  // namespace
+
+namespace {
 
 std::string demangle(const char* name) {
   if (!name) return "?";
@@ -179,7 +186,7 @@ class DwSymbolizer : public Symbolizer {
       SourceInfo& si = out[ra];
       si.function = "?";
       if (ra == 0) continue;
-      Dwarf_Addr pc = ra - 1 + bias_;
+      Dwarf_Addr pc = call_pc(ra) + bias_;
       Dwfl_Module* m = dwfl_addrmodule(dwfl_, pc);
       if (!m) continue;
       si.function = demangle(dwfl_module_addrname(m, pc));
@@ -242,7 +249,7 @@ class Addr2lineSymbolizer : public Symbolizer {
     std::string list;
     for (uint64_t a : addrs) {
       char buf[32];
-      snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(a ? a - 1 : 0));
+      snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(a ? call_pc(a) : 0));
       list += buf;
     }
     bool ok = write(fd, list.data(), list.size()) == static_cast<ssize_t>(list.size());
