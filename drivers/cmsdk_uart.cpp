@@ -11,8 +11,9 @@
 // oscclk0, unless something set it before.
 //
 // Receive interrupts: the DTB's first interrupt (NVIC 0 for UART0). The
-// RX interrupt stays raised until INTCLEAR; getc clears it before it takes
-// the byte, so a byte that arrives after raises it again.
+// RX interrupt stays raised until INTCLEAR, whether enabled or not; getc
+// clears it before it takes the byte, so a byte that arrives after raises
+// it again, and so does switching it off.
 #include <kernel/console.h>
 #include <cstdint>
 
@@ -41,7 +42,11 @@ int cmsdk_getc(uintptr_t base) {
 
 void cmsdk_set_rx_irq(uintptr_t base, bool on) {
   if (!on) {
+    // The interrupt follows INTSTATUS, which the enable does not clear: clear
+    // it too, or a held-back byte keeps interrupting (the console's
+    // throttle). The byte stays in the buffer for the next getc.
     reg(base, kCtrl) = reg(base, kCtrl) & ~kCtrlRxIntEn;
+    reg(base, kIntClear) = kIntRx;
     return;
   }
   reg(base, kIntClear) = kIntRx;
