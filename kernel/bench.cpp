@@ -122,13 +122,16 @@ template <class A>
 }
 template <class A>
 [[gnu::noinline]] void run_lifo(A a) {
-  for (unsigned i = 0; i < kBatchObjects; i++) g_slots[i] = a.alloc();
-  for (unsigned i = kBatchObjects; i-- > 0;) put(a, g_slots[i]);
+  void** const slots = g_slots;  // a register: the loops load no global
+  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
+  for (unsigned i = kBatchObjects; i-- > 0;) put(a, slots[i]);
 }
 template <class A>
 [[gnu::noinline]] void run_random(A a) {
-  for (unsigned i = 0; i < kBatchObjects; i++) g_slots[i] = a.alloc();
-  for (unsigned i = 0; i < kBatchObjects; i++) put(a, g_slots[g_order[i]]);
+  void** const slots = g_slots;
+  const uint32_t* const order = g_order;
+  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
+  for (unsigned i = 0; i < kBatchObjects; i++) put(a, slots[order[i]]);
 }
 template <class A>
 [[gnu::noinline]] void alloc_batch(A a, void** slots, unsigned n) {
