@@ -38,6 +38,7 @@ uintptr_t probe_address(uintptr_t fp) {
 
 size_t walk(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, unsigned* repeats) {
   if (!fp) fp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if constexpr (!arch::kHasFrameRecords) return arch::unwind(fp, trap, pcs, max, repeats);
   Bounds b;
   if (!kstack::find(probe_address(fp), b.lo, b.hi)) return 0;
   size_t n = 0;

@@ -72,8 +72,10 @@ struct Counts {
 constexpr Counts kFull{"full", 5, 2000, 20000, 3, 64, 100};
 constexpr Counts kQuick{"quick", 3, 100, 2000, 1, 4, 10};
 
-void* g_slots[kBatchObjects];
-uint32_t g_order[kBatchObjects];  // the random pattern's free order
+// Heap memory while `bench` runs (8 KiB that a small board has no room to
+// keep in .bss).
+void** g_slots;      // [kBatchObjects]
+uint32_t* g_order;   // [kBatchObjects]: the random pattern's free order
 unsigned g_failures;              // allocations that returned nothing
 
 // --- adapters: one allocator behind alloc()/release() -----------------------
@@ -120,13 +122,16 @@ template <class A>
 }
 template <class A>
 [[gnu::noinline]] void run_lifo(A a) {
-  for (unsigned i = 0; i < kBatchObjects; i++) g_slots[i] = a.alloc();
-  for (unsigned i = kBatchObjects; i-- > 0;) put(a, g_slots[i]);
+  void** const slots = g_slots;  // a register: the loops load no global
+  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
+  for (unsigned i = kBatchObjects; i-- > 0;) put(a, slots[i]);
 }
 template <class A>
 [[gnu::noinline]] void run_random(A a) {
-  for (unsigned i = 0; i < kBatchObjects; i++) g_slots[i] = a.alloc();
-  for (unsigned i = 0; i < kBatchObjects; i++) put(a, g_slots[g_order[i]]);
+  void** const slots = g_slots;
+  const uint32_t* const order = g_order;
+  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
+  for (unsigned i = 0; i < kBatchObjects; i++) put(a, slots[order[i]]);
 }
 template <class A>
 [[gnu::noinline]] void alloc_batch(A a, void** slots, unsigned n) {
@@ -579,10 +584,12 @@ int cmd_bench(int argc, char** argv) {
       return shell::usage_error(argv[0], "unknown mode '%s' (usage: bench [quick|full])", argv[1]);
   }
   if (!mm::kmem_ready()) return shell::usage_error(argv[0], "the allocators are not up yet");
+  g_slots = static_cast<void**>(kmem_zalloc(kBatchObjects * sizeof(void*), KM_SLEEP));
+  g_order = static_cast<uint32_t*>(kmem_zalloc(kBatchObjects * sizeof(uint32_t), KM_SLEEP));
   const Counts& c = *counts;
   make_order();
   g_failures = 0;
-  bool cross = g_cpu_count >= 2 && g_percpu[1].online.load();
+  bool cross = kMaxCpus >= 2 && g_cpu_count >= 2 && g_percpu[1 % kMaxCpus].online.load();
   kprintf("bench: %s (%s), %u cpus, %s: counter ticks per object (alloc + free), net of the empty loop, best of %u\n",
           MAGPIE_BOARD, MAGPIE_ARCH, cpus_online(), c.name, c.reps);
   counter_check(c);
@@ -606,6 +613,10 @@ int cmd_bench(int argc, char** argv) {
           " layer (no magazines); debug_*: a pair of a cache with that debug mode, no magazines either;\n"
           " prof_on: what allocation profiling adds to a pair of that allocator)\n",
           kBatchObjects, kBatchObjects, kCrossBatch, kFreeSegments, 2048u);
+  kmem_free(g_slots, kBatchObjects * sizeof(void*));
+  kmem_free(g_order, kBatchObjects * sizeof(uint32_t));
+  g_slots = nullptr;
+  g_order = nullptr;
   return t.failed ? 1 : 0;
 }
 

@@ -89,20 +89,26 @@ NOINLINE void crash_null() {
 }
 NOINLINE void crash_text() { *reinterpret_cast<volatile uint32_t*>(&cmd_version) = 0; }
 NOINLINE void crash_assert(int v) { ASSERT(v == 42); }
+NOINLINE void crash_undef() { __builtin_trap(); }
 NOINLINE void crash_stack() {
   kstack::run_off_the_end();
   panic("crash stack: the stack ran on past its guard page without a fault");
 }
 
 int cmd_crash(int argc, char** argv) {
-  if (argc != 2) return shell::usage_error(argv[0], "usage: crash panic|assert|null|text|stack");
+  if (argc != 2) return shell::usage_error(argv[0], "usage: crash panic|assert|null|text|undef|stack");
   const char* how = argv[1];
+  // Without an MMU (armv7m) address 0 and the text are writable memory and
+  // no guard page stops a stack: those three would corrupt, not fault.
+  if (!arch::kHasMmu && (strcmp(how, "null") == 0 || strcmp(how, "text") == 0 || strcmp(how, "stack") == 0))
+    return shell::usage_error(argv[0], "no MMU here: '%s' would corrupt memory, not fault (try undef)", how);
   if (strcmp(how, "panic") == 0) panic("crash command: deliberate panic");
   if (strcmp(how, "assert") == 0) crash_assert(argc);
   if (strcmp(how, "null") == 0) crash_null();
   if (strcmp(how, "text") == 0) crash_text();
+  if (strcmp(how, "undef") == 0) crash_undef();
   if (strcmp(how, "stack") == 0) crash_stack();
-  return shell::usage_error(argv[0], "unknown way to crash '%s' (panic, assert, null, text, stack)", how);
+  return shell::usage_error(argv[0], "unknown way to crash '%s' (panic, assert, null, text, undef, stack)", how);
 }
 
 }  // namespace
@@ -111,5 +117,5 @@ SHELL_COMMAND(version, "kernel version, board and compiler", cmd_version);
 SHELL_COMMAND(cpus, "one line per core: id, hardware id, state", cmd_cpus);
 SHELL_COMMAND(uptime, "time since boot", cmd_uptime);
 SHELL_COMMAND(meminfo, "RAM banks, reserved ranges and the kernel image", cmd_meminfo);
-SHELL_COMMAND(crash, "deliberately fail: crash panic|assert|null|text|stack (halts)", cmd_crash);
+SHELL_COMMAND(crash, "deliberately fail: crash panic|assert|null|text|undef|stack (halts)", cmd_crash);
 SHELL_COMMAND(poweroff, "turn the machine off (QEMU exits with status 0)", cmd_poweroff);

@@ -29,6 +29,7 @@
 #include <kernel/format.h>
 #include <kernel/kmemtrace.h>
 #include <mm/hooks.h>
+#include <mm/page.h>
 #include <mm/kmemleak.h>
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
@@ -53,11 +54,13 @@ size_t g_ring_capacity;
 unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
 bool g_streaming;  // the shell's core only (see 3)
 
-// A frame line is at most about 1.04 x kDefaultPayload + its header: 8 KiB
-// holds one whole. Used only inside kmemtrace::dump, which serialises its
-// callers.
+// Output goes out a line at a time, or a buffer's worth of a longer one
+// (a frame line is about 1.04 x kDefaultPayload plus its header: several
+// buffers; nothing else prints while a dump holds the console's shell).
+// 1 KiB: a small board has no 8 KiB of .bss to spare for whole lines. Used
+// only inside kmemtrace::dump, which serialises its callers.
 struct LineBuffer {
-  char buf[8192] = {};
+  char buf[1024] = {};
   size_t n = 0;
   void flush() {
     if (n) console::write_raw(buf, n);
@@ -218,12 +221,16 @@ void clear() {
 size_t ring_capacity() { return g_ring_capacity; }
 
 void setup_rings() {
+  // Each CPU's ring: kDefaultRing, or a 64th of RAM where that is less (a
+  // board with 256 KiB of RAM: 4 KiB), unless kmemtrace.ring= says.
   size_t cap = kDefaultRing;
+  while (cap > kMinRing && (uint64_t{cap} << 6) > mm::page_ram_bytes()) cap >>= 1;
+  const size_t ram_default = cap;
   char buf[32];
   if (boot::arg_value("kmemtrace.ring", buf, sizeof buf) && !parse_ring_size(buf, cap)) {
     kprintf("kmemtrace: kmemtrace.ring=%s is not a power of two from 4K to 64M; using %llu KiB\n", buf,
-            (ull)(kDefaultRing >> 10));
-    cap = kDefaultRing;
+            (ull)(ram_default >> 10));
+    cap = ram_default;
   }
   unsigned cpus = g_boot.cpu_count < kmemtrace::max_cpus() ? g_boot.cpu_count : kmemtrace::max_cpus();
   size_t bytes = kmemtrace::Ring::bytes_for(cap);

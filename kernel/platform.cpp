@@ -4,6 +4,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
 #include <kernel/poweroff.h>
@@ -56,6 +57,38 @@ fdt::Node interrupt_parent(const fdt::Tree& t, fdt::Node n) {
   }
   return fdt::kNoNode;
 }
+
+// mem=SIZE[K|M|G] (as Linux's): use only the first SIZE of RAM, in
+// address order; the banks above are dropped and the last one cut.
+void limit_memory() {
+  char buf[24];
+  if (!boot::arg_value("mem", buf, sizeof buf)) return;
+  uint64_t size = 0;
+  const char* s = buf;
+  for (; *s >= '0' && *s <= '9'; s++) size = size * 10 + static_cast<uint64_t>(*s - '0');
+  if (*s == 'K' || *s == 'k') size <<= 10, s++;
+  else if (*s == 'M' || *s == 'm') size <<= 20, s++;
+  else if (*s == 'G' || *s == 'g') size <<= 30, s++;
+  if (*s || size < kPageSize) {
+    kprintf("dtb: mem=%s is not a size like 256K, 64M or 1G; ignored\n", buf);
+    return;
+  }
+  // Sort the banks by address (few: insertion sort), then keep size bytes.
+  for (unsigned i = 1; i < g_boot.mem_count; i++)
+    for (unsigned j = i; j > 0 && g_boot.mem[j].base < g_boot.mem[j - 1].base; j--) {
+      MemRange m = g_boot.mem[j];
+      g_boot.mem[j] = g_boot.mem[j - 1];
+      g_boot.mem[j - 1] = m;
+    }
+  uint64_t left = size;
+  unsigned n = 0;
+  for (; n < g_boot.mem_count && left; n++) {
+    if (g_boot.mem[n].size > left) g_boot.mem[n].size = left;
+    left -= g_boot.mem[n].size;
+  }
+  g_boot.mem_count = n;
+  kprintf("dtb: mem=%s: using %llu KiB of RAM\n", buf, static_cast<unsigned long long>((size - left) >> 10));
+}
 }  // namespace
 
 namespace platform {
@@ -67,6 +100,13 @@ void read_boot_info() {
   g_boot.model = t.prop(t.root(), "model", p) && p.str() ? p.str() : "unknown";
   fdt::Node chosen = t.find("/chosen");
   g_boot.bootargs = chosen != fdt::kNoNode && t.prop(chosen, "bootargs", p) && p.str() ? p.str() : "";
+  // A built-in DTB's bootargs, then the firmware's or debugger's.
+  static char s_bootargs[256];
+  char extra[192];
+  if (arch::firmware_bootargs(extra, sizeof extra)) {
+    ksnprintf(s_bootargs, sizeof s_bootargs, "%s%s%s", g_boot.bootargs, g_boot.bootargs[0] ? " " : "", extra);
+    g_boot.bootargs = s_bootargs;
+  }
 
   for (fdt::Node n = t.find_device_type("memory"); n != fdt::kNoNode; n = t.find_device_type("memory", n)) {
     if (!status_okay(t, n)) continue;
@@ -81,9 +121,18 @@ void read_boot_info() {
     }
   }
   if (g_boot.mem_count == 0) panic("device tree describes no memory (no /memory node with a reg)");
+  limit_memory();
 
-  add_reserved(reinterpret_cast<uintptr_t>(__kernel_start),
-               reinterpret_cast<uintptr_t>(__kernel_end) - reinterpret_cast<uintptr_t>(__kernel_start), "kernel");
+  // The image: one range, or two where its RAM part (.data on) is linked
+  // apart from its text (armv7m: code memory and RAM).
+  auto kstart = reinterpret_cast<uintptr_t>(__kernel_start), rodata_end = reinterpret_cast<uintptr_t>(__rodata_end);
+  auto data = reinterpret_cast<uintptr_t>(__data_start), kend = reinterpret_cast<uintptr_t>(__kernel_end);
+  if (data >= kstart && data <= rodata_end + kPageSize) {
+    add_reserved(kstart, kend - kstart, "kernel");
+  } else {
+    add_reserved(kstart, rodata_end - kstart, "kernel");
+    add_reserved(data, kend - data, "kernel data");
+  }
   add_reserved(g_boot.dtb_addr, t.total_size(), "dtb");
   for (uint32_t i = 0; i < t.memreserve_count(); i++) {
     uint64_t base, size;

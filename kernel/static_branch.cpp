@@ -38,6 +38,7 @@
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 
+#if defined(ARCH_HAS_STATIC_BRANCH)
 namespace {
 
 struct Site {
@@ -128,9 +129,17 @@ void key_sites(static_branch::Key key, const Site*& first, const Site*& last) {
 }
 
 }  // namespace
+#endif
 
 namespace static_branch {
 
+// An arch without static branches (armv7m) has no sites: the hooks' switch
+// is a flag (mm/platform_inline.h), and there is nothing to patch.
+#if !defined(ARCH_HAS_STATIC_BRANCH)
+bool init() { return true; }
+bool patch_site(uintptr_t, uintptr_t, bool) { return false; }
+bool set(Key, bool) { return true; }
+#else
 bool init() {
   if (g_alias) return true;
   void* va = vmem_alloc(mm::segkmem_heap_arena(), mm::kPageBytes, VM_NOSLEEP);
@@ -154,5 +163,6 @@ bool set(Key key, bool on) {
   patch_all(first, last, false);
   return false;
 }
+#endif
 
 }  // namespace static_branch

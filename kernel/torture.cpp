@@ -56,6 +56,7 @@
 //    arch cycle counter's ticks over the run, sampled by the calling core
 //    (exact instructions of all vCPUs under qemu-run --icount).
 #include <atomic>
+#include <new>
 #include <kernel/arch.h>
 #include <kernel/console.h>
 #include <kernel/percpu.h>
@@ -184,8 +185,37 @@ struct Torture {
   uint64_t ticks = 0, last_tick = 0;  // the calling core's sampling of arch::cycles
 };
 
-constinit Core g_core[kMaxCpus];
-constinit Torture g_t;
+// The run's state: heap memory while a run (or the self-test) lasts, not
+// .data (it is tens of KiB; a small board has no room to keep it).
+struct State {
+  Torture t;
+  Core core[kMaxCpus];
+};
+State* g_state;
+Core* g_core;
+Torture* g_t;
+
+// Sets g_state up (zeroed, constructed); false if there is no memory.
+bool state_begin() {
+  // KM_SLEEP (no injected failure) where RAM is plenty; on a small board
+  // (below 1 MiB) waiting could be for ever: NOSLEEP, and a message.
+  void* mem = kmem_zalloc(sizeof(State), mm::page_ram_bytes() >= (uint64_t{1} << 20) ? KM_SLEEP : KM_NOSLEEP);
+  if (!mem) {
+    kprintf("kmem torture: no %zu bytes for its state\n", sizeof(State));
+    return false;
+  }
+  g_state = new (mem) State{};
+  g_core = g_state->core;
+  g_t = &g_state->t;
+  return true;
+}
+void state_end() {
+  g_state->~State();
+  kmem_free(g_state, sizeof(State));
+  g_state = nullptr;
+  g_core = nullptr;
+  g_t = nullptr;
+}
 char g_reserved_byte;
 void* const kReserved = &g_reserved_byte;
 
@@ -226,9 +256,9 @@ void stamp(void* obj, size_t size, uint32_t gen, size_t from = 0) {
 }
 
 void report_corruption(const char* what, const void* obj, size_t off, uint8_t found, uint8_t want) {
-  g_t.corruptions.fetch_add(1, std::memory_order_relaxed);
-  g_t.last_offset.store(off, std::memory_order_relaxed);
-  if (g_t.reports.fetch_add(1, std::memory_order_relaxed) >= kMaxReports) return;
+  g_t->corruptions.fetch_add(1, std::memory_order_relaxed);
+  g_t->last_offset.store(off, std::memory_order_relaxed);
+  if (g_t->reports.fetch_add(1, std::memory_order_relaxed) >= kMaxReports) return;
   kprintf("kmem torture: CORRUPTION in %s: buffer %p offset %llu: found 0x%02x, expected 0x%02x (cpu %u)\n", what, obj,
           (ull)off, found, want, cpu_id());
 }
@@ -236,9 +266,9 @@ void report_corruption(const char* what, const void* obj, size_t off, uint8_t fo
 // A corruption that is not a wrong byte (vmem overlaps and constraints, a
 // movable object's header).
 void report_problem(const char* what, const void* obj, size_t off, const char* detail) {
-  g_t.corruptions.fetch_add(1, std::memory_order_relaxed);
-  g_t.last_offset.store(off, std::memory_order_relaxed);
-  if (g_t.reports.fetch_add(1, std::memory_order_relaxed) >= kMaxReports) return;
+  g_t->corruptions.fetch_add(1, std::memory_order_relaxed);
+  g_t->last_offset.store(off, std::memory_order_relaxed);
+  if (g_t->reports.fetch_add(1, std::memory_order_relaxed) >= kMaxReports) return;
   kprintf("kmem torture: CORRUPTION in %s: %p offset %llu: %s (cpu %u)\n", what, obj, (ull)off, detail, cpu_id());
 }
 
@@ -275,12 +305,12 @@ void check_pages(void* va, unsigned order, uint32_t gen) {
 
 int ctor(void* buf, void* priv, int) {
   stamp(buf, static_cast<const CacheSpec*>(priv)->size, kCtorGen);
-  g_t.ctors.fetch_add(1, std::memory_order_relaxed);
+  g_t->ctors.fetch_add(1, std::memory_order_relaxed);
   return 0;
 }
 void dtor(void* buf, void* priv) {
   check(static_cast<const CacheSpec*>(priv)->name, buf, static_cast<const CacheSpec*>(priv)->size, kCtorGen);
-  g_t.dtors.fetch_add(1, std::memory_order_relaxed);
+  g_t->dtors.fetch_add(1, std::memory_order_relaxed);
 }
 
 // A movable object's first word is its registry slot; the pattern follows.
@@ -359,7 +389,7 @@ void mark(unsigned ai, uintptr_t addr, size_t size) {
   for (uint32_t q = first; q < first + n; q++) {
     // Relaxed: the arena's lock orders a free's clear before the next
     // allocation of the same quanta.
-    uint32_t old = g_t.bitmap[ai][q / 32].fetch_or(1u << (q % 32), std::memory_order_relaxed);
+    uint32_t old = g_t->bitmap[ai][q / 32].fetch_or(1u << (q % 32), std::memory_order_relaxed);
     if (old & (1u << (q % 32))) {
       report_problem(a.name, reinterpret_cast<void*>(addr), (q - first) * a.quantum,
                      "this quantum is already part of another live segment");
@@ -371,7 +401,7 @@ void unmark(unsigned ai, uintptr_t addr, size_t size) {
   const ArenaSpec& a = kArenas[ai];
   uint32_t first, n = bits_of(a, addr, size, first);
   for (uint32_t q = first; q < first + n; q++)
-    g_t.bitmap[ai][q / 32].fetch_and(~(1u << (q % 32)), std::memory_order_relaxed);
+    g_t->bitmap[ai][q / 32].fetch_and(~(1u << (q % 32)), std::memory_order_relaxed);
 }
 
 // vmem_xalloc with random constraints; checks the result against them.
@@ -398,7 +428,7 @@ void* random_xalloc(Rng& r, unsigned ai, size_t& size) {
     if (maxaddr - minaddr < size + ralign + nocross) minaddr = 0, maxaddr = 0;  // no window: unconstrained
   }
   static constexpr int kPolicy[] = {0, VM_BESTFIT, VM_NEXTFIT, VM_INSTANTFIT};
-  void* p = vmem_xalloc(g_t.arena[ai], size, align, phase, nocross, reinterpret_cast<void*>(minaddr),
+  void* p = vmem_xalloc(g_t->arena[ai], size, align, phase, nocross, reinterpret_cast<void*>(minaddr),
                         reinterpret_cast<void*>(maxaddr), VM_NOSLEEP | kPolicy[r.below(4)]);
   if (!p) return nullptr;
   uintptr_t v = reinterpret_cast<uintptr_t>(p);
@@ -433,7 +463,7 @@ bool allocate(Core& c, Item& it) {
     it.sub = static_cast<uint8_t>(r.below(kFirstMovable));
     const CacheSpec& cs = kCaches[it.sub];
     it.size = cs.size;
-    it.p = kmem_cache_alloc(g_t.cache[it.sub], KM_NOSLEEP);
+    it.p = kmem_cache_alloc(g_t->cache[it.sub], KM_NOSLEEP);
     if (it.p && cs.ctor) check(cs.name, it.p, cs.size, kCtorGen);  // constructed
   } else if (pick < 84) {
     it.kind = kPages;
@@ -447,7 +477,7 @@ bool allocate(Core& c, Item& it) {
     if (pick < 90) {
       it.kind = kVmemAlloc;
       it.size = kArenas[it.sub].quantum * (1 + r.below(12));  // quantum caches up to 8
-      it.p = vmem_alloc(g_t.arena[it.sub], it.size, VM_NOSLEEP);
+      it.p = vmem_alloc(g_t->arena[it.sub], it.size, VM_NOSLEEP);
     } else {
       it.kind = kVmemXalloc;
       it.p = random_xalloc(r, it.sub, it.size);
@@ -476,7 +506,7 @@ void release(Core& c, const Item& it) {
       const CacheSpec& cs = kCaches[it.sub];
       check(cs.name, it.p, it.size, it.gen);
       unconstruct(it.p, cs);
-      kmem_cache_free(g_t.cache[it.sub], it.p);
+      kmem_cache_free(g_t->cache[it.sub], it.p);
       break;
     }
     case kPages:
@@ -486,8 +516,8 @@ void release(Core& c, const Item& it) {
     case kVmemAlloc:
     case kVmemXalloc:
       unmark(it.sub, reinterpret_cast<uintptr_t>(it.p), it.size);  // before the free (mark's comment)
-      if (it.kind == kVmemAlloc) vmem_free(g_t.arena[it.sub], it.p, it.size);
-      else vmem_xfree(g_t.arena[it.sub], it.p, it.size);
+      if (it.kind == kVmemAlloc) vmem_free(g_t->arena[it.sub], it.p, it.size);
+      else vmem_xfree(g_t->arena[it.sub], it.p, it.size);
       break;
     default:
       ASSERT(false);
@@ -525,8 +555,8 @@ void slot_op(Core& c) {
   }
   Item copy = it;
   it.p = nullptr;
-  if (g_t.cpus > 1 && c.rng.below(2)) {
-    unsigned to = c.rng.below(g_t.cpus - 1);
+  if (g_t->cpus > 1 && c.rng.below(2)) {
+    unsigned to = c.rng.below(g_t->cpus - 1);
     if (to >= cpu_id()) to++;
     if (hand_off(to, copy)) return;
   }
@@ -541,7 +571,7 @@ constexpr uint64_t kPhaseOps = 8192;
 void movable_op(Core& c, uint64_t op) {
   bool draining = (op / kPhaseOps) % 2;
   unsigned m = c.rng.below(kNumMovable);
-  Registry& r = g_t.reg[m];
+  Registry& r = g_t->reg[m];
   const CacheSpec& cs = kCaches[r.cache];
   unsigned i = c.rng.below(kRegSlots);
   RegSlot taken;
@@ -556,12 +586,12 @@ void movable_op(Core& c, uint64_t op) {
   if (taken.p) {  // ours now: the callback no longer finds it
     check_movable(taken.p, cs, i, taken.gen);
     unconstruct(taken.p, cs);
-    kmem_cache_free(g_t.cache[r.cache], taken.p);
+    kmem_cache_free(g_t->cache[r.cache], taken.p);
     c.n.frees[kMovable]++;
     if (taken.cpu != cpu_id()) c.n.cross[kMovable]++;
     return;
   }
-  void* p = kmem_cache_alloc(g_t.cache[r.cache], KM_NOSLEEP);
+  void* p = kmem_cache_alloc(g_t->cache[r.cache], KM_NOSLEEP);
   uint32_t gen = ++c.gen;
   if (gen == kCtorGen) gen = ++c.gen;
   if (p) {
@@ -607,23 +637,23 @@ void ephemeral_op(Core& c) {
     g_eph_objs[self][i] = nullptr;
   }
   if (kmem_cache_destroy(cp)) c.n.frees[kEphemeral]++;
-  else g_t.eph_destroy_fail.fetch_add(1, std::memory_order_relaxed);
+  else g_t->eph_destroy_fail.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The calling core adds up arch::cycles (32 bits wide on arm: sampled often
 // enough never to wrap twice between two looks).
 void sample_ticks() {
   uint64_t now = arch::cycles();
-  uint64_t d = now >= g_t.last_tick ? now - g_t.last_tick
-                                    : (g_t.last_tick <= 0xffffffffu ? now + (uint64_t{1} << 32) - g_t.last_tick : 0);
-  g_t.ticks += d;
-  g_t.last_tick = now;
+  uint64_t d = now >= g_t->last_tick ? now - g_t->last_tick
+                                    : (g_t->last_tick <= 0xffffffffu ? now + (uint64_t{1} << 32) - g_t->last_tick : 0);
+  g_t->ticks += d;
+  g_t->last_tick = now;
 }
 
 void worker(void*) {
   unsigned self = cpu_id();
   Core& c = g_core[self];
-  bool sampler = self == g_t.caller;
+  bool sampler = self == g_t->caller;
   // Long runs say how far they are, every tenth of the calling core's share
   // (the cores' shares are equal, so it is the whole run's progress).
   uint64_t tenth = sampler && c.ops >= kProgressMinOps ? c.ops / 10 : 0;
@@ -655,8 +685,8 @@ void worker(void*) {
     if (it.p) release(c, it);
     it.p = nullptr;
   }
-  g_t.finished.fetch_add(1, std::memory_order_release);  // our last push is before this
-  while (g_t.finished.load(std::memory_order_acquire) != g_t.cpus) {
+  g_t->finished.fetch_add(1, std::memory_order_release);  // our last push is before this
+  while (g_t->finished.load(std::memory_order_acquire) != g_t->cpus) {
     drain_inbox(c);
     if (sampler) sample_ticks();
     arch::cpu_relax();
@@ -696,8 +726,8 @@ bool create_all() {
     int (*c)(void*, void*, int) = cs.ctor ? ctor : nullptr;
     void (*d)(void*, void*) = cs.ctor ? dtor : nullptr;
     if (cs.movable) {
-      priv = &g_t.reg[i - kFirstMovable];
-      g_t.reg[i - kFirstMovable].cache = i;
+      priv = &g_t->reg[i - kFirstMovable];
+      g_t->reg[i - kFirstMovable].cache = i;
       if (cs.ctor) {
         static_assert(kCaches[kFirstMovable].ctor && kCaches[kFirstMovable].movable, "the shim's cache");
         ASSERT(i == kFirstMovable);
@@ -705,22 +735,22 @@ bool create_all() {
         d = dtor_move0;
       }
     }
-    g_t.cache[i] = kmem_cache_create(cs.name, cs.size, cs.align, c, d, nullptr, priv, nullptr, cs.cflags);
-    if (!g_t.cache[i]) return false;
-    if (cs.movable) kmem_cache_set_move(g_t.cache[i], move_cb);
+    g_t->cache[i] = kmem_cache_create(cs.name, cs.size, cs.align, c, d, nullptr, priv, nullptr, cs.cflags);
+    if (!g_t->cache[i]) return false;
+    if (cs.movable) kmem_cache_set_move(g_t->cache[i], move_cb);
   }
   for (unsigned i = 0; i < kNumArenas; i++) {
     const ArenaSpec& a = kArenas[i];
-    g_t.arena[i] = vmem_create(a.name, reinterpret_cast<void*>(a.base), a.size, a.quantum, nullptr, nullptr, nullptr,
+    g_t->arena[i] = vmem_create(a.name, reinterpret_cast<void*>(a.base), a.size, a.quantum, nullptr, nullptr, nullptr,
                                a.qcache_max, VM_SLEEP);
-    if (!g_t.arena[i]) return false;
+    if (!g_t->arena[i]) return false;
   }
   return true;
 }
 
 // Empties the registries and destroys everything; false if a destroy failed.
 bool teardown(Counts& total) {
-  for (Registry& r : g_t.reg) {
+  for (Registry& r : g_t->reg) {
     const CacheSpec& cs = kCaches[r.cache];
     for (unsigned i = 0; i < kRegSlots; i++) {
       RegSlot s = r.slot[i];  // every worker is done: no lock needed, but the callback's rules hold
@@ -728,16 +758,16 @@ bool teardown(Counts& total) {
       if (!s.p) continue;
       check_movable(s.p, cs, i, s.gen);
       unconstruct(s.p, cs);
-      kmem_cache_free(g_t.cache[r.cache], s.p);
+      kmem_cache_free(g_t->cache[r.cache], s.p);
       total.frees[kMovable]++;
     }
   }
   bool ok = true;
-  for (auto& cp : g_t.cache) {
+  for (auto& cp : g_t->cache) {
     if (cp && !kmem_cache_destroy(cp)) ok = false;
     cp = nullptr;
   }
-  for (auto& a : g_t.arena) {
+  for (auto& a : g_t->arena) {
     if (a && !vmem_destroy(a)) ok = false;
     a = nullptr;
   }
@@ -755,23 +785,25 @@ namespace torture {
 bool detects_corruption() {
   constexpr size_t kSize = 5000;
   constexpr size_t kOffsets[] = {3, 512 * 3 + 5, kSize - 1};
+  if (!state_begin()) return false;
   auto* b = static_cast<uint8_t*>(kmem_alloc(kSize, KM_SLEEP));
-  uint64_t before = g_t.corruptions.load();
-  unsigned reports = g_t.reports.exchange(kMaxReports);  // not printed
+  uint64_t before = g_t->corruptions.load();
+  unsigned reports = g_t->reports.exchange(kMaxReports);  // not printed
   bool ok = true;
   stamp(b, kSize, 42);
   ok &= check("selftest", b, kSize, 42);
   for (size_t off : kOffsets) {
     b[off] ^= 0x10;
-    ok &= !check("selftest", b, kSize, 42) && g_t.last_offset.load() == off;
+    ok &= !check("selftest", b, kSize, 42) && g_t->last_offset.load() == off;
     b[off] ^= 0x10;
   }
   ok &= !check("selftest", b, kSize, 43);  // another generation
   ok &= check("selftest", b, kSize, 42);
-  ok &= g_t.corruptions.load() == before + 4;
-  g_t.corruptions.store(before);
-  g_t.reports.store(reports);
+  ok &= g_t->corruptions.load() == before + 4;
+  g_t->corruptions.store(before);
+  g_t->reports.store(reports);
   kmem_free(b, kSize);
+  state_end();
   return ok;
 }
 
@@ -783,30 +815,32 @@ int run(const char* cmd, int argc, char** argv) {
     return shell::usage_error(cmd, "%s", usage);
 
   // Start from a clean slate (the shell runs one command at a time).
-  for (Core& c : g_core) {
+  if (!state_begin()) return 1;
+  for (unsigned i = 0; i < kMaxCpus; i++) {
+    Core& c = g_core[i];
     for (Item& it : c.held) it = Item{};
     c.inbox_head = c.inbox_count = 0;
     c.n = Counts{};
     c.gen = 0;
   }
-  for (Registry& r : g_t.reg)
+  for (Registry& r : g_t->reg)
     for (RegSlot& s : r.slot) s = RegSlot{};
-  for (auto& a : g_t.bitmap)
+  for (auto& a : g_t->bitmap)
     for (auto& w : a) w.store(0, std::memory_order_relaxed);
-  g_t.ops = ops;
-  g_t.seed = seed;
-  g_t.cpus = cpus_online();
-  g_t.caller = cpu_id();
-  g_t.finished.store(0, std::memory_order_relaxed);
-  g_t.corruptions.store(0);
-  g_t.ctors.store(0);
-  g_t.dtors.store(0);
-  g_t.eph_destroy_fail.store(0);
-  g_t.reports.store(0);
+  g_t->ops = ops;
+  g_t->seed = seed;
+  g_t->cpus = cpus_online();
+  g_t->caller = cpu_id();
+  g_t->finished.store(0, std::memory_order_relaxed);
+  g_t->corruptions.store(0);
+  g_t->ctors.store(0);
+  g_t->dtors.store(0);
+  g_t->eph_destroy_fail.store(0);
+  g_t->reports.store(0);
   // Cores are numbered 0..cpus-1 when all are online (they all are on the
   // boards we run: every core the DTB lists is started).
   for (unsigned i = 0; i < kMaxCpus; i++) {
-    g_core[i].ops = i < g_t.cpus ? ops / g_t.cpus + (i < ops % g_t.cpus) : 0;
+    g_core[i].ops = i < g_t->cpus ? ops / g_t->cpus + (i < ops % g_t->cpus) : 0;
     g_core[i].rng = Rng{mix(seed * 0x9e3779b97f4a7c15ull + i + 1)};
   }
 
@@ -817,15 +851,16 @@ int run(const char* cmd, int argc, char** argv) {
     kprintf("kmem torture: could not create its caches and arenas\n");
     Counts none{};
     teardown(none);
+    state_end();
     return 1;
   }
 
-  g_t.ticks = 0;
-  g_t.last_tick = arch::cycles();
+  g_t->ticks = 0;
+  g_t->last_tick = arch::cycles();
   uint64_t t0 = timer::now_ns();
   smp::call_on_all(worker, nullptr);
   uint64_t ns = timer::now_ns() - t0;
-  uint64_t ticks = g_t.ticks;
+  uint64_t ticks = g_t->ticks;
 
   Counts total{};
   for (unsigned i = 0; i < kMaxCpus; i++) {
@@ -847,20 +882,20 @@ int run(const char* cmd, int argc, char** argv) {
   uint64_t kmem_yes = 0, kmem_later = 0, kmem_dont_need = 0;
   for (unsigned i = kFirstMovable; i < kNumCaches; i++) {
     mm::KmemCacheStats st;
-    mm::kmem_cache_stats(g_t.cache[i], st);
+    mm::kmem_cache_stats(g_t->cache[i], st);
     kmem_yes += st.moves_yes;
     kmem_later += st.moves_later;
     kmem_dont_need += st.moves_dont_need;
   }
   bool destroyed = teardown(total);
   bool bitmaps_clear = true;
-  for (auto& a : g_t.bitmap)
+  for (auto& a : g_t->bitmap)
     for (auto& w : a) bitmaps_clear &= w.load(std::memory_order_relaxed) == 0;
   full_reap();
   uint64_t free1 = free_pages(), meta1 = metadata_pages();
   uint64_t errors = mm::error_count() - errors0;
 
-  kprintf("kmem torture: %llu ops on %u cpus, seed %llu\n", (ull)total.ops, g_t.cpus, (ull)seed);
+  kprintf("kmem torture: %llu ops on %u cpus, seed %llu\n", (ull)total.ops, g_t->cpus, (ull)seed);
   kprintf("  %-15s %10s %10s %9s %10s\n", "kind", "allocs", "frees", "failed", "cross-cpu");
   bool balanced = kmem_yes == total.moves && kmem_later == total.later && kmem_dont_need == total.dont_need;
   for (unsigned k = 0; k < kKinds; k++) {
@@ -869,8 +904,8 @@ int run(const char* cmd, int argc, char** argv) {
     kprintf("  %-15s %10llu %10llu %9llu %10llu%s\n", kKindName[k], (ull)total.allocs[k], (ull)total.frees[k],
             (ull)total.fails[k], (ull)total.cross[k], eq ? "" : "  UNBALANCED");
   }
-  uint64_t ctors = g_t.ctors.load(), dtors = g_t.dtors.load();
-  balanced &= ctors == dtors && destroyed && bitmaps_clear && !g_t.eph_destroy_fail.load();
+  uint64_t ctors = g_t->ctors.load(), dtors = g_t->dtors.load();
+  balanced &= ctors == dtors && destroyed && bitmaps_clear && !g_t->eph_destroy_fail.load();
   kprintf("  constructors %llu, destructors %llu; reaps %llu, move passes %llu: moved %llu, later %llu, "
           "dont_need %llu\n",
           (ull)ctors, (ull)dtors, (ull)total.reaps, (ull)total.move_passes, (ull)total.moves, (ull)total.later,
@@ -878,9 +913,9 @@ int run(const char* cmd, int argc, char** argv) {
   if (kmem_yes != total.moves || kmem_later != total.later || kmem_dont_need != total.dont_need)
     kprintf("  UNBALANCED: kmem counted %llu moved, %llu later, %llu dont_need\n", (ull)kmem_yes, (ull)kmem_later,
             (ull)kmem_dont_need);
-  if (!destroyed || !bitmaps_clear || g_t.eph_destroy_fail.load())
+  if (!destroyed || !bitmaps_clear || g_t->eph_destroy_fail.load())
     kprintf("  a cache or arena would not be destroyed (%llu of its own), or a vmem bitmap is not clear\n",
-            (ull)g_t.eph_destroy_fail.load());
+            (ull)g_t->eph_destroy_fail.load());
   uint64_t kept = meta1 > meta0 ? meta1 - meta0 : 0;
   bool pages_ok = free1 + kept == free0;
   kprintf("  free pages: %llu before, %llu after (+%llu kept as kmem/vmem metadata and page tables)%s\n", (ull)free0, (ull)free1,
@@ -888,10 +923,11 @@ int run(const char* cmd, int argc, char** argv) {
   uint64_t ms = ns / 1000000;
   kprintf("  %llu ms, %llu ops/s, %llu instructions/op (counter ticks: instructions under --icount)\n", (ull)ms,
           (ull)(ns ? total.ops * 1000000000ull / ns : 0), (ull)(total.ops ? ticks / total.ops : 0));
-  uint64_t corrupt = g_t.corruptions.load();
+  uint64_t corrupt = g_t->corruptions.load();
   bool pass = corrupt == 0 && balanced && pages_ok && errors == 0;
   kprintf("kmem torture: %s: %llu corruptions, counts %s, pages %s, %llu allocator errors\n", pass ? "PASS" : "FAIL",
           (ull)corrupt, balanced ? "balanced" : "UNBALANCED", pages_ok ? "balanced" : "UNBALANCED", (ull)errors);
+  state_end();
   return pass ? 0 : 1;
 }
 

@@ -52,6 +52,17 @@ __attribute__((always_inline)) inline uint32_t prof_charge_masked(const AllocTag
 }
 // The same with interrupts as they are (masks them in the kernel).
 uint32_t prof_charge(const AllocTag* tag, uint64_t bytes);
+// Adds calls allocations of no bytes to the tag of ref (interrupts masked):
+// one allocation became several (page_split).
+__attribute__((always_inline)) inline void prof_recount_masked(uint32_t ref, int64_t calls) {
+  if (__builtin_expect(ref - 1 >= g_prof_ntags, 0)) return;
+  TagCounter& c = g_prof_counters[plat::cpu_slot()][ref - 1];
+#if defined(MM_KERNEL)
+  c.calls += calls;
+#else
+  __atomic_fetch_add(&c.calls, calls, __ATOMIC_RELAXED);
+#endif
+}
 // Subtracts an object of bytes from the tag of ref (interrupts masked, as
 // prof_charge_masked); a ref that names no tag goes to prof_untagged.
 void prof_untagged(uint32_t ref, const char* what, const void* obj, uintptr_t caller);

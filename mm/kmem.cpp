@@ -100,16 +100,84 @@ uint32_t link_secret_for(const kmem_cache_t* cp) {
   return static_cast<uint32_t>(x ^ (x >> 31));
 }
 
-unsigned struct_order() {
+// Cache structures: several to a metadata page (a kmem_cache is 640 bytes
+// on 32-bit, 1 KiB or so on 64-bit; a page each would cost a board with
+// 64 pages of RAM half of it for the size classes alone). Free slots wait
+// on g_free_structs; a page's count (its Page::count) is its slots in use,
+// and a page whose last slot is freed goes back, its other slots taken off
+// the list first. Under g_struct_lock (cache creation and destruction only).
+// (Where a structure is larger than half a page, the host's with its many
+// CPU slots, each takes its own block of pages, as before.)
+constexpr size_t kStructBytes = (sizeof(kmem_cache) + 63) / 64 * 64;
+constexpr unsigned kStructsPerPage = kPageBytes / kStructBytes;
+constexpr unsigned struct_order() {
   unsigned order = 0;
   while ((kPageBytes << order) < sizeof(kmem_cache)) order++;
   return order;
 }
+struct FreeStruct {
+  FreeStruct* next;
+};
+plat::Lock g_struct_lock;
+FreeStruct* g_free_structs;
 
 kmem_cache_t* cache_alloc_struct() {
-  void* p = meta_alloc(struct_order(), KM_SLEEP);
-  __builtin_memset(p, 0, kPageBytes << struct_order());
+  if constexpr (kStructsPerPage < 2) {
+    void* p = meta_alloc(struct_order(), KM_SLEEP);
+    __builtin_memset(p, 0, kPageBytes << struct_order());
+    return new (p) kmem_cache;
+  }
+  void* p = nullptr;
+  {
+    Guard<> g(g_struct_lock);
+    if (FreeStruct* f = g_free_structs) {
+      g_free_structs = f->next;
+      p = f;
+    }
+  }
+  if (!p) {
+    auto* page = static_cast<char*>(meta_alloc(0, KM_SLEEP));
+    Guard<> g(g_struct_lock);
+    for (unsigned i = kStructsPerPage; i-- > 1;) {
+      auto* f = reinterpret_cast<FreeStruct*>(page + i * kStructBytes);
+      f->next = g_free_structs;
+      g_free_structs = f;
+    }
+    p = page;
+  }
+  Page* pg = page_of(p);
+  MM_ASSERT(pg);
+  {
+    Guard<> g(g_struct_lock);
+    pg->count++;
+  }
+  __builtin_memset(p, 0, kStructBytes);
   return new (p) kmem_cache;
+}
+
+void cache_free_struct(kmem_cache_t* cp) {
+  cp->~kmem_cache();
+  if constexpr (kStructsPerPage < 2) {
+    meta_free(cp, struct_order());
+    return;
+  }
+  auto* f = reinterpret_cast<FreeStruct*>(cp);
+  uintptr_t page = reinterpret_cast<uintptr_t>(cp) & ~(uintptr_t{kPageBytes} - 1);
+  Page* pg = page_of(cp);
+  {
+    Guard<> g(g_struct_lock);
+    if (--pg->count != 0) {
+      f->next = g_free_structs;
+      g_free_structs = f;
+      return;
+    }
+    // The page's last structure: its other slots leave the free list.
+    for (FreeStruct** pp = &g_free_structs; *pp;) {
+      if ((reinterpret_cast<uintptr_t>(*pp) & ~(uintptr_t{kPageBytes} - 1)) == page) *pp = (*pp)->next;
+      else pp = &(*pp)->next;
+    }
+  }
+  meta_free(reinterpret_cast<void*>(page), 0);
 }
 
 void unlink(kmem_cache_t* cp) {
@@ -128,14 +196,13 @@ void cache_teardown(kmem_cache_t* cp) {
   depot_reap(cp, true);
   slab_reap(cp);
   MM_ASSERT(cp->buf_slab_inuse == 0 && cp->buf_total == 0);
-  if (cp->hash) {
+  if (cp->hash && cp->hash != cp->hash0) {
     size_t bytes = cp->hash_buckets * sizeof(HashEnt*);
     unsigned order = 0;
     while ((kPageBytes << order) < bytes) order++;
     meta_free(cp->hash, order);
   }
-  cp->~kmem_cache();
-  meta_free(cp, struct_order());
+  cache_free_struct(cp);
   slab_reap_all();  // off-slab headers freed above may have emptied size-cache slabs
 }
 
@@ -261,8 +328,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   cp->link_secret = link_secret_for(cp);
   if (cp->slab_size > capacity) {
     report("kmem_cache_create with a buffer size the arena can never provide", shown, nullptr, caller, bufsize);
-    cp->~kmem_cache();
-    meta_free(cp, struct_order());
+    cache_free_struct(cp);
     return nullptr;
   }
   if (!cp->offslab) cp->owner_check = kOwnerOnSlab;
@@ -273,9 +339,8 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   cp->profiled = cp->tracked;  // the allocators' own caches (KMC_NOTRACK) take their references from the internal ladder
   cp->prof_recip = static_cast<uint32_t>(((uint64_t{1} << 32) + cp->chunk - 1) / cp->chunk);
   if (cp->offslab) {
-    cp->hash = static_cast<HashEnt**>(meta_alloc(0, KM_SLEEP));
-    __builtin_memset(cp->hash, 0, kPageBytes);
-    cp->hash_buckets = kPageBytes / sizeof(HashEnt*);
+    cp->hash = cp->hash0;  // zeroed with the structure
+    cp->hash_buckets = kmem_cache::kHash0Buckets;
   }
   cp->magtype = initial_magtype(cp->chunk);
   // Publish: linked under the lock, whose release orders every store above

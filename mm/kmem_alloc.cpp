@@ -145,8 +145,19 @@ __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_
 
 }  // namespace
 
+// Which size classes get a cache. With less than kSmallRam of RAM only the
+// powers of two: each class costs a cache structure and, once used, a slab
+// of buffers that mostly wait for the next request of that size; on a
+// board with 256 KiB of RAM the 36 classes' partial slabs alone would be
+// most of it. The sizes between go to the next power of two (at most half
+// wasted, in a buffer that is in use).
+constexpr uint64_t kSmallRam = uint64_t{1} << 20;
+bool class_wanted(size_t size, bool small_ram) { return !small_ram || (size & (size - 1)) == 0; }
+
 void kmem_alloc_init() {
+  bool small_ram = page_ram_bytes() < kSmallRam;
   for (unsigned i = 0; i < kAllocCaches; i++) {
+    if (!class_wanted(kAllocSizes[i], small_ram)) continue;  // g_alloc_caches[i] stays null
     char name[kNameLen];
     cache_size_name(name, "kmem_alloc_", kAllocSizes[i]);
     size_t align = kAllocSizes[i] >= 64 ? 64 : kAllocSizes[i] >= 16 ? 16 : 8;
@@ -156,16 +167,17 @@ void kmem_alloc_init() {
   }
   // Size tables: the smallest cache that fits. Each entry is stored with
   // release: the cache (and all kmem_init did before) to whoever reads it (4).
+  // (Classes without a cache are passed over: the last, kAllocMax, always has one.)
   unsigned c = 0;
   for (size_t i = 0; i < kSmallMax / 8; i++) {
     size_t size = (i + 1) * 8;
-    while (kAllocSizes[c] < size) c++;
+    while (kAllocSizes[c] < size || !g_alloc_caches[c]) c++;
     __atomic_store_n(&g_small_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
   }
   c = 0;
   for (size_t i = 0; i < kAllocMax / 1024; i++) {
     size_t size = (i + 1) * 1024;
-    while (kAllocSizes[c] < size) c++;
+    while (kAllocSizes[c] < size || !g_alloc_caches[c]) c++;
     __atomic_store_n(&g_large_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
   }
 }

@@ -213,6 +213,11 @@ struct kmem_cache {
   mm::SlabList partial, full, empty;
   mm::HashEnt** hash;
   uint64_t hash_buckets, hash_count, hash_rescales;
+  // The first hash table, inside the cache (as vmem's hash0): a cache that
+  // never holds more than a few slabs takes no metadata page for one. The
+  // first growth moves the table to a metadata page.
+  static constexpr unsigned kHash0Buckets = 8;
+  mm::HashEnt* hash0[kHash0Buckets];
   uint64_t buf_total, buf_slab_inuse;
   uint64_t slab_creates, slab_destroys, alloc_fail, ctor_fail;
   uint64_t slab_allocs, slab_frees;

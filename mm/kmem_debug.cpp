@@ -313,7 +313,7 @@ void log_ensure() {
 }
 
 void audit_ensure() {
-  stackdepot_init(kStackDepotDefaultPool);  // idempotent; without it, trails have no backtraces
+  stackdepot_init(stackdepot_default_pool());  // idempotent; without it, trails have no backtraces
   log_ensure();
 }
 

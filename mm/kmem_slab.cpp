@@ -125,7 +125,7 @@ void hash_maybe_grow(kmem_cache_t* cp) {
     }
     cp->hash_rescales++;
   }
-  meta_free(old, order_for(old_buckets * sizeof(HashEnt*)));
+  if (old != cp->hash0) meta_free(old, order_for(old_buckets * sizeof(HashEnt*)));
 }
 
 // kmemleak's per-slab records (kmemleak_meta.h).

@@ -399,7 +399,18 @@ struct Gray {
   size_t size;
   uintptr_t object;  // whose areas apply (0: none)
 };
-constexpr unsigned kGrayOrder = 4;  // 64 KiB of stack (4096 entries on 64-bit)
+constexpr unsigned kGrayOrder = 4;  // 64 KiB of stack (4096 entries on 64-bit), at most
+// The mark stack's and the stack copy's orders: kGrayOrder and
+// kStackCopyOrder, or what a 32nd of RAM holds where that is less (a board
+// with 256 KiB of RAM: 8 KiB each; the stack copy keeps the frames nearest
+// the scan, the mark stack overflows into the rescan pass). Set by turn_on.
+unsigned g_gray_order = kGrayOrder;
+unsigned g_stack_copy_order = 4;
+unsigned order_for_ram(unsigned max) {
+  unsigned order = 0;
+  while (order < max && (kPageBytes << (order + 1)) <= page_ram_bytes() / 32) order++;
+  return order;
+}
 Gray* g_gray;
 size_t g_gray_cap;
 
@@ -542,7 +553,7 @@ __attribute__((no_sanitize("address", "thread"))) void take_stack(uintptr_t lo, 
   if (cpu == plat::cpu_slot()) {
     lo &= ~(sizeof(uintptr_t) - 1);
     size_t bytes = hi > lo ? hi - lo : 0;
-    size_t cap = kPageBytes << kStackCopyOrder;
+    size_t cap = kPageBytes << g_stack_copy_order;
     if (bytes > cap) bytes = cap;  // deeper than that: the frames nearest the scan are kept
     const auto* from = reinterpret_cast<const uintptr_t*>(lo);
     for (size_t i = 0; i < bytes / sizeof(uintptr_t); i++) g_stack_copy[i] = from[i];
@@ -947,7 +958,7 @@ void kmemleak_memory(LeakMemory& out) {
   stackdepot_stats(sd);
   out.slab_records_bytes = leak_records_bytes();
   out.tables_bytes = g_reg.bytes() + g_roots.bytes() + g_areas.bytes() + g_pending.bytes() +
-                     (g_gray ? (kPageBytes << kGrayOrder) + (kPageBytes << kStackCopyOrder) : 0);
+                     (g_gray ? (kPageBytes << g_gray_order) + (kPageBytes << g_stack_copy_order) : 0);
   out.stackdepot_bytes = sd.bytes_total;
 }
 
@@ -963,11 +974,13 @@ uint64_t kmemleak_metadata_pages() {
 namespace {
 bool turn_on() {
   if (!g_gray) {
-    g_gray = static_cast<Gray*>(page_alloc_va(kGrayOrder, KM_SLEEP));
-    g_gray_cap = (kPageBytes << kGrayOrder) / sizeof(Gray);
-    g_stack_copy = static_cast<uintptr_t*>(page_alloc_va(kStackCopyOrder, KM_SLEEP));
+    g_gray_order = order_for_ram(kGrayOrder);
+    g_stack_copy_order = order_for_ram(kStackCopyOrder);
+    g_gray = static_cast<Gray*>(page_alloc_va(g_gray_order, KM_SLEEP));
+    g_gray_cap = (kPageBytes << g_gray_order) / sizeof(Gray);
+    g_stack_copy = static_cast<uintptr_t*>(page_alloc_va(g_stack_copy_order, KM_SLEEP));
   }
-  stackdepot_init(kStackDepotDefaultPool);
+  stackdepot_init(stackdepot_default_pool());
   __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
   bool all = true;
   for_each_cache([&all](kmem_cache_t* cp) { all &= leak_records_reset(cp); });

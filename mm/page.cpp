@@ -129,6 +129,10 @@ struct alignas(64) PageCache {
 constinit Allocator g{};
 constinit plat::Lock g_lock;
 constinit PageCache g_pcp[plat::kCpuSlots]{};  // [kMaxCpus]: always empty (see cpu_slot)
+// Pages a refill takes: kPageCacheBatch, or a 16th of RAM where that is less
+// (a board with 64 pages: 3), so the caches do not hold what a run of
+// contiguous frames needs. Written by page_init.
+constinit uintptr_t g_fill_batch = kPageCacheBatch;
 // The reserve's level for the lock-free free paths, written under g_lock
 // (note_reserve_level), read relaxed: a hint that publishes nothing (6).
 constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages
@@ -330,12 +334,23 @@ Page* check_free(uint64_t pa, unsigned order, const void* va, void* caller) {
 
 PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
 
+// A slot the stack no longer holds. Where the heap is physical
+// (plat::kPhysicalHeap) its pa is also the address of whatever the page
+// becomes (a slab's first buffer): kmemleak scans .bss, where g_pcp is, and
+// would take the stale copy for a reference. Elsewhere heap addresses are
+// not frames' and the slot is left as it is (no store on the fast path).
+inline void forget_popped(CachedPage& e) {
+  if constexpr (plat::kPhysicalHeap) e.pa = 0;
+  else (void)e;
+}
+
 // Refills an empty cache with up to kPageCacheBatch pages above the reserve.
 void cache_fill(PageCache& c) {
   MM_ASSERT(c.count == 0);
   Guard<NoIrqSave> guard(g_lock);  // IRQs masked by the caller
   uint64_t avail = g.buddy_pages > g.reserve_pages ? g.buddy_pages - g.reserve_pages : 0;
-  uintptr_t n = avail < kPageCacheBatch ? static_cast<uintptr_t>(avail) : kPageCacheBatch;
+  uintptr_t batch = load_relaxed(g_fill_batch);
+  uintptr_t n = avail < batch ? static_cast<uintptr_t>(avail) : batch;
   for (uintptr_t i = 0; i < n; i++) {
     Page* p = take_block(0);
     MM_ASSERT(p);  // buddy_pages > 0, and any free block splits down to a page
@@ -362,6 +377,7 @@ void cache_drain(PageCache& c, uintptr_t n) {
     give_block(p, 0);
   }
   for (uintptr_t i = n; i < c.count; i++) c.stack[i - n] = c.stack[i];
+  for (uintptr_t i = c.count - n; i < c.count; i++) forget_popped(c.stack[i]);
   store_relaxed(c.count, c.count - n);
   store_relaxed(c.drains, c.drains + n);
   note_reserve_level();
@@ -383,6 +399,7 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
       pa = c.stack[c.count - 1].pa;
       cached = true;
       store_relaxed(c.count, c.count - 1);
+      forget_popped(c.stack[c.count]);
       MM_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
     }
   }
@@ -482,6 +499,7 @@ inline bool alloc_fast(uint64_t& pa) {
       ok = false;
     } else {
       store_relaxed(c.count, n - 1);
+      forget_popped(c.stack[n - 1]);
       p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
     }
   }
@@ -670,8 +688,12 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   uint64_t r = g.total_pages >> 8;
   if (r < kReserveMin) r = kReserveMin;
   if (r > kReserveMax) r = kReserveMax;
-  if (r > g.total_pages / 4) r = g.total_pages / 4;
+  // At most an eighth of RAM: with 64 pages (256 KiB) a quarter held back
+  // left ordinary callers too few to find a run of eight free frames in.
+  if (r > g.total_pages / 8) r = g.total_pages / 8;
   g.reserve_pages = r;
+  uint64_t batch = g.total_pages / 16;
+  store_relaxed(g_fill_batch, static_cast<uintptr_t>(batch < 1 ? 1 : batch > kPageCacheBatch ? kPageCacheBatch : batch));
   const Bank* hot = &g.banks[0];
   for (unsigned i = 1; i < g.nbanks; i++)
     if (g.banks[i].end - g.banks[i].first > hot->end - hot->first) hot = &g.banks[i];
@@ -845,6 +867,110 @@ void page_stats(PageStats& out) {
 }
 
 uint64_t page_ram_bytes() { return g.ram_bytes; }
+
+void page_ram_range(uint64_t& lo, uint64_t& hi) {
+  lo = hi = 0;
+  for (unsigned i = 0; i < g.nbanks; i++) {
+    uint64_t b = g.banks[i].first << kPageShift, e = g.banks[i].end << kPageShift;
+    if (i == 0 || b < lo) lo = b;
+    if (i == 0 || e > hi) hi = e;
+  }
+}
+
+uint64_t page_alloc_run(size_t pages, int kmflag) {
+  if (!pages) return 0;
+  uint64_t pa = 0;
+  {
+    plat::IrqState s = plat::irq_save();
+    Guard<NoIrqSave> guard(g_lock);
+    bool pushpage = kmflag & KM_PUSHPAGE;
+    bool dip = g.buddy_pages < g.reserve_pages + pages;
+    if (!dip || (pushpage && g.buddy_pages >= pages)) {
+      // First fit over each bank: consecutive free blocks (heads on the
+      // free lists; a block's frames follow its head) make a run.
+      for (unsigned b = 0; b < g.nbanks && !pa; b++) {
+        const Bank& bank = g.banks[b];
+        uint64_t start = bank.first, len = 0;
+        for (uint64_t pfn = bank.first; pfn < bank.end;) {
+          Page* p = page_at(bank, pfn);
+          if (!(p->alloc_bits & kOnFreeList)) {
+            pfn++;
+            start = pfn;
+            len = 0;
+            continue;
+          }
+          len += pages_in(p->order);
+          pfn += pages_in(p->order);
+          if (len >= pages) {
+            pa = start << kPageShift;
+            break;
+          }
+        }
+        if (!pa) continue;
+        // Take the blocks; give back what lies past the run, page by page
+        // (the buddy merges them again).
+        uint64_t end = start + pages;
+        for (uint64_t pfn = start; pfn < end;) {
+          Page* p = page_at(bank, pfn);
+          unsigned order = p->order;
+          list_del(p, order);
+          for (uint64_t i = 0; i < pages_in(order); i++) {
+            Page* t = p + i;
+            t->flags = 0;
+            t->count = 0;
+            t->next = nullptr;
+            t->owner = nullptr;
+            if (pfn + i < end) {
+              mark_allocated(t, 0);
+            } else {
+              t->order = 0;
+              give_block(t, 0);
+            }
+          }
+          pfn += pages_in(order);
+        }
+        if (dip) g.pushpage_allocs++;
+      }
+      note_reserve_level();
+    }
+    plat::irq_restore(s);
+  }
+  if (!pa) {
+    __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
+    return 0;
+  }
+  // Each frame is its own allocation, for the tracer and profiling as for
+  // the frees that will give them back one by one.
+  for (size_t i = 0; i < pages; i++) {
+    trace_alloc(pa + i * kPageBytes, 0, kmflag, caller_address());
+    if (prof_counting())
+      if (uint32_t* slot = page_tag_slot(pa + i * kPageBytes)) *slot = prof_charge(MM_ALLOC_TAG(kPage), kPageBytes);
+  }
+  return pa;
+}
+
+void page_split(uint64_t pa, unsigned order) {
+  Page* p = page_of_phys(pa);
+  MM_ASSERT(p && (p->flags & kPageHead) && p->order == order && !(pa & ((kPageBytes << order) - 1)));
+  uint32_t* slot = page_tag_slot(pa);
+  uint32_t ref = slot ? *slot : 0;
+  for (uint64_t i = 0; i < pages_in(order); i++) {
+    Page* t = p + i;
+    t->flags = kPageHead;
+    t->order = 0;
+    t->count = 0;
+    t->next = nullptr;
+    t->owner = nullptr;
+    if (i && slot) slot[i] = ref;
+  }
+  // Profiling: the block was charged as one allocation of all its bytes;
+  // each page is now freed on its own, one call and one page each.
+  if (ref && order) {
+    plat::IrqState s = plat::irq_save();
+    prof_recount_masked(ref, static_cast<int64_t>(pages_in(order) - 1));
+    plat::irq_restore(s);
+  }
+}
 
 bool page_verify() {
   Guard<> guard(g_lock);

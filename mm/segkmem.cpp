@@ -35,6 +35,18 @@
 //    before anything is freed. Sizes the heap can never hold are refused
 //    with a report, KM_SLEEP or not (KM_SLEEP waits for memory, not for the
 //    impossible).
+// 7. The physical heap (plat::kPhysicalHeap: a platform without an MMU).
+//    Nothing can stitch scattered frames into one span, so an import takes
+//    one run of contiguous frames: the smallest buddy block that holds it,
+//    split into single frames (page_split) with the tail given back at
+//    once. Its addresses are the frames' own: the "heap" arena covers the
+//    RAM from its lowest to its highest address (page_ram_range), and the
+//    import claims exactly the run's range in it (vmem_xalloc), which is
+//    free there since the frames were. Everything else is the same: the
+//    page index over that range, kPageVmem frames, the release batch
+//    (whose unmapping and TLB sync the platform makes no-ops). A span can
+//    fail for fragmentation where the mapped heap would not: a NOSLEEP
+//    caller gets null, as for any shortage.
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
@@ -185,7 +197,55 @@ void release_pages(uintptr_t va, size_t size) {
   }
 }
 
+// Point 7: one run of contiguous frames, at its own addresses.
+void* import_physical(vmem_t* src, size_t size, int vmflag) {
+  size_t pages = size >> kPageShift;
+  unsigned order = 0;
+  while ((size_t{1} << order) < pages) order++;
+  uint64_t pa = order <= kMaxOrder ? page_alloc(order, vmflag & VM_KMFLAGS) : 0;
+  if (!pa && order > 0 && order <= kMaxOrder) {
+    // Single free pages in the per-CPU caches may be what completes a run.
+    page_drain_cpu_caches();
+    pa = page_alloc(order, vmflag & VM_KMFLAGS);
+  }
+  if (!pa) {
+    // No aligned block: any run of free frames that long.
+    pa = page_alloc_run(pages, vmflag & VM_KMFLAGS);
+    if (pa) order = 0xff;  // split already, nothing to give back
+  }
+  if (!pa) {
+    // Pages may be waiting in the release batch: free them and retry once.
+    if (!segkmem_flush()) return nullptr;
+    return import_physical(src, size, vmflag);
+  }
+  if (order != 0xff) {
+    page_split(pa, order);
+    for (size_t i = pages; i < (size_t{1} << order); i++) page_free(pa + i * kPageBytes, 0);
+  }
+  auto base = static_cast<uintptr_t>(pa);
+  void* va = vmem_xalloc(src, size, kPageBytes, 0, 0, reinterpret_cast<void*>(base),
+                         reinterpret_cast<void*>(base + size), VM_NOSLEEP);
+  bool indexed = va != nullptr;
+  for (size_t off = 0; indexed && off < size; off += kPageBytes) indexed = index_prepare(base + off);
+  if (!indexed) {
+    if (va) vmem_xfree(src, va, size);
+    for (size_t i = 0; i < pages; i++) page_free(pa + i * kPageBytes, 0);
+    return nullptr;
+  }
+  MM_ASSERT(reinterpret_cast<uintptr_t>(va) == base);
+  for (size_t off = 0; off < size; off += kPageBytes) {
+    Page* p = page_of_phys(pa + off);
+    MM_ASSERT(p);
+    p->flags |= kPageVmem;
+    p->owner = const_cast<void**>(g_no_owner);
+    index_set(base + off, p);
+    __atomic_fetch_add(&g_mapped_pages, 1, __ATOMIC_RELAXED);
+  }
+  return va;
+}
+
 void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
+  if constexpr (plat::kPhysicalHeap) return import_physical(src, size, vmflag);
   void* va = vmem_alloc(src, size, vmflag);
   if (!va) return nullptr;
   auto base = reinterpret_cast<uintptr_t>(va);
@@ -256,8 +316,20 @@ void segkmem_init() {
 #endif
   uintptr_t base;
   size_t window;
-  plat::heap_window(base, window);
-  uint64_t size = heap_size_for_ram(page_ram_bytes(), window);
+  uint64_t size;
+  if constexpr (plat::kPhysicalHeap) {
+    // Point 7: the heap's addresses are RAM's, whole index leaves of it.
+    uint64_t lo, hi;
+    page_ram_range(lo, hi);
+    constexpr uint64_t kLeaf = uint64_t{1} << kIndexLeafShift;
+    lo &= ~(kLeaf - 1);
+    hi = (hi + kLeaf - 1) & ~(kLeaf - 1);
+    base = static_cast<uintptr_t>(lo);
+    size = hi - lo;
+  } else {
+    plat::heap_window(base, window);
+    size = heap_size_for_ram(page_ram_bytes(), window);
+  }
   size_t dir_bytes = static_cast<size_t>(size >> kIndexLeafShift) * sizeof(Page**);
   unsigned order = 0;
   while ((kPageBytes << order) < dir_bytes) order++;
@@ -270,7 +342,9 @@ void segkmem_init() {
   // the time, and an object there would look referenced to kmemleak's
   // stack scan for as long as one stale copy of it lies about. (Address
   // space only: no memory is mapped for it.)
-  g_heap = vmem_create("heap", reinterpret_cast<void*>(base + kPageBytes), static_cast<size_t>(size) - kPageBytes,
+  // (The physical heap's first page is RAM's: an import may claim it.)
+  uintptr_t skip = plat::kPhysicalHeap ? 0 : kPageBytes;
+  g_heap = vmem_create("heap", reinterpret_cast<void*>(base + skip), static_cast<size_t>(size) - skip,
                        kPageBytes, nullptr, nullptr, nullptr, 0, VM_SLEEP);
   g_default = vmem_create("kmem_default", nullptr, 0, kPageBytes, segkmem_import, segkmem_release, g_heap, 0,
                           VM_SLEEP);

@@ -219,6 +219,13 @@ __attribute__((noinline)) StackHandle insert(std::atomic<StackHandle>& bucket, c
 
 }  // namespace
 
+size_t stackdepot_default_pool() {
+  size_t want = static_cast<size_t>(page_ram_bytes() / 16);
+  size_t pool = kStackDepotDefaultPool;
+  while (pool > want && pool > 2 * kPageBytes) pool >>= 1;
+  return pool;
+}
+
 bool stackdepot_init(size_t pool_bytes) {
 #if !defined(MM_KERNEL)
   if (!kmem_ready()) kmem_init();  // host: the first use brings the page allocator up

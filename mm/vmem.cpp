@@ -110,7 +110,7 @@ namespace mm::vmem_detail {
 constexpr unsigned kBits = sizeof(uintptr_t) * 8;
 static_assert(sizeof(unsigned long) == sizeof(uintptr_t), "highbit uses __builtin_clzl");
 constexpr unsigned kFreeLists = kBits;
-constexpr unsigned kMaxArenas = 64;
+constexpr unsigned kMaxArenas = plat::kMaxArenas;  // arena slots, constant-initialised
 constexpr unsigned kMaxQcaches = 16;        // quantum caches per arena
 constexpr unsigned kHashInitial = 16;       // buckets inside the arena
 constexpr unsigned kHashLoad = 2;           // grow past this many segments per bucket

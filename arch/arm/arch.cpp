@@ -307,6 +307,9 @@ void send_ipi(const PerCpu& cpu) {
   if (c && c->send_ipi) c->send_ipi(cpu.index);
 }
 
+// The bootargs are the DTB's, which the bootloader wrote.
+bool firmware_bootargs(char*, size_t) { return false; }
+
 }  // namespace arch
 
 // SMCCC for AArch32: r0 = function id, r1-r3 arguments, results in r0-r3.

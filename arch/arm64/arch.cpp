@@ -242,6 +242,9 @@ void send_ipi(const PerCpu& cpu) {
 
 namespace arch {
 bool cpu_usable(const fdt::Tree&, int) { return true; }
+// The bootargs are the DTB's, which the bootloader wrote.
+bool firmware_bootargs(char*, size_t) { return false; }
+
 }  // namespace arch
 
 // SMCCC for AArch64: x0 = function id, x1-x3 arguments, results in x0-x3;

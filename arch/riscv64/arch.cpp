@@ -390,4 +390,7 @@ void send_ipi(const PerCpu& cpu) {
     kprintf("sbi: send_ipi to hart %llu failed: %ld\n", static_cast<unsigned long long>(cpu.hwid), r.error);
 }
 
+// The bootargs are the DTB's, which the bootloader wrote.
+bool firmware_bootargs(char*, size_t) { return false; }
+
 }  // namespace arch

@@ -34,6 +34,7 @@ bool unmapped(uintptr_t va, size_t size) {
 }  // namespace
 
 KTEST(map_large_leaf_then_split_it_by_a_partial_unmap) {
+  if (!arch::kHasMmu) KSKIP("no MMU: nothing is mapped");
   const uintptr_t va = test_window();
   // 2 MiB of RAM (a buddy block, so aligned to its size, and all of it in
   // the identity map: not the kernel image's 2 MiB, whose stack guard pages
@@ -126,6 +127,9 @@ KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
 }
 
 KTEST(static_branch_refuses_a_target_out_of_reach) {
+#if !defined(ARCH_HAS_STATIC_BRANCH)
+  KSKIP("no static branches on this arch: the hooks' switch is a flag");
+#endif
   KASSERT(&__static_branches_end[0] > &__static_branches_start[0]);
   const StaticSite s = __static_branches_start[0];
   struct {

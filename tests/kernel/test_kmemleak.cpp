@@ -7,6 +7,7 @@
 #include <kernel/timer.h>
 #include <mm/failslab.h>
 #include <mm/kmem.h>
+#include <mm/page.h>
 #include <mm/kmemleak.h>
 #include <atomic>
 
@@ -54,6 +55,14 @@ __attribute__((noinline)) void make_leaks(void* = nullptr) {
   g_expected[3] = ~reinterpret_cast<uintptr_t>(opaque(kmem_zalloc(100, KM_SLEEP)));
 }
 
+// One core: what make_leaks and churn left in stack slots below the
+// caller's frame (deeper with every cache debugged) would be scanned where
+// the scan's own frames leave slots unwritten. Zero it first.
+__attribute__((noinline)) void scrub_stack() {
+  volatile char pad[1900];
+  for (auto& c : pad) c = 0;
+}
+
 __attribute__((noinline)) void churn(void*) {
   for (size_t size = 16; size < 4096; size += 40) kmem_free(opaque(kmem_alloc(size, KM_SLEEP)), size);
 }
@@ -77,6 +86,7 @@ KTEST(kmemleak_reports_exactly_what_leaked) {
   } else {
     make_leaks();
     churn(nullptr);
+    scrub_stack();
   }
   KEXPECT_EQ(kmemleak_scan(), 0u);  // first sight: no checksum yet
   size_t n = kmemleak_scan();
@@ -100,6 +110,15 @@ KTEST(kmemleak_reports_exactly_what_leaked) {
   kmem_free(kept[2], 16);
   kmem_free(kept, 64);
   g_kept_root = nullptr;
+  // The leaks go back too where RAM is small (a 256 KiB board would keep
+  // a tenth of it leaked for the rest of the suite); elsewhere they stay,
+  // reported, as a leak does.
+  if (mm::page_ram_bytes() < (uint64_t{1} << 20) && matched == 4) {
+    kmem_free(reinterpret_cast<void*>(~g_expected[0]), 48);
+    kmem_free(reinterpret_cast<void*>(~g_expected[1]), 48);
+    kmem_free(reinterpret_cast<void*>(~g_expected[2]), 30000);
+    kmem_free(reinterpret_cast<void*>(~g_expected[3]), 100);
+  }
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <kernel/format.h>
 
 KTEST(every_stack_has_an_unmapped_guard_page_below_it) {
+  if (!arch::kHasMmu) KSKIP("no MMU: no guard pages");
   for (unsigned i = 0; i < kstack::kGuardPages; i++) {
     uintptr_t g = kstack::guard_page(i);
     KEXPECT_EQ(arch::translate(g), 0u);
@@ -56,6 +57,7 @@ void overflow_here(void* arg) {
 }  // namespace
 
 KTEST(stack_overflow_is_caught_on_every_cpu) {
+  if (!arch::kHasMmu) KSKIP("no MMU: no guard page to catch an overflow");
   for (unsigned i = 0; i < g_cpu_count; i++) {
     if (!g_percpu[i].online.load()) continue;
     // Without its guard page the recursion would run on into whatever lies

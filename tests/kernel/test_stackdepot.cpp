@@ -63,7 +63,7 @@ unsigned check_frames(StackHandle h, StackHandle (*site)(), const uintptr_t** pc
 }  // namespace
 
 KTEST(stackdepot_capture_on_every_core) {
-  KASSERT(mm::stackdepot_init(mm::kStackDepotDefaultPool));
+  KASSERT(mm::stackdepot_init(mm::stackdepot_default_pool()));
   static Captures c;
   __builtin_memset(&c, 0, sizeof c);
   smp::call_on_all(capture_here, &c);
@@ -148,7 +148,7 @@ void print_cost(const char* what, unsigned frames, uint64_t ticks, uint64_t base
 // qemu-run --icount a tick is an instruction; otherwise the figures are
 // time-based and only printed.
 KTEST(stackdepot_cost_per_call) {
-  KASSERT(mm::stackdepot_init(mm::kStackDepotDefaultPool));
+  KASSERT(mm::stackdepot_init(mm::stackdepot_default_pool()));
   for (unsigned t = 0; t < 8; t++)
     for (unsigned k = 0; k < mm::kStackDepotMaxFrames; k++)
       g_cost_traces[t][k] = reinterpret_cast<uintptr_t>(__text_start) + 0x100 * t + 4 * k;

@@ -20,6 +20,24 @@
 
 namespace kmtrace {
 namespace {
+// An address inside the call a return address ra returns from: ra - 1,
+// after clearing bit 0 of a 32-bit ARM ELF's return addresses, where it
+// marks Thumb code (ARMv7-M: ra - 1 would be the instruction after the
+// call, whose line may be the next one; ARM-state addresses are even).
+// Elsewhere (x86) a return address may be odd and is taken as it is.
+bool is_arm32_elf(const std::string& elf) {
+  unsigned char h[20] = {};
+  FILE* f = fopen(elf.c_str(), "rb");
+  if (!f) return false;
+  size_t n = fread(h, 1, sizeof h, f);
+  fclose(f);
+  return n == sizeof h && h[0] == 0x7f && h[1] == 'E' && h[4] == 1 /* ELFCLASS32 */ &&
+         (h[18] | h[19] << 8) == 40 /* EM_ARM */;
+}
+uint64_t call_pc(uint64_t ra, bool arm32) { return (arm32 ? ra & ~uint64_t{1} : ra) - 1; }
+}  // namespace
+
+namespace {
 
 std::string demangle(const char* name) {
   if (!name) return "?";
@@ -160,6 +178,7 @@ class DwSymbolizer : public Symbolizer {
     if (dwfl_) dwfl_end(dwfl_);
   }
   bool open(const std::string& elf, std::string* error) {
+    arm32_ = is_arm32_elf(elf);
     static const Dwfl_Callbacks callbacks = {
         nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address, nullptr};
     dwfl_ = dwfl_begin(&callbacks);
@@ -179,7 +198,7 @@ class DwSymbolizer : public Symbolizer {
       SourceInfo& si = out[ra];
       si.function = "?";
       if (ra == 0) continue;
-      Dwarf_Addr pc = ra - 1 + bias_;
+      Dwarf_Addr pc = call_pc(ra, arm32_) + bias_;
       Dwfl_Module* m = dwfl_addrmodule(dwfl_, pc);
       if (!m) continue;
       si.function = demangle(dwfl_module_addrname(m, pc));
@@ -221,6 +240,7 @@ class DwSymbolizer : public Symbolizer {
   Dwfl* dwfl_ = nullptr;
   Dwfl_Module* mod_ = nullptr;
   Dwarf_Addr bias_ = 0;
+  bool arm32_ = false;
 };
 #endif
 
@@ -231,7 +251,7 @@ class DwSymbolizer : public Symbolizer {
 // is_wrapper for addr2line's misnamed innermost frames).
 class Addr2lineSymbolizer : public Symbolizer {
  public:
-  explicit Addr2lineSymbolizer(std::string elf) : elf_(std::move(elf)) {}
+  explicit Addr2lineSymbolizer(std::string elf) : elf_(std::move(elf)), arm32_(is_arm32_elf(elf_)) {}
   std::map<uint64_t, SourceInfo> lookup(const std::vector<uint64_t>& addrs) override {
     std::map<uint64_t, SourceInfo> out;
     for (uint64_t a : addrs) out[a].function = "?";
@@ -242,7 +262,7 @@ class Addr2lineSymbolizer : public Symbolizer {
     std::string list;
     for (uint64_t a : addrs) {
       char buf[32];
-      snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(a ? a - 1 : 0));
+      snprintf(buf, sizeof buf, "0x%llx\n", static_cast<unsigned long long>(a ? call_pc(a, arm32_) : 0));
       list += buf;
     }
     bool ok = write(fd, list.data(), list.size()) == static_cast<ssize_t>(list.size());
@@ -311,6 +331,7 @@ class Addr2lineSymbolizer : public Symbolizer {
     return si;
   }
   std::string elf_;
+  bool arm32_;
 };
 
 }  // namespace

@@ -157,6 +157,18 @@ void set_table_allocator(TableAllocator alloc);
 // Name of the page-table format, for meminfo.
 const char* mmu_description();
 
+// Bootargs held outside the DTB, for a board whose DTB is built into the
+// image (armv7m: semihosting's SYS_GET_CMDLINE, which QEMU fills from
+// -append and a debugger from its own setting). Copies them into buf and
+// returns true if there are any; kernel/platform.cpp appends them to the
+// DTB's /chosen/bootargs. Boot core, once.
+bool firmware_bootargs(char* buf, size_t size);
+
+// Where <arch/ops.h> says arch::kHasFrameRecords is false (Thumb code):
+// backtrace::walk's work, done by the arch's unwinder instead of a walk of
+// frame records (same arguments and result, kernel/backtrace.h).
+size_t unwind(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, unsigned* repeats);
+
 }  // namespace arch
 
 // Kernel entry points the arch calls.

@@ -30,7 +30,10 @@ struct IrqChip {
 
 namespace irq {
 constexpr unsigned kNoIrq = ~0u;
-constexpr unsigned kMaxIrq = 1024;
+#ifndef MAGPIE_MAX_IRQ
+#define MAGPIE_MAX_IRQ 1024
+#endif
+constexpr unsigned kMaxIrq = MAGPIE_MAX_IRQ;  // an arch with few (armv7m: the NVIC's) sets it
 using Handler = void (*)(unsigned irq, void* arg);
 
 constexpr int kMaxDomains = 4;

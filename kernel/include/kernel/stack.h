@@ -33,7 +33,7 @@
 struct PerCpu;
 struct TrapFrame;
 
-struct alignas(KSTACK_GUARD_SIZE) KernelStacks {
+struct alignas(KSTACK_GUARD_SIZE ? KSTACK_GUARD_SIZE : 8) KernelStacks {
   char guard_low[KSTACK_GUARD_SIZE];  // below the overflow stack: unmapped
   char overflow[KSTACK_OVERFLOW_SIZE];
   char guard[KSTACK_GUARD_SIZE];      // below the kernel stack: unmapped

@@ -12,7 +12,15 @@
 // trap frame, to report the overflow.
 #pragma once
 
+// An arch may set the sizes (armv7m: no MMU, so no guard pages and no
+// overflow stack, guard and overflow size 0; the stack from its board.conf).
+#ifndef KSTACK_GUARD_SIZE
 #define KSTACK_GUARD_SIZE 4096
+#endif
+#ifndef KSTACK_OVERFLOW_SIZE
 #define KSTACK_OVERFLOW_SIZE 8192
+#endif
+#ifndef KSTACK_SIZE
 #define KSTACK_SIZE 16384
+#endif
 #define KSTACK_SLOT_SIZE (2 * KSTACK_GUARD_SIZE + KSTACK_OVERFLOW_SIZE + KSTACK_SIZE)

@@ -148,5 +148,17 @@ void page_reset_for_tests();
 // Bytes of RAM in the banks page_init manages (whole frames, overlaps
 // merged): usable, reserved and descriptor frames.
 uint64_t page_ram_bytes();
+// The lowest and the highest-plus-one physical address of the banks.
+void page_ram_range(uint64_t& lo, uint64_t& hi);
+// Turns an allocated block of 2^order frames at pa into 2^order allocated
+// single frames, each freed on its own with page_free(pa, 0) (a physical
+// heap's runs of contiguous pages: mm/segkmem.cpp).
+void page_split(uint64_t pa, unsigned order);
+// pages contiguous free frames anywhere (not a buddy block: no alignment,
+// any count), each then an allocated single frame, as after page_split;
+// the physical heap's last resort when no block of the size is free. A
+// first-fit scan of the descriptors, O(frames), under the allocator's
+// lock. NOSLEEP semantics (the reserve as page_alloc's); 0 if no run.
+[[nodiscard]] uint64_t page_alloc_run(size_t pages, int kmflag);
 
 }  // namespace mm

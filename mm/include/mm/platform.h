@@ -16,6 +16,7 @@
 //   unsigned cpu_slot();                  cpu_id() without claiming: may return
 //                                         kMaxCpus (host thread with no CPU yet)
 //   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
+//   constexpr unsigned kMaxArenas;        vmem arenas that can exist at once
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
 //   void cpu_relax();                     a hint inside a spin-wait loop
 //   unsigned highest_bit(uintptr_t x);    index of the highest / lowest set
@@ -43,6 +44,10 @@
 //                                         "jiffies"; kernel: kTimerHz a second;
 //                                         host: 100 a second); kernel: a counter
 //                                         read and a multiply, no division
+//   constexpr bool kPhysicalHeap;         no MMU: the heap is runs of contiguous
+//                                         frames at their physical addresses, and
+//                                         heap_window / map_heap are not used
+//                                         (segkmem.cpp, point 7)
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
 #pragma once

@@ -28,6 +28,10 @@ constexpr size_t kStackDepotDefaultPool = size_t{1} << 20;
 // The pool holds the bucket table too, so pool_bytes (rounded up to pages, at least 2 pages, at
 // most about 16 MiB) is all the depot ever uses. Not from an interrupt handler.
 bool stackdepot_init(size_t pool_bytes);
+// The pool the allocators' debugging asks for: kStackDepotDefaultPool, or a
+// sixteenth of RAM where that is less (a board with 256 KiB of RAM: 16 KiB),
+// at least two pages.
+size_t stackdepot_default_pool();
 // Stores pcs[0..n) once (identical traces share one record) and returns its handle; n is clamped to
 // kStackDepotMaxFrames. Lock-free when the trace is already there; inserting takes a lock (interrupts
 // masked). When the pool is full, returns 0 and says so once on the console (plat::log), and keeps

@@ -6,6 +6,11 @@ struct PerCpu;
 
 namespace arch {
 
+// An MMU (page tables, guard pages, W^X), and frame records a frame-pointer
+// walk follows (kernel/backtrace.cpp).
+constexpr bool kHasMmu = true;
+constexpr bool kHasFrameRecords = true;
+
 using IrqState = uint32_t;  // the CPSR
 
 // RAM the identity map can reach: everything below the heap window

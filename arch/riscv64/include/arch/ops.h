@@ -10,6 +10,11 @@ struct PerCpu;
 
 namespace arch {
 
+// An MMU (page tables, guard pages, W^X), and frame records a frame-pointer
+// walk follows (kernel/backtrace.cpp).
+constexpr bool kHasMmu = true;
+constexpr bool kHasFrameRecords = true;
+
 constexpr uint64_t kSstatusSie = 1u << 1;
 
 // The /cpus "timebase-frequency" (arch::init_from_dtb fills it in).

@@ -14,6 +14,7 @@ namespace mm::plat {
 
 constexpr unsigned kMaxCpus = ::kMaxCpus;
 constexpr unsigned kCpuSlots = kMaxCpus + 1;  // see mm/host/mm_platform.h
+constexpr unsigned kMaxArenas = ::kMaxVmemArenas;  // vmem arenas at once
 inline unsigned cpu_id() { return arch::this_cpu()->index; }
 inline unsigned cpu_slot() { return cpu_id(); }
 inline unsigned cpu_count() { return g_cpu_count; }
@@ -73,6 +74,11 @@ inline uint64_t high_product(uint64_t a, uint64_t b) {
 #endif
 }
 inline uint64_t ticks() { return high_product(arch::coarse_counter(), g_tick_reciprocal); }
+
+// Whether the heap is physical: no MMU to map pages into a virtual window,
+// so segkmem hands out runs of contiguous frames at their own addresses
+// (mm/segkmem.cpp, point 7). The arch says (armv7m).
+constexpr bool kPhysicalHeap = !arch::kHasMmu;
 
 // RAM is identity-mapped in the kernel.
 inline void* phys_to_virt(uint64_t pa) { return reinterpret_cast<void*>(static_cast<uintptr_t>(pa)); }

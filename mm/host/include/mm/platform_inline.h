@@ -69,6 +69,7 @@ constexpr unsigned kMaxCpus = 64;
 // a thread without a CPU yet reads: kept empty, it sends the fast path to
 // the slow path, which claims a CPU (cpu_id()).
 constexpr unsigned kCpuSlots = kMaxCpus + 1;
+constexpr unsigned kMaxArenas = 64;  // vmem arenas at once
 
 // constinit: no dynamic initialisation, so no TLS wrapper call on the fast
 // path. kMaxCpus until the thread claims a CPU.
@@ -152,6 +153,10 @@ class Lock {
 
 extern uint8_t* g_direct_map;     // virtual address of physical g_phys_base
 extern uint64_t g_phys_base;
+// The heap is mapped into its own window (mm/segkmem.cpp, point 7: the
+// physical heap is the kernel's, on an arch without an MMU).
+constexpr bool kPhysicalHeap = false;
+
 inline void* phys_to_virt(uint64_t pa) { return g_direct_map + (pa - g_phys_base); }
 inline uint64_t virt_to_phys(const void* va) { return g_phys_base + static_cast<uint64_t>(static_cast<const uint8_t*>(va) - g_direct_map); }
 
