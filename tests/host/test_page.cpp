@@ -222,6 +222,63 @@ TEST_F(page, AllocAndFreeEveryOrder) {
   expect_fully_coalesced();
 }
 
+// The physical heap's two ways to a run of contiguous frames (mm/segkmem.cpp,
+// point 7): a buddy block split into single frames, and any run of free
+// frames found by page_alloc_run; either way each frame is then freed on its
+// own and everything coalesces back.
+TEST_F(page, SplitBlockFramesAreFreedOneByOne) {
+  uint64_t pa = page_alloc(3, KM_NOSLEEP);
+  ASSERT_NE(pa, 0u);
+  page_split(pa, 3);
+  for (unsigned i = 0; i < 8; i++) {
+    Page* p = page_of_phys(pa + i * kPageBytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->flags, kPageHead) << i;
+    EXPECT_EQ(p->order, 0u) << i;
+  }
+  EXPECT_TRUE(page_verify());
+  EXPECT_EQ(free_pages(), initial.free_pages - 8);
+  for (unsigned i = 0; i < 8; i++) page_free(pa + i * kPageBytes, 0);
+  EXPECT_EQ(stats().bad_frees, 0u);
+  expect_fully_coalesced();
+}
+
+TEST_F(page, AllocRunFindsUnalignedRunsAcrossBlocks) {
+  // Every frame taken, then a hole of 5 frames that no aligned block of 8
+  // holds: page_alloc of order 3 fails, the run is found.
+  page_drain_this_cpu();
+  std::vector<uint64_t> all;
+  for (uint64_t pa; (pa = page_alloc(0, KM_NOSLEEP | KM_PUSHPAGE)) != 0;) all.push_back(pa);
+  std::sort(all.begin(), all.end());
+  size_t at = 0;  // five consecutive frames starting at an odd frame number
+  for (size_t i = 0; i + 4 < all.size(); i++) {
+    if (((all[i] >> kPageShift) & 1) && all[i + 4] == all[i] + 4 * kPageBytes) {
+      at = i;
+      break;
+    }
+  }
+  ASSERT_NE(all[at + 4], 0u);
+  for (size_t i = at; i < at + 5; i++) page_free(all[i], 0);
+  page_drain_this_cpu();
+  EXPECT_EQ(page_alloc(3, KM_NOSLEEP | KM_PUSHPAGE), 0u);
+  uint64_t run = page_alloc_run(5, KM_NOSLEEP | KM_PUSHPAGE);
+  EXPECT_EQ(run, all[at]);
+  EXPECT_EQ(page_alloc_run(1, KM_NOSLEEP | KM_PUSHPAGE), 0u);  // nothing else is free
+  for (unsigned i = 0; i < 5; i++) EXPECT_EQ(page_of_phys(run + i * kPageBytes)->flags, kPageHead);
+  EXPECT_TRUE(page_verify());
+  for (unsigned i = 0; i < 5; i++) all[at + i] = run + i * kPageBytes;
+  for (uint64_t pa : all) page_free(pa, 0);
+  EXPECT_EQ(stats().bad_frees, 0u);
+  expect_fully_coalesced();
+  // A run longer than a block, from free memory: what lies past it goes back.
+  uint64_t big = page_alloc_run(1500, KM_NOSLEEP);
+  ASSERT_NE(big, 0u);
+  EXPECT_EQ(free_pages(), initial.free_pages - 1500);
+  EXPECT_TRUE(page_verify());
+  for (unsigned i = 0; i < 1500; i++) page_free(big + i * kPageBytes, 0);
+  expect_fully_coalesced();
+}
+
 TEST_F(page, ExhaustionThenFullRecovery) {
   std::vector<uint64_t> got;
   for (uint64_t pa; (pa = page_alloc(0, KM_NOSLEEP | KM_PUSHPAGE));) got.push_back(pa);
