@@ -6,6 +6,7 @@
 #include <kernel/irq.h>
 #include <kernel/ktest.h>
 #include <kernel/panic.h>
+#include <kernel/rseq.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/stack.h>
@@ -71,6 +72,7 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   platform::probe_poweroff();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,
           g_boot.bootargs);
+  rseq::check_table();  // before the first allocation: every restartable section where the entry looks
   mm_boot::init();
 
   timer::init_cpu();

@@ -4,7 +4,7 @@
 // 1. Concepts. A cache hands out buffers of one size, kept constructed
 //    between free and alloc. Three layers, each in its own file (the list is
 //    in kmem_cache.h): per-CPU magazines (kmem_fastpath.h, kmem_magazine.cpp:
-//    no lock, interrupts masked), the depot of full and empty magazines
+//    no lock; restartable sections or interrupts masked, section 7), the depot of full and empty magazines
 //    (kmem_magazine.cpp: one lock per cache), and slabs carved into buffers
 //    (kmem_slab.cpp). kmem_alloc's size classes are ordinary caches
 //    (kmem_alloc.cpp); the consolidator moves objects out of sparse slabs
@@ -63,6 +63,41 @@
 //    Per-buffer state belongs to the debug modes (kmem_debug.cpp): a
 //    debugged cache has a tag per buffer and no magazines, so its checks
 //    cost its own operations, and nothing on any fast path tests for them.
+// 7. Interrupts and the per-CPU layer. A CPU's CpuCache is changed by that
+//    CPU only, and by its interrupt handlers (which may allocate and free:
+//    kmemtrace, the timer; cross-calls flush magazines, cpu_flush; a freeze
+//    for kmem_whatis reads them). Two ways keep an interrupt from landing
+//    in the middle of an update:
+//      - restartable sections (kernel/include/kernel/rseq.h), where the
+//        platform has them (plat::kRestartable: the kernel on arm64,
+//        riscv64 and arm): the untraced magazine pop and push each end in
+//        one commit store (rounds), and each per-CPU counter (allocs,
+//        frees) is a section of its own right after, with interrupts
+//        enabled; an interrupt inside one rewinds it to its start before
+//        any handler runs, so handlers always see a magazine either before
+//        or after an operation. No masking on the magazine-hit paths;
+//      - interrupts masked everywhere else. Where a section cannot be made
+//        restartable, masking stays: the hooked copies while kmemtrace
+//        records (its record is written into its ring inside the same
+//        critical section as the pop or push, so that it is there before
+//        the buffer can change hands, and a ring write is more than one
+//        store; with only kmemleak or profiling on, the hooked copies run
+//        the restartable sections and stamp afterwards), the slow paths (kmem_magazine.cpp: swaps and
+//        depot trades change several words and take the depot lock), the
+//        unmagazined counters (alloc_unmagazined, free_unmagazined: off
+//        the fast path), cpu_flush's detach, and the host (no interrupts:
+//        masking is free there and a thread is its CPU).
+//    Both agree because neither is ever interrupted halfway from this
+//    CPU's point of view: a masked update cannot be, a restartable one is
+//    undone. Memory order: none is needed on these paths. Only this CPU
+//    and its handlers write its slot, and a CPU observes its own accesses
+//    in program order, interrupts included; other CPUs read a slot only
+//    while this one is stopped (kmem_whatis, the leak scanner:
+//    stop_others and freeze_others order what it wrote before it stopped),
+//    through a cross-call run on it (cpu_flush from plat::on_each_cpu,
+//    ordered by the call's mailbox), when the cache is no longer used
+//    (kmem_cache_destroy), or for statistics (kmem_cache_stats: racy by
+//    design, kmem_cache.h).
 #include <mm/segkmem.h>
 #include <mm/stackdepot.h>
 #include <mm/vmem.h>
@@ -517,7 +552,7 @@ __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uin
 __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   free_slow(cp, obj, caller ? caller : caller_of_api());
 }
-__attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                      uintptr_t caller, const AllocTag* tag) {
   if ((kmflag & KM_NOSLEEP) && failslab_should_fail(cp->name, cp->bufsize)) return nullptr;
   return cache_alloc<true, false>(cp, kmflag, type, requested, caller, tag);
@@ -527,7 +562,7 @@ __attribute__((noinline)) void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr
   prof_stamp_irq(cp, obj, tag);
   return leak_stamp(cp, obj, caller);
 }
-__attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
   prof_unstamp(cp, obj, caller ? caller : caller_of_api());
   cache_free<true, false>(cp, obj, type, caller);
 }
@@ -606,28 +641,28 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 // without a frame. The entry points pass their own return address, read
 // only on that branch.
 namespace {
-__attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller,
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag, uintptr_t caller,
                                                    const AllocTag* tag) {
   return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller, tag);
 }
-__attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
 }  // namespace
 
 // The Solaris name, for calls that do not go through the macro (mm/kmem.h):
 // counted at this function's own tag.
-void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
+MM_RESTARTABLE_TEXT void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
   if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return cache_alloc(cp, kmflag);
 }
 
 // The hooked copy itself (the macro's call lands here): no second call.
-void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
+MM_RESTARTABLE_TEXT void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
 }
 
-void kmem_cache_free(kmem_cache_t* cp, void* obj) {
+MM_RESTARTABLE_TEXT void kmem_cache_free(kmem_cache_t* cp, void* obj) {
   if (kmemtrace::on_free()) return cache_free_traced(cp, obj, caller_of_api());
   cache_free(cp, obj);
 }

@@ -65,7 +65,7 @@ inline kmem_cache_t* size_cache(size_t size) {
 
 // Sizes no size cache serves (before kmem_init on the host: every size).
 // *chunk (if chunk is not null) gets the bytes allocated.
-__attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk, uintptr_t caller) {
   size_t unused;
   if (!chunk) chunk = &unused;
   *chunk = 0;
@@ -93,7 +93,7 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
   return alloc_uncached(size, kmflag, nullptr, 0);
 }
 
-__attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag) {
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1))
     return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller, tag);
@@ -127,7 +127,7 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   segkmem_free_large(buf, size, caller);
 }
 
-__attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) {
     if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
@@ -189,12 +189,12 @@ using namespace mm;
 
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
-void* (kmem_alloc)(size_t size, int kmflag) {
+MM_RESTARTABLE_TEXT void* (kmem_alloc)(size_t size, int kmflag) {
   if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return kmem_alloc_body(size, kmflag);
 }
 
-void* (kmem_zalloc)(size_t size, int kmflag) {
+MM_RESTARTABLE_TEXT void* (kmem_zalloc)(size_t size, int kmflag) {
   void* p;
   if (kmemtrace::on()) {
     p = kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
@@ -207,7 +207,7 @@ void* (kmem_zalloc)(size_t size, int kmflag) {
 
 // The hooked copy itself on the size caches' path (the macro's call lands
 // here): no second call.
-void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
+MM_RESTARTABLE_TEXT void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1))
     return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_api(), tag);
@@ -220,7 +220,7 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   return p;
 }
 
-void kmem_free(void* buf, size_t size) {
+MM_RESTARTABLE_TEXT void kmem_free(void* buf, size_t size) {
   if (!buf) return;
   if (kmemtrace::on_free()) return kmem_free_traced(buf, size, caller_of_api());
   kmem_free_body(buf, size, caller_of_api());

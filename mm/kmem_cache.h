@@ -60,7 +60,8 @@ struct Magazine {
   void* slot[1];
 };
 
-// The per-CPU layer: touched only by its CPU, with interrupts masked.
+// The per-CPU layer: touched only by its CPU, with interrupts masked or in
+// restartable sections (kmem.cpp, 7).
 // Invariant: magsize is the capacity of `loaded`, or 0 when there is no
 // loaded magazine, so the fast paths never touch a missing magazine.
 // Other CPUs touch a slot in three cases, none needing an order of its own:

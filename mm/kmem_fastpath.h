@@ -1,10 +1,13 @@
 // kmem's magazine fast paths, inlined into the public entry points of
 // kmem.cpp (kmem_cache_alloc/free) and kmem_alloc.cpp (kmem_alloc/free).
 //
-// 1. Allocation pops the CPU's loaded magazine; free pushes onto it. Both run
-//    with interrupts masked (the per-CPU state is touched only by its CPU)
-//    and take no lock; anything else (an empty or full magazine, a missing
-//    one) is a noinline slow path in kmem_magazine.cpp.
+// 1. Allocation pops the CPU's loaded magazine; free pushes onto it. Both
+//    take no lock; untraced, where the platform has restartable sections
+//    (plat::kRestartable), each is one with interrupts enabled (6),
+//    otherwise they run with interrupts masked (the per-CPU state is
+//    touched only by its CPU and its interrupts). Anything else (an empty
+//    or full magazine, a missing one) is a noinline slow path in
+//    kmem_magazine.cpp.
 // 2. The free checks, before it touches the magazine, that the buffer
 //    belongs to the cache (OwnerCheck): for on-slab caches the slab header
 //    at the end of the buffer's page names its cache (a mask and a load);
@@ -30,7 +33,25 @@
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
 //    header slab_create wrote before the slab's first buffer left the slab
 //    layer under slab_lock, so before any legitimate free of it).
+// 6. The restartable fast paths (kmem.cpp, 7): the pop loads rounds and
+//    the loaded magazine, leaves for the slow path when rounds is 0, and
+//    commits rounds - 1; the push loads rounds, magsize and the magazine,
+//    leaves when full or when obj is on top (the double free check),
+//    writes obj into the slot above the top (nothing reads it until the
+//    commit; rewound, it is a dead slot above the top), and commits
+//    rounds + 1. Each counter update is its own section after it (load,
+//    add, the store as commit): an interrupt between the pop's commit and
+//    the count sees the count one behind, never loses one. Everything is
+//    loaded inside the section, so a handler that swapped, flushed or
+//    refilled the magazines meanwhile is seen by the rerun. The functions
+//    that inline them carry MM_RESTARTABLE_TEXT (.text.rseq: where the
+//    interrupt entry looks; the kernel checks at boot that every section
+//    lies there). The hooked copies use them too while kmemtrace does not
+//    record; while it does, they mask (its record in its ring is no single
+//    store, and it must be in the ring before the buffer can be handed out
+//    again).
 #pragma once
+#include <cstddef>
 #include <mm/failslab.h>
 #include <trace/record.h>
 #include "heap_index.h"
@@ -83,6 +104,20 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
   return static_cast<const Slab*>(p->owner)->cache == cp;  // a Slab or g_no_owner
 }
 
+// The restartable fast paths address this CPU's CpuCache fields as
+// cpu_base(cp) + kCpuOff + the field's offset: one register for the base,
+// every offset folded into its instruction.
+constexpr size_t kCpuOff = offsetof(kmem_cache, cpu);
+__attribute__((always_inline)) inline char* cpu_base(kmem_cache_t* cp) {
+  return reinterpret_cast<char*>(cp) + plat::cpu_slot() * sizeof(CpuCache);
+}
+
+// Where the fast paths are restartable, the hooked copies come to the
+// masked path only when kmemtrace::enabled() was just seen true: they
+// record without asking again (a stale switch only moves where recording
+// starts or stops by an event: trace/kmemtrace.h).
+constexpr bool kTracing = plat::kRestartable;
+
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
 // untraced, and traced (kTraced) from their out-of-line traced copies:
 // then it records the event (type, requested, caller) as well, inside the
@@ -96,13 +131,35 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                                         const AllocTag* tag = nullptr) {
   if constexpr (kFailslab)
     if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller, tag);
+  // Interrupts stay on (6): the pop commits by its store of rounds, the
+  // count by its own store; an interrupt inside either rewinds it. Hooked,
+  // the same while kmemtrace does not record (kmemleak, profiling: their
+  // stamps come after the pop anyway).
+  if constexpr (plat::kRestartable) {
+    if (!kTraced || !kmemtrace::enabled()) {
+      char* base = cpu_base(cp);
+      void* obj;
+      if (__builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, loaded),
+                                          offsetof(Magazine, slot)>(base, obj),
+                           1)) {
+        plat::rseq_inc<kCpuOff + offsetof(CpuCache, allocs)>(base);
+        if constexpr (kTraced) {
+          if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
+          if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
+        }
+        return obj;
+      }
+      if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
+      return alloc_slow(cp, kmflag);
+    }
+  }
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds > 0, 1)) {
     void* obj = cc->loaded->slot[cc->rounds--];
     cc->allocs++;
     if constexpr (kTraced)
-      if (kmemtrace::enabled())
+      if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
     plat::irq_restore(s);
@@ -133,6 +190,20 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
     return free_bad_owner(cp, obj, caller);
   }
+  if constexpr (plat::kRestartable) {
+    if (!kTraced || !kmemtrace::enabled()) {  // as in cache_alloc
+      char* base = cpu_base(cp);
+      plat::RseqPush r =
+          plat::rseq_push<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, magsize),
+                          kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj);
+      if (__builtin_expect(r == plat::kRseqPushed, 1)) {
+        plat::rseq_inc<kCpuOff + offsetof(CpuCache, frees)>(base);
+        return;
+      }
+      if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
+      return free_slow_entry(cp, obj, caller);
+    }
+  }
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
   if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
@@ -142,7 +213,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
       return free_twice(cp, obj, caller);
     }
     if constexpr (kTraced)
-      if (kmemtrace::enabled())
+      if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
     m->slot[++cc->rounds] = obj;
     cc->frees++;
@@ -150,7 +221,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
     return;
   }
   if constexpr (kTraced)
-    if (kmemtrace::enabled())
+    if (kTracing || kmemtrace::enabled())
       kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
   plat::irq_restore(s);
   return free_slow_entry(cp, obj, caller);

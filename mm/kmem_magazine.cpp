@@ -23,8 +23,9 @@
 //    kmem_reap(true) first has every CPU flush its own magazines
 //    (plat::on_each_cpu).
 // 4. Interrupts and locks. The per-CPU state is touched only by its CPU
-//    with interrupts masked, or by kmem_cache_destroy for a cache nobody
-//    uses any more. Destroying a magazine runs destructors, slab frees, vmem
+//    (here with interrupts masked; the fast paths may use restartable
+//    sections instead: kmem.cpp, 7), or by kmem_cache_destroy for a cache
+//    nobody uses any more. Destroying a magazine runs destructors, slab frees, vmem
 //    frees and heap unmaps (on riscv64 a TLB shootdown that may wait): so
 //    magazines are first detached with interrupts masked (cpu_detach, under
 //    the depot lock when flushing, so that a CPU's own flush and destroy's

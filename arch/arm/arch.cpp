@@ -10,6 +10,7 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/rseq.h>
 #include <kernel/stack.h>
 #include <cstddef>
 #include "sysregs.h"
@@ -135,6 +136,10 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
     kstack::overflow(f, f->kind == TRAP_DABT ? f->far : 0);
   }
   if (kind == TRAP_IRQ) {
+    // Before any handler runs: an interrupted restartable section starts
+    // again from its beginning (kernel/rseq.h). FIQs are fatal, aborts and
+    // undefined instructions never happen inside a section (rseq.h, 4).
+    f->pc = rseq::restart_pc(f->pc);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;

@@ -10,6 +10,7 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/rseq.h>
 #include <kernel/stack.h>
 #include <cstddef>
 #include "sysregs.h"
@@ -101,6 +102,10 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
     kstack::overflow(f, abort ? f->far : 0);
   }
   if (kind == TRAP_IRQ) {
+    // Before any handler runs: an interrupted restartable section starts
+    // again from its beginning (kernel/rseq.h). FIQs and SErrors are fatal,
+    // synchronous exceptions never happen inside one (rseq.h, 4).
+    f->elr = rseq::restart_pc(f->elr);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;

@@ -10,6 +10,7 @@
 #include <kernel/format.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
+#include <kernel/rseq.h>
 #include <kernel/stack.h>
 #include <kernel/string.h>
 #include <cstddef>
@@ -152,6 +153,11 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
     kstack::overflow(f, store ? f->stval : 0);
   }
   if (f->scause & kCauseInterrupt) {
+    // Before any handler runs: an interrupted restartable section starts
+    // again from its beginning (kernel/rseq.h). Every asynchronous entry
+    // comes here (timer, IPI, external); exceptions never happen inside a
+    // section (rseq.h, 4).
+    f->sepc = rseq::restart_pc(f->sepc);
     uint64_t code = f->scause & ~kCauseInterrupt;
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)

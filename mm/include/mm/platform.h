@@ -39,6 +39,18 @@
 //                                         point (kernel: a static branch, one
 //                                         patched nop; host: a load and a branch)
 //   bool free_hooks_on();                 the same, by every freeing entry point
+//   constexpr bool kRestartable;          restartable per-CPU sections (kernel,
+//                                         where the arch has them: kernel/rseq.h);
+//                                         false: mask instead (the host)
+//   MM_RESTARTABLE_TEXT                   attribute for a function that inlines one
+//   bool rseq_pop<kRounds, kLoaded, kSlot>(char* base, void*& out);
+//   RseqPush rseq_push<kRounds, kMagsize, kLoaded, kSlot>(char* base, void* obj);
+//   void rseq_inc<kOff>(char* base);      the magazine pop and push and a
+//                                         counter increment as restartable
+//                                         sections over the fields at base +
+//                                         offset (kmem_fastpath.h, 6); declared
+//                                         and never defined where kRestartable
+//                                         is false
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   uint64_t ticks();                     timer ticks since boot (kmemleak's
 //                                         "jiffies"; kernel: kTimerHz a second;

@@ -1,10 +1,14 @@
 // mm/'s inline platform operations in the kernel (the contract is in
 // mm/include/mm/platform.h).
 #pragma once
+#include <cstddef>
 #include <kernel/config.h>
 #include <kernel/percpu.h>
 #include <kernel/spinlock.h>
 #include <arch/ops.h>
+#if __has_include(<arch/rseq.h>)
+#include <arch/rseq.h>
+#endif
 
 namespace mm::plat {
 extern bool g_alloc_hooks, g_free_hooks;  // kernel/mm/platform.cpp: where the arch has no static branches
@@ -27,6 +31,32 @@ using IrqState = arch::IrqState;
 inline IrqState irq_save() { return arch::irq_save(); }
 inline void irq_restore(IrqState s) { arch::irq_restore(s); }
 inline bool irqs_masked() { return !arch::irqs_enabled(); }
+
+// Restartable per-CPU sections (kernel/include/kernel/rseq.h), where the
+// arch has them: the magazine pop and push and the per-CPU counters run
+// with interrupts enabled, and an interrupt inside one rewinds it. The
+// functions that inline them go into .text.rseq (MM_RESTARTABLE_TEXT).
+#if defined(ARCH_HAS_RSEQ)
+constexpr bool kRestartable = true;
+#define MM_RESTARTABLE_TEXT ARCH_RSEQ_TEXT
+using arch::RseqPush;
+using arch::kRseqPushed;
+using arch::kRseqFull;
+using arch::kRseqOnTop;
+using arch::rseq_pop;
+using arch::rseq_push;
+using arch::rseq_inc;
+#else
+constexpr bool kRestartable = false;
+#define MM_RESTARTABLE_TEXT
+enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
+template <size_t kRounds, size_t kLoaded, size_t kSlot>
+bool rseq_pop(char* base, void*& out);
+template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+RseqPush rseq_push(char* base, void* obj);
+template <size_t kOff>
+void rseq_inc(char* base);
+#endif
 
 using Lock = SpinLock;
 

@@ -1,0 +1,106 @@
+// AArch64 restartable per-CPU sections (kernel/include/kernel/rseq.h): the
+// per-CPU stack pop and push of kmem's magazines, and a counter increment.
+// Each is one asm statement: label 1 its start (and restart), label 2 right
+// after its commit store, listed in .rseq_table. Outputs are early-clobber,
+// inputs (the memory operands' base registers included) are never written,
+// so a rewind to 1 runs it again on the same inputs. Only loads, stores,
+// arithmetic and branches: nothing that traps (kernel/rseq.h, 4).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#define ARCH_HAS_RSEQ 1
+#define ARCH_RSEQ_TEXT __attribute__((section(".text.rseq")))
+
+#define ARCH_RSEQ_ENTRY            \
+  ".pushsection .rseq_table, \"a\"\n" \
+  ".balign 8\n"                    \
+  ".quad 1b, 2b, 1b\n"             \
+  ".popsection\n"
+
+namespace arch {
+
+// The sections address one CPU's data as base + a constant offset (the
+// offsets are the caller's: the field's place in its structure), so that
+// the base is the one register the caller computes and every access folds
+// its offset into the instruction.
+
+// If the int32 rounds at base + kRounds is > 0: out = the pointer at
+// m + kSlot + 8 * rounds (m: the pointer at base + kLoaded), rounds - 1
+// committed; true. Else false, nothing written.
+template <size_t kRounds, size_t kLoaded, size_t kSlot>
+__attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
+  uint64_t r, m;
+  void* obj;
+  asm volatile goto(
+      "1: ldr   %w[r], [%[base], %[ro]]\n"
+      "   cbz   %w[r], %l[empty]\n"
+      "   ldr   %[m], [%[base], %[lo]]\n"
+      "   add   %[m], %[m], %[r], lsl #3\n"
+      "   ldr   %[obj], [%[m], %[so]]\n"
+      "   sub   %w[r], %w[r], #1\n"
+      "   str   %w[r], [%[base], %[ro]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [r] "=&r"(r), [m] "=&r"(m), [obj] "=&r"(obj)
+      : [base] "r"(base), [ro] "i"(kRounds), [lo] "i"(kLoaded), [so] "i"(kSlot)
+      : "memory"
+      : empty);
+  out = obj;
+  return true;
+empty:
+  return false;
+}
+
+enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
+
+// With rounds and m as above and the int32 magsize at base + kMagsize: if
+// rounds < magsize and the slot at rounds is not obj, obj goes into the
+// slot at rounds + 1 (above the top: invisible until the commit) and
+// rounds + 1 is committed: kRseqPushed. Else kRseqFull or kRseqOnTop,
+// nothing committed.
+template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+__attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
+  uint64_t r, m, t;
+  asm volatile goto(
+      "1: ldr   %w[r], [%[base], %[ro]]\n"
+      "   ldr   %w[t], [%[base], %[mo]]\n"
+      "   cmp   %w[r], %w[t]\n"
+      "   b.ge  %l[full]\n"
+      "   ldr   %[m], [%[base], %[lo]]\n"
+      "   add   %[m], %[m], %[r], lsl #3\n"
+      "   ldr   %[t], [%[m], %[so]]\n"
+      "   cmp   %[t], %[obj]\n"
+      "   b.eq  %l[on_top]\n"
+      "   str   %[obj], [%[m], %[so1]]\n"
+      "   add   %w[r], %w[r], #1\n"
+      "   str   %w[r], [%[base], %[ro]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
+      : [base] "r"(base), [obj] "r"(obj), [ro] "i"(kRounds), [mo] "i"(kMagsize), [lo] "i"(kLoaded),
+        [so] "i"(kSlot), [so1] "i"(kSlot + 8)
+      : "memory", "cc"
+      : full, on_top);
+  return kRseqPushed;
+full:
+  return kRseqFull;
+on_top:
+  return kRseqOnTop;
+}
+
+// The word at base + kOff, plus one; the store is the commit: an
+// interrupt between the load and the store rewinds to the load, so the
+// interrupt's own increment is not lost.
+template <size_t kOff>
+__attribute__((always_inline)) inline void rseq_inc(char* base) {
+  uint64_t t;
+  asm volatile(
+      "1: ldr   %[t], [%[base], %[o]]\n"
+      "   add   %[t], %[t], #1\n"
+      "   str   %[t], [%[base], %[o]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [t] "=&r"(t)
+      : [base] "r"(base), [o] "i"(kOff)
+      : "memory");
+}
+
+}  // namespace arch

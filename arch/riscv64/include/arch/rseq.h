@@ -1,0 +1,100 @@
+// RISC-V 64 restartable per-CPU sections (kernel/include/kernel/rseq.h):
+// the per-CPU stack pop and push of kmem's magazines, and a counter
+// increment, with the contract of arch/arm64/include/arch/rseq.h. Each is
+// one asm statement: label 1 its start (and restart), label 2 right after
+// its commit store, listed in .rseq_table. Outputs are early-clobber,
+// inputs are never written, so a rewind to 1 runs it again on the same
+// inputs. Only loads, stores, arithmetic and branches (compressed or not):
+// nothing that traps (kernel/rseq.h, 4). The offsets must fit a load's
+// 12-bit signed immediate (the assembler refuses them otherwise).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#define ARCH_HAS_RSEQ 1
+#define ARCH_RSEQ_TEXT __attribute__((section(".text.rseq")))
+
+#define ARCH_RSEQ_ENTRY               \
+  ".pushsection .rseq_table, \"a\"\n" \
+  ".balign 8\n"                       \
+  ".quad 1b, 2b, 1b\n"                \
+  ".popsection\n"
+
+namespace arch {
+
+// If the int32 rounds at base + kRounds is > 0: out = the pointer at
+// m + kSlot + 8 * rounds (m: the pointer at base + kLoaded), rounds - 1
+// committed; true. Else false, nothing written.
+template <size_t kRounds, size_t kLoaded, size_t kSlot>
+__attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
+  uint64_t r, m, t;
+  asm volatile goto(
+      "1: lw    %[r], %[ro](%[base])\n"
+      "   beqz  %[r], %l[empty]\n"
+      "   ld    %[m], %[lo](%[base])\n"
+      "   slli  %[t], %[r], 3\n"
+      "   add   %[m], %[m], %[t]\n"
+      "   ld    %[m], %[so](%[m])\n"
+      "   addiw %[r], %[r], -1\n"
+      "   sw    %[r], %[ro](%[base])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
+      : [base] "r"(base), [ro] "i"(kRounds), [lo] "i"(kLoaded), [so] "i"(kSlot)
+      : "memory"
+      : empty);
+  out = reinterpret_cast<void*>(m);
+  return true;
+empty:
+  return false;
+}
+
+enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
+
+// With rounds and m as above and the int32 magsize at base + kMagsize: if
+// rounds < magsize and the slot at rounds is not obj, obj goes into the
+// slot at rounds + 1 (above the top: invisible until the commit) and
+// rounds + 1 is committed: kRseqPushed. Else kRseqFull or kRseqOnTop,
+// nothing committed.
+template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+__attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
+  uint64_t r, m, t;
+  asm volatile goto(
+      "1: lw    %[r], %[ro](%[base])\n"
+      "   lw    %[t], %[mo](%[base])\n"
+      "   bge   %[r], %[t], %l[full]\n"
+      "   ld    %[m], %[lo](%[base])\n"
+      "   slli  %[t], %[r], 3\n"
+      "   add   %[m], %[m], %[t]\n"
+      "   ld    %[t], %[so](%[m])\n"
+      "   beq   %[t], %[obj], %l[on_top]\n"
+      "   sd    %[obj], %[so1](%[m])\n"
+      "   addiw %[r], %[r], 1\n"
+      "   sw    %[r], %[ro](%[base])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
+      : [base] "r"(base), [obj] "r"(obj), [ro] "i"(kRounds), [mo] "i"(kMagsize), [lo] "i"(kLoaded),
+        [so] "i"(kSlot), [so1] "i"(kSlot + 8)
+      : "memory"
+      : full, on_top);
+  return kRseqPushed;
+full:
+  return kRseqFull;
+on_top:
+  return kRseqOnTop;
+}
+
+// The word at base + kOff, plus one; the store is the commit.
+template <size_t kOff>
+__attribute__((always_inline)) inline void rseq_inc(char* base) {
+  uint64_t t;
+  asm volatile(
+      "1: ld    %[t], %[o](%[base])\n"
+      "   addi  %[t], %[t], 1\n"
+      "   sd    %[t], %[o](%[base])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [t] "=&r"(t)
+      : [base] "r"(base), [o] "i"(kOff)
+      : "memory");
+}
+
+}  // namespace arch
