@@ -292,7 +292,11 @@ int cmd_kmem(int argc, char** argv) {
     return 0;
   }
   if (strcmp(argv[1], "errors") == 0) {
-    kprintf("%llu allocator errors reported since boot\n", (ull)mm::error_count());
+    // The page allocator counts the frees it refused itself (page_stats).
+    mm::PageStats ps;
+    mm::page_stats(ps);
+    kprintf("%llu allocator errors reported since boot\n", (ull)(mm::error_count() + ps.bad_frees));
+    if (ps.bad_frees) kprintf("(%llu of them page frees the page allocator refused)\n", (ull)ps.bad_frees);
     return 0;
   }
   return shell::usage_error(argv[0],

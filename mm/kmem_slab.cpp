@@ -484,9 +484,12 @@ void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t calle
     Finding fd{nullptr, 0, 0, &d};  // the debug checks of the buffer
     {
       Guard<> g(cp->slab_lock);
+      // Never from a victim (kmem_consolidate.cpp, 2): an emptied victim
+      // waits on the empty list too.
       Slab* sp = cp->partial.head;
       while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
       if (!sp) sp = cp->empty.head;
+      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
       if (sp) {
         buf = slab_take(cp, sp, f);
         if (cp->debug && !f.kind)

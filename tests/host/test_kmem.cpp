@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -347,6 +348,68 @@ TEST(kmem, MoveCallbackConsolidatesSparseCaches) {
     EXPECT_STREQ(o->payload, want);
     kmem_cache_free(cp, o);
   }
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+// A victim the consolidator emptied waits on the empty list until its pass
+// ends: an allocation meanwhile (here from inside the callback, which runs
+// with no lock held) must come from another slab, or the pass would be
+// moving objects into the slab it is emptying.
+struct VictimClient {
+  kmem_cache_t* cp = nullptr;
+  uintptr_t victim_page = 0;
+  std::vector<void*> made;
+  int calls = 0;
+};
+VictimClient* g_victim;
+kmem_cbrc_t victim_cb(void* old, void*, size_t, void*) {
+  VictimClient& c = *g_victim;
+  if (c.calls++) return KMEM_CBRC_LATER;
+  c.victim_page = reinterpret_cast<uintptr_t>(old) & ~uintptr_t{4095};
+  kmem_cache_free(c.cp, old);  // the victim's last object: the victim is empty now
+  for (int i = 0; i < 24; i++) c.made.push_back(kmem_cache_alloc(c.cp, KM_SLEEP));
+  return KMEM_CBRC_DONT_KNOW;  // gone: the client no longer knows it
+}
+
+TEST(kmem, ConsolidatorNeverAllocatesFromItsVictim) {
+  VictimClient client;
+  g_victim = &client;
+  // No magazines: frees reach the slab layer at once, so slabs empty and
+  // fill exactly as the test says.
+  client.cp = kmem_cache_create("t_victim", 512, 0, nullptr, nullptr, nullptr, nullptr, nullptr, KMC_NOMAGAZINE);
+  kmem_cache_t* cp = client.cp;
+  std::vector<void*> objs;
+  for (int i = 0; i < 64; i++) objs.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  std::map<uintptr_t, std::vector<void*>> by_page;
+  for (void* p : objs) by_page[reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095}].push_back(p);
+  size_t per = 0;
+  for (auto& [page, v] : by_page) per = std::max(per, v.size());
+  std::vector<uintptr_t> full;
+  for (auto& [page, v] : by_page)
+    if (v.size() == per) full.push_back(page);
+  ASSERT_GE(full.size(), 3u);
+  ASSERT_GE(per, 4u);
+  // Slabs A and B keep one object each (partial), C stays full; every
+  // other slab empties (one is kept on the empty list).
+  std::vector<void*> live;
+  for (auto& [page, v] : by_page) {
+    bool keep_all = page == full[2], keep_one = page == full[0] || page == full[1];
+    for (size_t i = 0; i < v.size(); i++) {
+      if (keep_all || (keep_one && i == 0)) live.push_back(v[i]);
+      else kmem_cache_free(cp, v[i]);
+    }
+  }
+  kmem_cache_set_move(cp, victim_cb);
+  mm::kmem_move_pass();
+  ASSERT_EQ(client.calls, 1);
+  ASSERT_TRUE(client.victim_page == full[0] || client.victim_page == full[1]);
+  for (void* p : client.made) {
+    EXPECT_NE(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095}, client.victim_page)
+        << "allocated from the slab the consolidator was emptying";
+  }
+  for (void* p : client.made) kmem_cache_free(cp, p);
+  for (void* p : live)
+    if ((reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095}) != client.victim_page) kmem_cache_free(cp, p);
   EXPECT_TRUE(kmem_cache_destroy(cp));
 }
 
