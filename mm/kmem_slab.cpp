@@ -70,6 +70,12 @@ void list_insert(SlabList& l, Slab* sp) {
   l.count++;
 }
 
+// The first slab from sp on that the consolidator is not emptying.
+Slab* skip_victims(Slab* sp) {
+  while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
+  return sp;
+}
+
 void list_remove(SlabList& l, Slab* sp) {
   if (sp->prev) sp->prev->next = sp->next;
   else l.head = sp->next;
@@ -486,10 +492,8 @@ void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t calle
       Guard<> g(cp->slab_lock);
       // Never from a victim (kmem_consolidate.cpp, 2): an emptied victim
       // waits on the empty list too.
-      Slab* sp = cp->partial.head;
-      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
-      if (!sp) sp = cp->empty.head;
-      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;
+      Slab* sp = skip_victims(cp->partial.head);
+      if (!sp) sp = skip_victims(cp->empty.head);
       if (sp) {
         buf = slab_take(cp, sp, f);
         if (cp->debug && !f.kind)
@@ -613,8 +617,7 @@ unsigned slab_reap(kmem_cache_t* cp) {
     Slab* sp;
     {
       Guard<> g(cp->slab_lock);
-      sp = cp->empty.head;
-      while (sp && (sp->flags & kSlabVictim)) sp = sp->next;  // the consolidator is on it
+      sp = skip_victims(cp->empty.head);  // the consolidator is on them
       if (sp) {
         list_remove(cp->empty, sp);
         if (cp->offslab) hash_remove_slab(cp, sp);

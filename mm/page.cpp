@@ -914,12 +914,9 @@ uint64_t page_alloc_run(size_t pages, int kmflag) {
           Page* p = page_at(bank, pfn);
           unsigned order = p->order;
           list_del(p, order);
+          clear_block(p, order);
           for (uint64_t i = 0; i < pages_in(order); i++) {
             Page* t = p + i;
-            t->flags = 0;
-            t->count = 0;
-            t->next = nullptr;
-            t->owner = nullptr;
             if (pfn + i < end) {
               mark_allocated(t, 0);
             } else {

@@ -8,15 +8,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <kernel/rseq_asm.h>
 
 #define ARCH_HAS_RSEQ 1
-#define ARCH_RSEQ_TEXT __attribute__((section(".text.rseq")))
-
-#define ARCH_RSEQ_ENTRY            \
-  ".pushsection .rseq_table, \"a\"\n" \
-  ".balign 8\n"                    \
-  ".quad 1b, 2b, 1b\n"             \
-  ".popsection\n"
 
 namespace arch {
 
@@ -50,8 +44,6 @@ __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
 empty:
   return false;
 }
-
-enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
 
 // With rounds and m as above and the int32 magsize at base + kMagsize: if
 // rounds < magsize and the slot at rounds is not obj, obj goes into the

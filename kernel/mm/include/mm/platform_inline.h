@@ -8,6 +8,8 @@
 #include <arch/ops.h>
 #if __has_include(<arch/rseq.h>)
 #include <arch/rseq.h>
+#else
+#include <mm/platform_norseq.h>
 #endif
 
 namespace mm::plat {
@@ -46,17 +48,7 @@ using arch::kRseqOnTop;
 using arch::rseq_pop;
 using arch::rseq_push;
 using arch::rseq_inc;
-#else
-constexpr bool kRestartable = false;
-#define MM_RESTARTABLE_TEXT
-enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
-bool rseq_pop(char* base, void*& out);
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
-RseqPush rseq_push(char* base, void* obj);
-template <size_t kOff>
-void rseq_inc(char* base);
-#endif
+#endif  // otherwise mm/platform_norseq.h
 
 using Lock = SpinLock;
 

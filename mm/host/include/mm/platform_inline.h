@@ -14,6 +14,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <mm/platform_norseq.h>
 
 namespace mm::plat {
 
@@ -106,19 +107,7 @@ inline void irq_restore(IrqState) {}
 inline bool irqs_masked() { return false; }
 #endif
 
-// Restartable per-CPU sections (the kernel's, where its arch has them:
-// kernel/include/kernel/rseq.h): none on the host, where masking is free
-// and a thread is its CPU. Declared for the fast paths' kernel branch,
-// which the host never instantiates; never defined.
-constexpr bool kRestartable = false;
-#define MM_RESTARTABLE_TEXT
-enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
-bool rseq_pop(char* base, void*& out);
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
-RseqPush rseq_push(char* base, void* obj);
-template <size_t kOff>
-void rseq_inc(char* base);
+// Restartable per-CPU sections: none on the host (mm/platform_norseq.h).
 
 // Set while this thread runs a stop_others fn (mm/host/platform.cpp): the
 // other CPUs' threads are stopped, possibly holding a lock, so a fn that
