@@ -162,29 +162,32 @@ kmem_cache_t* cache_alloc_struct() {
     __builtin_memset(p, 0, kPageBytes << struct_order());
     return new (p) kmem_cache;
   }
+  // A slot is counted in its page's count in the same critical section
+  // that takes it: between the two, the page's last other slot could be
+  // freed, and the page with it (cache_free_struct), under the slot taken.
   void* p = nullptr;
   {
     Guard<> g(g_struct_lock);
     if (FreeStruct* f = g_free_structs) {
       g_free_structs = f->next;
       p = f;
+      Page* pg = page_of(p);
+      MM_ASSERT(pg);
+      pg->count++;
     }
   }
   if (!p) {
     auto* page = static_cast<char*>(meta_alloc(0, KM_SLEEP));
+    Page* pg = page_of(page);
+    MM_ASSERT(pg);
     Guard<> g(g_struct_lock);
+    pg->count++;  // slot 0, ours, before the others can be taken and freed
     for (unsigned i = kStructsPerPage; i-- > 1;) {
       auto* f = reinterpret_cast<FreeStruct*>(page + i * kStructBytes);
       f->next = g_free_structs;
       g_free_structs = f;
     }
     p = page;
-  }
-  Page* pg = page_of(p);
-  MM_ASSERT(pg);
-  {
-    Guard<> g(g_struct_lock);
-    pg->count++;
   }
   __builtin_memset(p, 0, kStructBytes);
   return new (p) kmem_cache;

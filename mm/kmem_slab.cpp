@@ -212,6 +212,12 @@ void mark_slab_pages(kmem_cache_t* cp, uintptr_t mem, Slab* sp) {
     if (!p) continue;
     // p->flags is ours to read plainly: nobody else writes a slab page's.
     if (sp) {
+      // Fresh from vmem: no slab and no large allocation may own it still
+      // (a range handed out twice, caught where it starts).
+      if (__builtin_expect((p->flags & (kPageSlab | kPageLarge)) || p->owner != g_no_owner, 0))
+        plat::fatal("kmem: slab 0x%lx of '%s' got heap page 0x%lx, which is still owned (flags 0x%x, owner %p)",
+                    static_cast<unsigned long>(mem), cp->name, static_cast<unsigned long>(va), unsigned{p->flags},
+                    p->owner);
       __atomic_store_n(&p->owner, static_cast<void*>(sp), __ATOMIC_RELEASE);
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags | kPageSlab), __ATOMIC_RELEASE);
     } else {
@@ -276,6 +282,15 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
 // Gives a wholly free slab's memory back (no lock held).
 void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   void* mem = reinterpret_cast<void*>(sp->mem);
+  // Only a wholly free slab goes (a live buffer would be handed out again).
+  if (__builtin_expect(sp->refcnt != 0, 0))
+    plat::fatal("kmem: slab 0x%lx of '%s' destroyed with %u buffers in use", static_cast<unsigned long>(sp->mem),
+                cp->name, static_cast<unsigned>(sp->refcnt));
+  if (cp->owner_check != kOwnerNone)
+    for (uintptr_t va = sp->mem; va < sp->mem + cp->slab_size; va += kPageBytes)
+      if (Page* p = segkmem_page_of(va); p && p->owner != sp)
+        plat::fatal("kmem: slab 0x%lx of '%s' destroyed, but its heap page 0x%lx names owner %p", 
+                    static_cast<unsigned long>(sp->mem), cp->name, static_cast<unsigned long>(va), p->owner);
   mark_slab_pages(cp, sp->mem, nullptr);
   if (sp->leak) leak_slab_free(sp->leak);
   if (sp->tags) prof_tags_free(sp->tags, sp->chunks);

@@ -270,6 +270,13 @@ void* segkmem_import(vmem_t* src, size_t size, int vmflag) {
 }
 
 void segkmem_release(vmem_t*, void* va, size_t size) {
+  // kmem_default gives a span back once all of it is free: no page of it
+  // may still be a slab's or a large allocation's.
+  for (size_t off = 0; off < size; off += kPageBytes)
+    if (Page* p = segkmem_page_of(reinterpret_cast<uintptr_t>(va) + off);
+        p && (__builtin_expect(p->flags & (kPageSlab | kPageLarge), 0)))
+      plat::fatal("segkmem: span %p (%zu bytes) given back with page %p still in use (flags 0x%x, owner %p)", va,
+                  size, static_cast<char*>(va) + off, unsigned{p->flags}, p->owner);
   Span full[kBatch];
   unsigned n = 0;
   {
