@@ -93,7 +93,10 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
   return alloc_uncached(size, kmflag, nullptr, 0);
 }
 
+// caller 0: the entry point tail-called this, so its own return address is
+// the entry point's caller (kmem.cpp, cache_alloc_traced).
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag) {
+  if (!caller) caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1))
     return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller, tag);
@@ -112,10 +115,10 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t siz
   return p;
 }
 
-// kmem_free's body, untraced; caller for the reports.
-__attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
-  kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
+// kmem_free of a size no class serves (a large buffer, or a refused free);
+// caller for the reports, 0 when kmem_free tail-called this (take our own).
+__attribute__((noinline)) void kmem_free_uncached(void* buf, size_t size, uintptr_t caller) {
+  if (!caller) caller = caller_of_api();
   if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) {
     report("kmem_free before any allocation", "kmem_alloc", buf, caller, size);
     return;
@@ -127,7 +130,16 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   segkmem_free_large(buf, size, caller);
 }
 
-MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+// kmem_free's body, untraced; caller for the reports (or 0, as above).
+__attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
+  return kmem_free_uncached(buf, size, caller);
+}
+
+// Tail-called by kmem_free: its return address is kmem_free's caller.
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size) {
+  uintptr_t caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) {
     if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
@@ -189,8 +201,8 @@ using namespace mm;
 
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
-MM_RESTARTABLE_TEXT void* (kmem_alloc)(size_t size, int kmflag) {
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kKmem));
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, 0, MM_ALLOC_TAG_INDIRECT(kKmem));
   return kmem_alloc_body(size, kmflag);
 }
 
@@ -220,8 +232,8 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   return p;
 }
 
-MM_RESTARTABLE_TEXT void kmem_free(void* buf, size_t size) {
+MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (kmemtrace::on_free()) return kmem_free_traced(buf, size, caller_of_api());
-  kmem_free_body(buf, size, caller_of_api());
+  if (kmemtrace::on_free()) return kmem_free_traced(buf, size);
+  kmem_free_body(buf, size, 0);
 }

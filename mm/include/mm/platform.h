@@ -43,6 +43,9 @@
 //                                         where the arch has them: kernel/rseq.h);
 //                                         false: mask instead (the host)
 //   MM_RESTARTABLE_TEXT                   attribute for a function that inlines one
+//   MM_FRAMELESS                          attribute for an entry point whose every
+//                                         call is a tail call: no frame pointer
+//                                         (kernel), nothing (host)
 //   bool rseq_pop<kRounds, kLoaded, kSlot>(char* base, void*& out);
 //   RseqPush rseq_push<kRounds, kMagsize, kLoaded, kSlot>(char* base, void* obj);
 //   void rseq_inc<kOff>(char* base);      the magazine pop and push and a

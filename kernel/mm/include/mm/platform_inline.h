@@ -38,6 +38,14 @@ inline bool irqs_masked() { return !arch::irqs_enabled(); }
 // arch has them: the magazine pop and push and the per-CPU counters run
 // with interrupts enabled, and an interrupt inside one rewinds it. The
 // functions that inline them go into .text.rseq (MM_RESTARTABLE_TEXT).
+// An entry point whose every call is a tail call (the fast paths'
+// kmem_cache_alloc/free, kmem_alloc/free): without a frame pointer it needs
+// no frame at all, where -fno-omit-frame-pointer would give it one on every
+// call (riscv64, arm: GCC does not shrink-wrap it onto the branches that
+// call). Nothing is lost to backtraces: a tail call leaves no frame of its
+// caller anyway. tests/kernel/image-check.sh checks that these functions
+// make no other call, which would break the frame-pointer chain.
+#define MM_FRAMELESS __attribute__((optimize("omit-frame-pointer")))
 #if defined(ARCH_HAS_RSEQ)
 constexpr bool kRestartable = true;
 #define MM_RESTARTABLE_TEXT ARCH_RSEQ_TEXT

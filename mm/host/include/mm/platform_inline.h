@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <mm/platform_norseq.h>
 
+#define MM_FRAMELESS  // the host keeps its frame pointers (sanitizers, perf)
+
 namespace mm::plat {
 
 // A spin-wait hint, for the body of a loop that waits for another thread

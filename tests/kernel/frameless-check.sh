@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The fast paths' entry points that carry MM_FRAMELESS (kmem_cache_alloc,
+# kmem_cache_free, kmem_alloc, kmem_free, and kmem.cpp's traced copy
+# cache_free_traced) are built without a frame pointer
+# (kernel/mm/include/mm/platform_inline.h): that is only right while every
+# call they make is a tail call. A real call (bl, blx, blr; jal, jalr, call)
+# from one would break the frame-pointer chain of its callee's backtraces.
+# Checked in the disassembly of the image.
+# Usage: frameless-check.sh OBJDUMP NM KERNEL.ELF
+set -uo pipefail
+[[ $# -eq 3 ]] || { echo "usage: frameless-check.sh OBJDUMP NM KERNEL.ELF" >&2; exit 2; }
+objdump=$1 nm=$2 elf=$3
+syms=$("$nm" -S "$elf") || { echo "FAILED: $nm $elf"; exit 1; }
+fail=0
+for f in kmem_cache_alloc kmem_cache_free kmem_alloc kmem_free cache_free_traced; do
+  # The mangled name: global (_Z<len><name>) or in an anonymous namespace
+  # (_ZN12_GLOBAL__N_1<len><name>E), a .constprop clone included.
+  line=$(grep -E " [Tt] _Z(N12_GLOBAL__N_1)?${#f}${f}[A-Za-z]" <<<"$syms" | head -1)
+  if [[ -z $line ]]; then echo "FAILED: $f not found in $elf"; fail=1; continue; fi
+  read -r addr size _ name <<<"$line"
+  start=$((16#$addr)) end=$((16#$addr + 16#$size))
+  dis=$("$objdump" -d --no-show-raw-insn --start-address=$start --stop-address=$end "$elf") ||
+    { echo "FAILED: $objdump"; exit 1; }
+  calls=$(awk -F'\t' 'NF >= 2 { split($2, m, /[ \t]/); if (m[1] ~ /^(bl|blx|blr|jal|jalr|call)$/) print }' <<<"$dis")
+  n=$(grep -c . <<<"$(awk -F'\t' 'NF >= 2' <<<"$dis")")
+  if [[ -n $calls ]]; then
+    echo "FAILED: $name makes a call that is not a tail call:"
+    echo "$calls"
+    fail=1
+  else
+    echo "$name: $n instructions, only tail calls"
+  fi
+done
+exit $fail
