@@ -183,10 +183,13 @@ static_assert(offsetof(Page, flags) == 0 && offsetof(Page, order) == 2 && offset
 constexpr uint32_t kHeadWordMask =
     (0xffffu & ~uint32_t{kPageSlab | kPageVmem}) | (0xffu << 16) | (uint32_t{kOnFreeList} << 24);
 constexpr uint32_t kHeadWordOrder0 = kPageHead;
+// One aligned 32-bit load through a may_alias type. (A 4-byte
+// __builtin_memcpy here became a call to memcpy on 32-bit ARM, built with
+// -mno-unaligned-access, in page_free's fast path.)
+static_assert(alignof(Page) >= alignof(uint32_t));
+typedef uint32_t __attribute__((may_alias)) PageWord;
 inline bool is_order0_head(const Page* p) {
-  uint32_t w;
-  __builtin_memcpy(&w, p, sizeof w);
-  return (w & kHeadWordMask) == kHeadWordOrder0;
+  return (*reinterpret_cast<const PageWord*>(p) & kHeadWordMask) == kHeadWordOrder0;
 }
 
 // pa's frame index in the hot bank, or a number >= g.hot.frames if pa is
@@ -462,7 +465,10 @@ void run_reclaim_hook() {
 
 // A page_alloc that alloc_fast could not serve: other orders, an empty
 // cache, a CPU not claimed yet (host), failures and waiting.
+// caller null: page_alloc tail-called this, so our own return address is
+// page_alloc's caller (page_alloc stays frameless: see there).
 [[gnu::noinline]] uint64_t alloc_slow(unsigned order, int kmflag, void* caller) {
+  if (!caller) caller = caller_address();
   if (__builtin_expect(order > kMaxOrder, 0)) {
     plat::log("page_alloc: order %u > %u; caller %p", order, kMaxOrder, caller);
     __atomic_fetch_add(&g_failures, uintptr_t{1}, __ATOMIC_RELAXED);
@@ -722,8 +728,10 @@ __attribute__((always_inline)) inline void trace_free(uint64_t pa, void* caller)
 
 // Traced, each entry point leaves its untraced body at once for an out of
 // line copy that records (off: kmemtrace::on(); the fast paths stay
-// frameless leaves). The entry points pass their own return address, read
-// only on that branch.
+// frameless leaves). page_alloc and page_free tail-call their copies and
+// slow paths, which take their own return address (it is the entry point's
+// caller): a read in the entry point would cost it a stack frame on every
+// call on riscv64 and arm. The others pass their own return address.
 __attribute__((always_inline)) inline uint64_t alloc_body(unsigned order, int kmflag, void* caller) {
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
@@ -746,6 +754,7 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
   prof_uncharge(ref, kPageBytes << order, "page_free", plat::phys_to_virt(pa), reinterpret_cast<uintptr_t>(caller));
 }
 __attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
+  if (!caller) caller = caller_address();
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   prof_alloc(pa, order, tag);
@@ -761,6 +770,15 @@ __attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, co
   prof_free(pa, order, caller);
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
+}
+// page_free's tail calls (two arguments fewer than the functions they call,
+// so that 32-bit ARM passes them in registers and can jump): the caller is
+// our own return address.
+__attribute__((noinline)) void free_pa_of_api(uint64_t pa, unsigned order) {
+  free_pa(pa, order, nullptr, caller_address());
+}
+__attribute__((noinline, cold)) void free_traced_of_api(uint64_t pa, unsigned order) {
+  free_traced(pa, order, nullptr, caller_address());
 }
 }  // namespace
 
@@ -779,17 +797,17 @@ void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
 
 // The functions themselves (mm/page.h): calls that do not go through the
 // macros are counted at these functions' own tags.
-uint64_t (page_alloc)(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_traced(order, kmflag, caller_address(), MM_ALLOC_TAG_INDIRECT(kPage));
+MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmflag) {
+  if (kmemtrace::on()) return alloc_traced(order, kmflag, nullptr, MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
-  return alloc_slow(order, kmflag, caller_address());
+  return alloc_slow(order, kmflag, nullptr);
 }
 
-void page_free(uint64_t pa, unsigned order) {
-  if (kmemtrace::on_free()) return free_traced(pa, order, nullptr, caller_address());
+MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
+  if (kmemtrace::on_free()) return free_traced_of_api(pa, order);
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
-  free_pa(pa, order, nullptr, caller_address());
+  return free_pa_of_api(pa, order);
 }
 
 void* (page_alloc_va)(unsigned order, int kmflag) {
