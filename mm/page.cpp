@@ -125,6 +125,7 @@ struct alignas(64) PageCache {
   uintptr_t direct_frees;   // frees to the buddy lists
   CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
 };
+static_assert((sizeof(PageCache) & (sizeof(PageCache) - 1)) == 0, "a CPU's cache by a shift (page.h, kPageCacheSize)");
 
 constinit Allocator g{};
 constinit plat::Lock g_lock;
