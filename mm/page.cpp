@@ -491,8 +491,30 @@ void run_reclaim_hook() {
   return 0;
 }
 
+// Where the platform has restartable sections (plat::kRestartable) the
+// order-0 fast paths are two of them and run with interrupts enabled, as
+// kmem's magazines (kmem_fastpath.h, 6): the pop loads the count and the
+// top entry and commits count - 1; the push writes the entry above the top
+// and commits count + 1, then counts itself in a section of its own. The
+// descriptor is written outside them, while the page is the caller's alone:
+// marked kPagePcp before the push (and back to an allocated head if the
+// push found the cache empty or full), marked allocated after the pop. The
+// pop takes only a page marked kPagePcp, as the masked path: a corrupt
+// cache goes to alloc_slow, whose try_alloc stops with the details. The
+// functions that inline them carry MM_RESTARTABLE_TEXT.
+static_assert(!(plat::kRestartable && plat::kPhysicalHeap), "forget_popped: the sections leave popped entries");
+static_assert(sizeof(CachedPage) == 16 && offsetof(CachedPage, pa) == 8, "rseq_pop_pair's entry layout");
+
 // Order 0 from a non-empty cache into pa; false sends the caller to alloc_slow.
-inline bool alloc_fast(uint64_t& pa) {
+__attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
+  if constexpr (plat::kRestartable) {
+    void* page;
+    if (!plat::rseq_pop_pair<offsetof(PageCache, count), offsetof(PageCache, stack), kPagePcp>(
+            reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]), page, pa))
+      return false;
+    static_cast<Page*>(page)->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
+    return true;
+  }
   plat::IrqState s = plat::irq_save();
   PageCache& c = g_pcp[plat::cpu_slot()];  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
   uintptr_t n = c.count;
@@ -518,11 +540,26 @@ inline bool alloc_fast(uint64_t& pa) {
 // is neither empty nor full, while the reserve is full; false (nothing
 // done) for anything else, which free_pa then validates and handles. (Not
 // empty: the [kMaxCpus] slot an unclaimed thread reads is always empty.)
-inline bool free_fast(uint64_t pa) {
+__attribute__((always_inline)) inline bool free_fast(uint64_t pa) {
   uint64_t i = hot_index(pa);
   if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;  // a hint (6)
   Page* p = g.hot.pages + static_cast<size_t>(i);
   if (__builtin_expect(!is_order0_head(p), 0)) return false;
+  if constexpr (plat::kRestartable) {
+    p->flags = kPagePcp;
+    p->count = 0;
+    p->next = nullptr;
+    p->owner = nullptr;
+    char* base = reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]);
+    if (__builtin_expect(
+            (plat::rseq_push_pair<offsetof(PageCache, count), offsetof(PageCache, stack), kPageCacheSize>(base, p, pa)),
+            1)) {
+      plat::rseq_inc<offsetof(PageCache, pushes)>(base);
+      return true;
+    }
+    p->flags = kPageHead;  // not cached: an allocated head again, for free_pa
+    return false;
+  }
   plat::IrqState s = plat::irq_save();
   PageCache& c = g_pcp[plat::cpu_slot()];
   uintptr_t n = c.count;
@@ -754,20 +791,20 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
   *slot = 0;
   prof_uncharge(ref, kPageBytes << order, "page_free", plat::phys_to_virt(pa), reinterpret_cast<uintptr_t>(caller));
 }
-__attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
   if (!caller) caller = caller_address();
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   prof_alloc(pa, order, tag);
   return pa;
 }
-__attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   prof_alloc(pa, order, tag);
   return pa ? plat::phys_to_virt(pa) : nullptr;
 }
-__attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, const void* va, void* caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_traced(uint64_t pa, unsigned order, const void* va, void* caller) {
   prof_free(pa, order, caller);
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
@@ -798,27 +835,27 @@ void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
 
 // The functions themselves (mm/page.h): calls that do not go through the
 // macros are counted at these functions' own tags.
-MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmflag) {
+MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmflag) {
   if (kmemtrace::on()) return alloc_traced(order, kmflag, nullptr, MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
   return alloc_slow(order, kmflag, nullptr);
 }
 
-MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
+MM_RESTARTABLE_TEXT MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
   if (kmemtrace::on_free()) return free_traced_of_api(pa, order);
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   return free_pa_of_api(pa, order);
 }
 
-void* (page_alloc_va)(unsigned order, int kmflag) {
+MM_RESTARTABLE_TEXT void* (page_alloc_va)(unsigned order, int kmflag) {
   if (kmemtrace::on()) return alloc_va_traced(order, kmflag, caller_address(), MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (!(__builtin_expect(order == 0, 1) && alloc_fast(pa))) pa = alloc_slow(order, kmflag, caller_address());
   return pa ? plat::phys_to_virt(pa) : nullptr;
 }
 
-void page_free_va(void* va, unsigned order) {
+MM_RESTARTABLE_TEXT void page_free_va(void* va, unsigned order) {
   if (!va) {
     __atomic_fetch_add(&g_bad_frees, uintptr_t{1}, __ATOMIC_RELAXED);
     plat::log("page_free_va: null pointer, order %u; caller %p; ignored", order, caller_address());

@@ -16,6 +16,10 @@
 //   - the rewinds happened (the CPUs' restart counts grew), where the
 //     untraced fast paths run restartable (the arch has the sections, no
 //     allocator hook is on).
+// Single pages go the same way (page_alloc_va/page_free_va: the per-CPU
+// page cache's sections), each carrying the same marker in its first word;
+// afterwards page_verify() finds every cache and free list consistent and
+// no page free was refused.
 // The same run with the hammering masked around each operation (the slow
 // reference: the handler then only runs between operations) must give the
 // same balances and no rewind. Without the entry-time rewind the first run
@@ -29,6 +33,7 @@
 #include <kernel/timer.h>
 #include <mm/hooks.h>
 #include <mm/kmem.h>
+#include <mm/page.h>
 #include <atomic>
 
 namespace {
@@ -57,6 +62,7 @@ bool g_masked;  // the reference run: hammer with interrupts masked per operatio
 struct alignas(64) Stash {
   Buf* cache_bufs[kStash];
   Buf* alloc_bufs[kStash];
+  Buf* pages[kStash];
   unsigned n;
   uint64_t allocs, frees, interrupts;
 };
@@ -84,24 +90,30 @@ void tick() {
     if (fill && s.n < kStash) {
       auto* a = static_cast<Buf*>(kmem_cache_alloc(g_cache, KM_NOSLEEP));
       auto* b = static_cast<Buf*>(kmem_alloc(kSize, KM_NOSLEEP));
-      if (!a || !b) {  // fault injection: give back what came
+      auto* pg = static_cast<Buf*>(page_alloc_va(0, KM_NOSLEEP));
+      if (!a || !b || !pg) {  // fault injection: give back what came
         if (a) kmem_cache_free(g_cache, a);
         if (b) kmem_free(b, kSize);
+        if (pg) mm::page_free_va(pg, 0);
         if (a) s.allocs++, s.frees++;
         return;
       }
       take(a);
       take(b);
+      take(pg);
       s.cache_bufs[s.n] = a;
       s.alloc_bufs[s.n] = b;
+      s.pages[s.n] = pg;
       s.n++;
       s.allocs++;
     } else if (!fill && s.n > 0) {
       s.n--;
       give(s.cache_bufs[s.n]);
       give(s.alloc_bufs[s.n]);
+      give(s.pages[s.n]);
       kmem_cache_free(g_cache, s.cache_bufs[s.n]);
       kmem_free(s.alloc_bufs[s.n], kSize);
+      mm::page_free_va(s.pages[s.n], 0);
       s.frees++;
     }
   }
@@ -143,6 +155,7 @@ void hammer(void* arg) {
   timer::arm_test_tick();
   Buf* a[kBurst];
   Buf* b[kBurst];
+  Buf* pg[kBurst];
   uint64_t allocs = 0, frees = 0;
   uint32_t x = 0x9e3779b9u * (cpu_id() + 1);
   while (!g_stop.load(std::memory_order_relaxed)) {
@@ -156,9 +169,11 @@ void hammer(void* arg) {
       maybe_masked([&] {
         a[i] = static_cast<Buf*>(kmem_cache_alloc(g_cache, KM_SLEEP));
         b[i] = static_cast<Buf*>(kmem_alloc(kSize, KM_SLEEP));
+        pg[i] = static_cast<Buf*>(page_alloc_va(0, KM_SLEEP));
       });
       take(a[i]);
       take(b[i]);
+      take(pg[i]);
       allocs++;
     }
     bool reverse = x & 1;
@@ -166,9 +181,11 @@ void hammer(void* arg) {
       unsigned j = reverse ? n - 1 - i : i;
       give(a[j]);
       give(b[j]);
+      give(pg[j]);
       maybe_masked([&] {
         kmem_cache_free(g_cache, a[j]);
         kmem_free(b[j], kSize);
+        mm::page_free_va(pg[j], 0);
       });
       frees++;
     }
@@ -194,6 +211,9 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   g_masked_cores.store(0);
   for (auto& s : g_stash) s = Stash{};
   uint64_t errors = mm::error_count();
+  mm::PageStats ps;
+  mm::page_stats(ps);
+  uint64_t bad_page_frees = ps.bad_frees;
   uint64_t restarts0 = restarts_total();
   g_cache = kmem_cache_create("rseq_test", sizeof(Buf), 0, ctor, nullptr, nullptr, nullptr, nullptr, 0);
   if (!g_cache) {
@@ -243,8 +263,10 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
     for (unsigned i = 0; i < s.n; i++) {
       give(s.cache_bufs[i]);
       give(s.alloc_bufs[i]);
+      give(s.pages[i]);
       kmem_cache_free(g_cache, s.cache_bufs[i]);
       kmem_free(s.alloc_bufs[i], kSize);
+      mm::page_free_va(s.pages[i], 0);
     }
     s.n = 0;
   }
@@ -254,6 +276,9 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   KEXPECT(kmem_cache_destroy(g_cache));  // no live object: no round lost
   g_cache = nullptr;
   KEXPECT_EQ(mm::error_count(), errors);  // no double free at the slab layer
+  mm::page_stats(ps);
+  KEXPECT_EQ(ps.bad_frees, bad_page_frees);  // no page freed twice
+  KEXPECT(mm::page_verify());                // caches and free lists agree
   return restarts;
 }
 

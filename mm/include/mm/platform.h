@@ -54,6 +54,11 @@
 //                                         offset (kmem_fastpath.h, 6); declared
 //                                         and never defined where kRestartable
 //                                         is false
+//   bool rseq_pop_pair<kCount, kStack, kMark>(char* base, void*& first, uint64_t& second);
+//   bool rseq_push_pair<kCount, kStack, kCap>(char* base, void* first, uint64_t second);
+//                                         the page allocator's per-CPU stack of
+//                                         16-byte {pointer, value} entries
+//                                         (page.cpp, 4), the same way
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   uint64_t ticks();                     timer ticks since boot (kmemleak's
 //                                         "jiffies"; kernel: kTimerHz a second;

@@ -6,6 +6,7 @@
 // such a platform never instantiates, and never defined.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #define MM_RESTARTABLE_TEXT
 
@@ -19,5 +20,9 @@ template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
 RseqPush rseq_push(char* base, void* obj);
 template <size_t kOff>
 void rseq_inc(char* base);
+template <size_t kCount, size_t kStack, uint16_t kMark>
+bool rseq_pop_pair(char* base, void*& first, uint64_t& second);
+template <size_t kCount, size_t kStack, size_t kCap>
+bool rseq_push_pair(char* base, void* first, uint64_t second);
 
 }  // namespace mm::plat

@@ -76,6 +76,68 @@ on_top:
   return kRseqOnTop;
 }
 
+// The page allocator's per-CPU stack of {pointer, 64-bit value} entries,
+// 16 bytes each (the pointer, 4 bytes of padding, the value) at base +
+// kStack, the count (a word) at base + kCount: as arm64's rseq_pop_pair and
+// rseq_push_pair. The value moves as two words (%Q, %R: its low and high
+// registers); only the count's store commits.
+template <size_t kCount, size_t kStack, uint16_t kMark>
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+  static_assert(kMark < 256);
+  uint32_t n, e;
+  void* a;
+  uint64_t b;
+  asm volatile goto(
+      "1: ldr   %[n], [%[base], #%c[co]]\n"
+      "   subs  %[n], %[n], #1\n"
+      "   bmi   %l[empty]\n"
+      "   add   %[e], %[base], %[n], lsl #4\n"
+      "   ldr   %[a], [%[e], #%c[so]]\n"
+      "   ldr   %Q[b], [%[e], #%c[so8]]\n"
+      "   ldr   %R[b], [%[e], #%c[so12]]\n"
+      "   ldrh  %[e], [%[a]]\n"
+      "   cmp   %[e], #%c[mk]\n"
+      "   bne   %l[empty]\n"
+      "   str   %[n], [%[base], #%c[co]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [so8] "i"(kStack + 8), [so12] "i"(kStack + 12),
+        [mk] "i"(kMark)
+      : "memory", "cc"
+      : empty);
+  first = a;
+  second = b;
+  return true;
+empty:
+  return false;
+}
+
+template <size_t kCount, size_t kStack, size_t kCap>
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+  static_assert(kCap >= 2 && kCap - 2 < 256);
+  uint32_t n, e;
+  asm volatile goto(
+      "1: ldr   %[n], [%[base], #%c[co]]\n"
+      "   sub   %[e], %[n], #1\n"
+      "   cmp   %[e], #%c[cm]\n"
+      "   bhi   %l[full]\n"  // count - 1 > kCap - 2, unsigned: 0 or kCap
+      "   add   %[e], %[base], %[n], lsl #4\n"
+      "   str   %[a], [%[e], #%c[so]]\n"
+      "   str   %Q[b], [%[e], #%c[so8]]\n"
+      "   str   %R[b], [%[e], #%c[so12]]\n"
+      "   add   %[n], %[n], #1\n"
+      "   str   %[n], [%[base], #%c[co]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
+        [so8] "i"(kStack + 8), [so12] "i"(kStack + 12), [cm] "i"(kCap - 2)
+      : "memory", "cc"
+      : full);
+  return true;
+full:
+  return false;
+}
+
 // The word at base + kOff, plus one; the store is the commit.
 template <size_t kOff>
 __attribute__((always_inline)) inline void rseq_inc(char* base) {

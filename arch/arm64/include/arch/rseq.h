@@ -82,6 +82,68 @@ on_top:
 // The word at base + kOff, plus one; the store is the commit: an
 // interrupt between the load and the store rewinds to the load, so the
 // interrupt's own increment is not lost.
+// The page allocator's per-CPU stack of {pointer, 64-bit value} entries,
+// 16 bytes each at base + kStack, the count (a word) at base + kCount.
+// Pop: if count > 0 and the 16-bit word that the top entry's pointer
+// points at is kMark (the page's flags: a cached page), first/second = the
+// top entry and count - 1 committed; true. Else false, nothing written.
+// (The pointer is the cache's own; a wild one means a corrupt cache, which
+// the masked path would dereference just the same.)
+template <size_t kCount, size_t kStack, uint16_t kMark>
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+  static_assert(kMark < 4096);
+  uint64_t n, e;
+  void* a;
+  uint64_t b;
+  asm volatile goto(
+      "1: ldr   %[n], [%[base], %[co]]\n"
+      "   cbz   %[n], %l[empty]\n"
+      "   sub   %[n], %[n], #1\n"
+      "   add   %[e], %[base], %[n], lsl #4\n"
+      "   ldp   %[a], %[b], [%[e], %[so]]\n"
+      "   ldrh  %w[e], [%[a]]\n"
+      "   cmp   %w[e], %[mk]\n"
+      "   b.ne  %l[empty]\n"
+      "   str   %[n], [%[base], %[co]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [mk] "i"(kMark)
+      : "memory", "cc"
+      : empty);
+  first = a;
+  second = b;
+  return true;
+empty:
+  return false;
+}
+
+// Push: if 0 < count < kCap, {first, second} goes into the entry at count
+// (above the top: invisible until the commit) and count + 1 is committed;
+// true. Else false, nothing committed.
+template <size_t kCount, size_t kStack, size_t kCap>
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+  static_assert(kCap >= 2 && kCap - 2 < 4096);
+  uint64_t n, e;
+  asm volatile goto(
+      "1: ldr   %[n], [%[base], %[co]]\n"
+      "   sub   %[e], %[n], #1\n"
+      "   cmp   %[e], %[cm]\n"
+      "   b.hi  %l[full]\n"  // count - 1 > kCap - 2, unsigned: 0 or kCap
+      "   add   %[e], %[base], %[n], lsl #4\n"
+      "   stp   %[a], %[b], [%[e], %[so]]\n"
+      "   add   %[n], %[n], #1\n"
+      "   str   %[n], [%[base], %[co]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
+        [cm] "i"(kCap - 2)
+      : "memory", "cc"
+      : full);
+  return true;
+full:
+  return false;
+}
+
 template <size_t kOff>
 __attribute__((always_inline)) inline void rseq_inc(char* base) {
   uint64_t t;

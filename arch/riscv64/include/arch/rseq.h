@@ -76,6 +76,64 @@ on_top:
 }
 
 // The word at base + kOff, plus one; the store is the commit.
+// The page allocator's per-CPU stack of {pointer, 64-bit value} entries:
+// as arm64's rseq_pop_pair and rseq_push_pair.
+template <size_t kCount, size_t kStack, uint16_t kMark>
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+  static_assert(kMark < 2048);
+  uint64_t n, e;
+  void* a;
+  uint64_t b;
+  asm volatile goto(
+      "1: ld    %[n], %[co](%[base])\n"
+      "   beqz  %[n], %l[empty]\n"
+      "   addi  %[n], %[n], -1\n"
+      "   slli  %[e], %[n], 4\n"
+      "   add   %[e], %[e], %[base]\n"
+      "   ld    %[a], %[so](%[e])\n"
+      "   ld    %[b], %[so8](%[e])\n"
+      "   lhu   %[e], 0(%[a])\n"
+      "   addi  %[e], %[e], -%[mk]\n"
+      "   bnez  %[e], %l[empty]\n"
+      "   sd    %[n], %[co](%[base])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [so8] "i"(kStack + 8), [mk] "i"(kMark)
+      : "memory"
+      : empty);
+  first = a;
+  second = b;
+  return true;
+empty:
+  return false;
+}
+
+template <size_t kCount, size_t kStack, size_t kCap>
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+  static_assert(kCap >= 2 && kCap - 1 < 2048);
+  uint64_t n, e, t;
+  asm volatile goto(
+      "1: ld    %[n], %[co](%[base])\n"
+      "   addi  %[e], %[n], -1\n"
+      "   li    %[t], %[cm]\n"
+      "   bgeu  %[e], %[t], %l[full]\n"  // count - 1 >= kCap - 1, unsigned: 0 or kCap
+      "   slli  %[e], %[n], 4\n"
+      "   add   %[e], %[e], %[base]\n"
+      "   sd    %[a], %[so](%[e])\n"
+      "   sd    %[b], %[so8](%[e])\n"
+      "   addi  %[n], %[n], 1\n"
+      "   sd    %[n], %[co](%[base])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [n] "=&r"(n), [e] "=&r"(e), [t] "=&r"(t)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
+        [so8] "i"(kStack + 8), [cm] "i"(kCap - 1)
+      : "memory"
+      : full);
+  return true;
+full:
+  return false;
+}
+
 template <size_t kOff>
 __attribute__((always_inline)) inline void rseq_inc(char* base) {
   uint64_t t;

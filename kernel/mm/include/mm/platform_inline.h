@@ -56,6 +56,8 @@ using arch::kRseqOnTop;
 using arch::rseq_pop;
 using arch::rseq_push;
 using arch::rseq_inc;
+using arch::rseq_pop_pair;
+using arch::rseq_push_pair;
 #endif  // otherwise mm/platform_norseq.h
 
 using Lock = SpinLock;
