@@ -21,6 +21,19 @@
 //    Constrained requests (align, phase, nocross, minaddr, maxaddr) search in
 //    the same orders. A segment is carved from the front of a free one; a
 //    free is the mirror image.
+//    Each free tag notes the list it is on. One free segment per arena may
+//    sit above its list: the lazy one. When the fast path carves from the
+//    head of list i and the rest falls to list j < i while lists j..i-1 are
+//    empty, the rest stays at the head of list i (so taking a quantum from
+//    a fresh 2^n arena and giving it back moves nothing). Only the fast
+//    path sees it there: it takes the head of the list it picks only if
+//    that is at least 2^sure (the lazy one may be smaller: then it settles
+//    it, i.e. moves it to its own list, and picks again); a free moves a
+//    segment only once it outgrows the list it is on; any insertion into a
+//    free list, and any search, first settles the lazy segment. So nothing
+//    enters lists j..i-1 meanwhile, and every choice, and every list's
+//    order once settled, is what exact lists give (vmem_verify checks
+//    this placement; the host tests compare with exact lists).
 // 4. Allocated segments are found on free through a hash on the start
 //    (Fibonacci, chained through the tag's link): 16 buckets in the arena,
 //    grown about 4x past two per bucket (pages taken with no lock held, after
@@ -102,6 +115,7 @@ struct vmem_seg {
   uint8_t type;                // kSeg*
   uint8_t imported;            // span: came from the source
   uint8_t early;               // allocated: directly, for a cacheable size, before the caches
+  uint8_t list;                // free: the free list it is on (section 3)
   uint32_t tag;                // allocated: allocation profiling's reference (alloc_tag.cpp), or 0
 };
 
@@ -164,6 +178,7 @@ struct vmem {
                                   // (0: never, the arena's policy is not instant fit)
   unsigned hash_rshift = 0;       // kBits - log2(buckets)
   uintptr_t freemap = 0;          // bit i: freelist[i] non-empty
+  vmem_seg* lazy = nullptr;       // the free segment that may sit above its list (section 3)
   Link* stock = nullptr;          // spare tags
   Link** hash = nullptr;
   intptr_t hash_room = 0;         // allocations left before the hash grows
@@ -400,23 +415,45 @@ inline void link_remove(Link* l) {
   l->next->prev = l->prev;
 }
 
-// Puts v on free list i (highbit of its size).
+void settle(vmem* vmp);
+
+// Puts v on free list i (highbit of its size). A lazy segment is settled
+// first: the lists are then exactly what they would be had it moved when
+// it shrank (section 3).
 inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
-  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i);
+  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i && v != vmp->lazy);
+  if (__builtin_expect(vmp->lazy != nullptr, 0)) settle(vmp);
   link_insert(&vmp->freelist[i], &v->link);
+  v->list = static_cast<uint8_t>(i);
   vmp->freemap |= uintptr_t{1} << i;
 }
 
 inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v, highbit(seg_size(v))); }
 
-// Removes v from free list i (the list for its size when it was inserted).
-inline void freelist_remove(vmem* vmp, vmem_seg* v, unsigned i) {
+// Removes v from the free list it is on.
+inline void freelist_remove(vmem* vmp, vmem_seg* v) {
   Link* n = v->link.next;
   Link* p = v->link.prev;
   MM_DEBUG_ASSERT(v->type == kSegFree);
   p->next = n;
   n->prev = p;
-  if (n == p) vmp->freemap &= ~(uintptr_t{1} << i);  // only the sentinel left
+  if (n == p) vmp->freemap &= ~(uintptr_t{1} << v->list);  // only the sentinel left
+  if (v == vmp->lazy) vmp->lazy = nullptr;
+}
+
+// Moves v to free list j (the list for its size now).
+inline void freelist_move(vmem* vmp, vmem_seg* v, unsigned j) {
+  freelist_remove(vmp, v);
+  freelist_insert_at(vmp, v, j);
+}
+
+// Puts the lazy segment, if any, on the list of its size (section 3).
+__attribute__((noinline)) void settle(vmem* vmp) {
+  vmem_seg* v = vmp->lazy;
+  if (!v) return;
+  vmp->lazy = nullptr;
+  unsigned c = highbit(seg_size(v));
+  if (c != v->list) freelist_move(vmp, v, c);
 }
 
 inline Link** hash_bucket(const vmem* vmp, uintptr_t addr) { return &vmp->hash[(addr * kHashMul) >> vmp->hash_rshift]; }
@@ -479,15 +516,23 @@ void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
   putseg(vmp, span);
 }
 
-// Carves [addr, addr + size) from the front of the free segment v, the
-// first of free list i (an instant fit); returns the allocated tag. The new
-// tag goes in front of the remainder, which stays on its free list unless
-// its size class changed; an exact fit turns v itself into the allocation.
-// Takes at most one spare tag.
-__attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, unsigned i, uintptr_t addr,
-                                                                uintptr_t size) {
+// Carves [addr, addr + size) from the front of the free segment v;
+// returns the allocated tag. The new tag goes in front of the remainder,
+// which stays on its free list unless its size class changed; an exact fit
+// turns v itself into the allocation. Takes at most one spare tag.
+//
+// The fast path (sure: its lowest list that guarantees a fit) takes v from
+// the head of list v->list, the lowest non-empty list from sure up. A
+// remainder of a lower class stays there as the lazy segment (section 3)
+// if nothing else is lazy and the lists from its class up are empty: those
+// from sure up are (v's list is the lowest non-empty one), so only those
+// below sure need looking at. Other callers (kFast false) found v some
+// other way: it always moves.
+template <bool kFast>
+__attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, uintptr_t addr,
+                                                                uintptr_t size, unsigned sure) {
   uintptr_t end = v->end, aend = addr + size;
-  MM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && highbit(end - addr) == i);
+  MM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr);
   vmem_seg* a;
   if (__builtin_expect(aend != end, 1)) {
     a = getseg(vmp);
@@ -499,13 +544,15 @@ __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_
     p->knext = a;
     v->kprev = a;
     v->start = aend;
-    unsigned j = highbit(end - aend);
+    unsigned i = v->list, j = highbit(end - aend);
     if (__builtin_expect(j != i, 0)) {
-      freelist_remove(vmp, v, i);
-      freelist_insert_at(vmp, v, j);
+      bool stay = kFast && (j >= sure || !(vmp->freemap & ((uintptr_t{1} << sure) - (uintptr_t{1} << j)))) &&
+                  (!vmp->lazy || vmp->lazy == v);
+      if (stay) vmp->lazy = v;
+      else freelist_move(vmp, v, j);
     }
   } else {
-    freelist_remove(vmp, v, i);
+    freelist_remove(vmp, v);
     a = v;
   }
   a->type = kSegAlloc;
@@ -517,11 +564,11 @@ __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_
 // answer); returns the allocated tag. Takes at most two spare tags.
 vmem_seg* seg_alloc(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t start = v->start, end = v->end, aend = addr + size;
-  MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size);
-  if (addr == start) return seg_alloc_front(vmp, v, highbit(end - start), addr, size);
+  MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size && !vmp->lazy);
+  if (addr == start) return seg_alloc_front<false>(vmp, v, addr, size, 0);
   // Inside v: v keeps the front, a new tag takes the allocation and another
   // the rest (if any).
-  freelist_remove(vmp, v, highbit(end - start));
+  freelist_remove(vmp, v);
   vmem_seg* a = getseg(vmp);
   a->start = addr;
   a->end = aend;
@@ -758,6 +805,7 @@ void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early, ui
   for (;;) {
     if (ensure_tags(vmp, kSegMinFree, vmflag, h)) {
       uintptr_t addr;
+      settle(vmp);  // searches see exact lists
       if (vmem_seg* v = find(vmp, r, policy, &addr)) {
         vmem_seg* a = seg_alloc(vmp, v, addr, r.size);
         if (policy == VM_NEXTFIT) {
@@ -827,26 +875,46 @@ __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, u
 // not a power of two, i.e. >= highbit(2 * size - 1). When there is none (or
 // no spare tag) it hands the request to `slow` (a tail call, so that
 // nothing has to be kept across the fast path). asize is size rounded to
-// the quantum, nonzero and at most kFastMax.
+// the quantum, nonzero and at most kFastMax. The arena lock is held, and
+// dropped here.
 template <typename Slow>
-__attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
-  plat::IrqState irq = plat::irq_save();
-  vmp->lock.lock();
-  uintptr_t map = vmp->freemap & (~uintptr_t{0} << highbit(2 * asize - 1));
+__attribute__((noinline)) void* alloc_settled(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow);
+
+template <typename Slow>
+__attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow) {
+  unsigned sure = highbit(2 * asize - 1);
+  uintptr_t map = vmp->freemap & (~uintptr_t{0} << sure);
   if (__builtin_expect(!map || !vmp->stock, 0)) {  // it takes at most one tag
     vmp->lock.unlock();
     plat::irq_restore(irq);
     return slow();
   }
-  unsigned i = lowbit(map);
-  vmem_seg* v = seg_of(vmp->freelist[i].next);
+  vmem_seg* v = seg_of(vmp->freelist[lowbit(map)].next);
   uintptr_t addr = v->start;
-  seg_alloc_front(vmp, v, i, addr, asize);
+  // Only the lazy segment can be below 2^sure here.
+  if (__builtin_expect(!((v->end - addr) >> sure), 0)) return alloc_settled(vmp, irq, asize, slow);
+  seg_alloc_front<true>(vmp, v, addr, asize, sure);
   bool grow = vmp->hash_room < 0;
   vmp->lock.unlock();
   plat::irq_restore(irq);
   if (__builtin_expect(grow, 0)) return reinterpret_cast<void*>(grow_then(vmp, addr));
   return reinterpret_cast<void*>(addr);
+}
+
+// The head of the list the fast path picked was the lazy segment, too
+// small to be sure of: it goes to its own list and the fast path looks
+// again (exact lists now: no search, as there would be none with them).
+template <typename Slow>
+__attribute__((noinline)) void* alloc_settled(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow) {
+  settle(vmp);
+  return alloc_locked(vmp, irq, asize, slow);
+}
+
+template <typename Slow>
+__attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
+  plat::IrqState irq = plat::irq_save();
+  vmp->lock.lock();
+  return alloc_locked(vmp, irq, asize, slow);
 }
 
 // ---------------------------------------------------------------------------
@@ -873,7 +941,7 @@ __attribute__((noinline)) void bad_free(vmem* vmp, plat::IrqState irq, uintptr_t
 __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_seg* span, vmem_seg* v) {
   void* base = reinterpret_cast<void*>(v->start);
   uintptr_t bytes = seg_size(v);
-  freelist_remove(vmp, v, highbit(bytes));
+  freelist_remove(vmp, v);
   span_destroy(vmp, span, v);
   vmp->span_returns++;
   vmp->lock.unlock();
@@ -885,18 +953,15 @@ __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_
 // (lock held). Returns prev.
 __attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
   MM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
-  freelist_remove(vmp, next, highbit(seg_size(next)));
-  unsigned i = highbit(seg_size(prev));
+  freelist_remove(vmp, next);
   prev->end = next->end;
   seg_unlink(vmp, v, prev);
   seg_unlink(vmp, next, prev);
   putseg(vmp, v);
   putseg(vmp, next);
+  // (A lazy prev stays where it is until it outgrows its list.)
   unsigned j = highbit(seg_size(prev));
-  if (j != i) {
-    freelist_remove(vmp, prev, i);
-    freelist_insert_at(vmp, prev, j);
-  }
+  if (j > prev->list) freelist_move(vmp, prev, j);
   return prev;
 }
 
@@ -923,7 +988,6 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
   vmem_seg* next = v->knext;
   vmem_seg* prev = v->kprev;
   vmem_seg* n;  // the free segment v ends up in
-  uintptr_t old;
   if (next->type == kSegFree) {
     if (__builtin_expect(prev->type == kSegFree, 0)) {
       n = merge_both(vmp, prev, v, next);
@@ -931,12 +995,10 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
     }
     MM_DEBUG_ASSERT(next->start == v->end);
     n = next;
-    old = next->end - v->end;
     next->start = addr;
   } else if (prev->type == kSegFree) {
     MM_DEBUG_ASSERT(prev->end == addr);
     n = prev;
-    old = addr - prev->start;
     prev->end = v->end;
   } else {
     v->type = kSegFree;
@@ -944,17 +1006,15 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
     n = v;
     goto merged;
   }
-  // n grew over v: v's tag goes, and n changes free list if its class did.
+  // n grew over v: v's tag goes, and n changes free list if it outgrew
+  // the one it is on (a lazy n stays until then: section 3).
   prev->knext = next;
   next->kprev = prev;
   if (vmp->rotor == v) vmp->rotor = n;
   putseg(vmp, v);
   {
-    unsigned i = highbit(old), j = highbit(old + asize);
-    if (__builtin_expect(j != i, 0)) {
-      freelist_remove(vmp, n, i);
-      freelist_insert_at(vmp, n, j);
-    }
+    unsigned j = highbit(seg_size(n));
+    if (__builtin_expect(j > n->list, 0)) freelist_move(vmp, n, j);
   }
 merged:
   vmem_seg* span = n->kprev;
@@ -1076,6 +1136,7 @@ bool verify_locked(const vmem* vmp) {
   const vmem_seg* span = nullptr;
   const Link* span_list = vmp->spans.next;
   uintptr_t cursor = 0;  // where the next segment of the current span starts
+  bool lazy_seen = false;
   for (const vmem_seg* v = seg0->knext;; v = v->knext) {
     if (v->kprev->knext != v || v->knext->kprev != v) return verify_failed(vmp, "broken segment list", v->start);
     if (v == vmp->rotor) rotor_seen = true;
@@ -1101,7 +1162,10 @@ bool verify_locked(const vmem* vmp) {
       if (v->kprev->type == kSegFree) return verify_failed(vmp, "adjacent free segments", v->start);
       if (v->early) return verify_failed(vmp, "free segment marked early", v->start);
       nfree++;
-      const Link* head = &vmp->freelist[highbit(seg_size(v))];
+      if (v == vmp->lazy) lazy_seen = true;
+      else if (v->list != highbit(seg_size(v))) return verify_failed(vmp, "free segment on the wrong list", v->start);
+      if (v->list >= kFreeLists) return verify_failed(vmp, "bad free list index", v->start);
+      const Link* head = &vmp->freelist[v->list];
       const Link* f = head->next;
       while (f != head && f != &v->link) f = f->next;
       if (f == head) return verify_failed(vmp, "free segment not on its free list", v->start);
@@ -1118,6 +1182,15 @@ bool verify_locked(const vmem* vmp) {
   }
   if (span_list != &vmp->spans) return verify_failed(vmp, "span list longer than the segment list", 0);
   if (!rotor_seen) return verify_failed(vmp, "rotor not on the segment list", 0);
+  if (const vmem_seg* z = vmp->lazy) {
+    // Section 3: free, at the head of its list, no lower than its class,
+    // and the lists from its class up to that one empty.
+    if (!lazy_seen) return verify_failed(vmp, "lazy segment not a free segment of the arena", 0);
+    unsigned c = highbit(seg_size(z));
+    if (c > z->list || vmp->freelist[z->list].next != &z->link ||
+        (vmp->freemap & ((uintptr_t{1} << z->list) - (uintptr_t{1} << c))))
+      return verify_failed(vmp, "lazy segment out of place", z->start);
+  }
   uintptr_t listed = 0;
   for (unsigned i = 0; i < kFreeLists; i++) {
     const Link* head = &vmp->freelist[i];
@@ -1125,7 +1198,7 @@ bool verify_locked(const vmem* vmp) {
     if (empty != !(vmp->freemap & (uintptr_t{1} << i))) return verify_failed(vmp, "freemap out of step", i);
     for (const Link* f = head->next; f != head; f = f->next) {
       const vmem_seg* s = seg_of(f);
-      if (s->type != kSegFree || highbit(seg_size(s)) != i || f->next->prev != f)
+      if (s->type != kSegFree || s->list != i || (s != vmp->lazy && highbit(seg_size(s)) != i) || f->next->prev != f)
         return verify_failed(vmp, "bad free list entry", s->start);
       listed++;
     }
@@ -1400,7 +1473,7 @@ bool vmem_destroy(vmem_t* vmp) {
     vmem_seg* span = seg_of(vmp->spans.next);
     vmem_seg* v = span->knext;
     MM_ASSERT(v->type == kSegFree && v->end == span->end);
-    freelist_remove(vmp, v, highbit(seg_size(v)));
+    freelist_remove(vmp, v);
     void* base = reinterpret_cast<void*>(span->start);
     uintptr_t bytes = seg_size(span);
     bool give_back = span->imported && vmp->ffunc;
