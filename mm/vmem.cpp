@@ -264,8 +264,10 @@ const VmemCacheLayer* layer() { return __atomic_load_n(&g_layer, __ATOMIC_ACQUIR
 // Locks (section 8) are held through mm::Guard (lock.h): an arena's with
 // ArenaLock, which may be dropped and retaken (release / acquire), a global
 // one (arena list, tag pool) with Guard<> directly. The fast paths lock by
-// hand: they hand the held lock, with the saved interrupt state, to a
-// callee that drops it (span_release, bad_free).
+// hand: they hand the held lock, with the saved interrupt state, to the
+// callee they leave by, which drops it (span_release, bad_free, ...); they
+// take it with try_lock and leave for a copy that waits when it is busy
+// (alloc_contended, xfree_contended).
 class ArenaLock : public Guard<> {
  public:
   explicit ArenaLock(vmem* vmp) : Guard<>(vmp->lock) {}
@@ -420,18 +422,24 @@ void settle(vmem* vmp);
 // Puts v on free list i (highbit of its size). A lazy segment is settled
 // first: the lists are then exactly what they would be had it moved when
 // it shrank (section 3).
-inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
-  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i && v != vmp->lazy);
-  if (__builtin_expect(vmp->lazy != nullptr, 0)) settle(vmp);
+// (freelist_link: the same where there is no lazy segment.)
+__attribute__((always_inline)) inline void freelist_link(vmem* vmp, vmem_seg* v, unsigned i) {
+  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i && !vmp->lazy);
   link_insert(&vmp->freelist[i], &v->link);
   v->list = static_cast<uint8_t>(i);
   vmp->freemap |= uintptr_t{1} << i;
 }
 
+inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
+  MM_DEBUG_ASSERT(v != vmp->lazy);
+  if (vmp->lazy) settle(vmp);
+  freelist_link(vmp, v, i);
+}
+
 inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v, highbit(seg_size(v))); }
 
 // Removes v from the free list it is on.
-inline void freelist_remove(vmem* vmp, vmem_seg* v) {
+__attribute__((always_inline)) inline void freelist_remove(vmem* vmp, vmem_seg* v) {
   Link* n = v->link.next;
   Link* p = v->link.prev;
   MM_DEBUG_ASSERT(v->type == kSegFree);
@@ -467,14 +475,19 @@ inline vmem_seg* hash_find(const vmem* vmp, uintptr_t addr, Link*** linkp) {
   return seg_of(l);
 }
 
-// Enters the new allocated segment a in the hash and the totals.
-__attribute__((always_inline)) inline void hash_insert(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
+// Enters the new allocated segment a in the hash and the totals, but for
+// hash_room (hash_insert does all).
+__attribute__((always_inline)) inline void hash_link(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
   Link** b = hash_bucket(vmp, addr);
   a->link.next = *b;
   *b = &a->link;
-  vmp->hash_room--;
   vmp->alloc_bytes += size;
   vmp->allocs++;
+}
+
+__attribute__((always_inline)) inline void hash_insert(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
+  hash_link(vmp, a, addr, size);
+  vmp->hash_room--;
 }
 
 // ---------------------------------------------------------------------------
@@ -517,40 +530,22 @@ void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
 }
 
 // Carves [addr, addr + size) from the front of the free segment v;
-// returns the allocated tag. The new tag goes in front of the remainder,
-// which stays on its free list unless its size class changed; an exact fit
-// turns v itself into the allocation. Takes at most one spare tag.
-//
-// The fast path (sure: its lowest list that guarantees a fit) takes v from
-// the head of list v->list, the lowest non-empty list from sure up. A
-// remainder of a lower class stays there as the lazy segment (section 3)
-// if nothing else is lazy and the lists from its class up are empty: those
-// from sure up are (v's list is the lowest non-empty one), so only those
-// below sure need looking at. Other callers (kFast false) found v some
-// other way: it always moves.
-template <bool kFast>
-__attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, uintptr_t addr,
-                                                                uintptr_t size, unsigned sure) {
+// returns the allocated tag. The new tag goes in front of the rest, which
+// moves to the list of its size if that changed; an exact fit turns v
+// itself into the allocation. Takes at most one spare tag. (The fast path,
+// alloc_locked, has its own copy.)
+vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t end = v->end, aend = addr + size;
-  MM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr);
+  MM_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && !vmp->lazy);
   vmem_seg* a;
-  if (__builtin_expect(aend != end, 1)) {
+  if (aend != end) {
     a = getseg(vmp);
-    vmem_seg* p = v->kprev;
     a->start = addr;
     a->end = aend;
-    a->kprev = p;
-    a->knext = v;
-    p->knext = a;
-    v->kprev = a;
+    seg_link_after(v->kprev, a);
     v->start = aend;
-    unsigned i = v->list, j = highbit(end - aend);
-    if (__builtin_expect(j != i, 0)) {
-      bool stay = kFast && (j >= sure || !(vmp->freemap & ((uintptr_t{1} << sure) - (uintptr_t{1} << j)))) &&
-                  (!vmp->lazy || vmp->lazy == v);
-      if (stay) vmp->lazy = v;
-      else freelist_move(vmp, v, j);
-    }
+    unsigned j = highbit(end - aend);
+    if (j != v->list) freelist_move(vmp, v, j);
   } else {
     freelist_remove(vmp, v);
     a = v;
@@ -565,7 +560,7 @@ __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_
 vmem_seg* seg_alloc(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t start = v->start, end = v->end, aend = addr + size;
   MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size && !vmp->lazy);
-  if (addr == start) return seg_alloc_front<false>(vmp, v, addr, size, 0);
+  if (addr == start) return seg_alloc_front(vmp, v, addr, size);
   // Inside v: v keeps the front, a new tag takes the allocation and another
   // the rest (if any).
   freelist_remove(vmp, v);
@@ -872,16 +867,51 @@ __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, u
 
 // The fast path (section 3): the first segment of the lowest free list
 // whose members all fit: lists >= highbit(size), or above it when size is
-// not a power of two, i.e. >= highbit(2 * size - 1). When there is none (or
-// no spare tag) it hands the request to `slow` (a tail call, so that
-// nothing has to be kept across the fast path). asize is size rounded to
-// the quantum, nonzero and at most kFastMax. The arena lock is held, and
-// dropped here.
-template <typename Slow>
-__attribute__((noinline)) void* alloc_settled(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow);
+// not a power of two, i.e. >= highbit(2 * size - 1) ("sure"). asize is
+// size rounded to the quantum, nonzero and at most kFastMax. Everything
+// rare leaves it by a tail call, with the lock held or dropped (`slow`:
+// none fits, or no spare tag), so that nothing has to be kept across a
+// call: the fast paths need no stack frame.
 
-template <typename Slow>
-__attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow) {
+// The allocation made the hash due to grow (lock held; dropped here).
+__attribute__((noinline)) void* alloc_grow(vmem* vmp, plat::IrqState irq, uintptr_t addr) {
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  return reinterpret_cast<void*>(grow_then(vmp, addr));
+}
+
+// The end of an allocation, its segment hashed (lock held; dropped here).
+__attribute__((always_inline)) inline void* alloc_done(vmem* vmp, plat::IrqState irq, uintptr_t addr) {
+  if (__builtin_expect(--vmp->hash_room < 0, 0)) return alloc_grow(vmp, irq, addr);
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  return reinterpret_cast<void*>(addr);
+}
+
+// The rest v of the segment carved fell to list j, below the list it is
+// on (lock held; dropped here). It stays there as the lazy segment if
+// nothing else is lazy and lists j..i-1 are empty: those from sure up are
+// (i is the lowest non-empty list from sure up), so only those below sure
+// need looking at. Else it moves.
+__attribute__((noinline)) void* alloc_shrunk(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned j, unsigned sure,
+                                             uintptr_t addr) {
+  if ((j >= sure || !(vmp->freemap & ((uintptr_t{1} << sure) - (uintptr_t{1} << j)))) &&
+      (!vmp->lazy || vmp->lazy == v))
+    vmp->lazy = v;
+  else
+    freelist_move(vmp, v, j);
+  return alloc_done(vmp, irq, addr);
+}
+
+// (Lock held; dropped here.) The head of the list picked is carved (as
+// seg_alloc_front, unrolled so that each branch leaves on its own); the
+// rest may stay on its list (alloc_shrunk). Only the lazy segment
+// can be below 2^sure: then `settled` (lock held) settles it and runs the
+// fast path again (exact lists now: no search, as there would be none with
+// them).
+template <typename Slow, typename Settled>
+__attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow,
+                                                         Settled settled) {
   unsigned sure = highbit(2 * asize - 1);
   uintptr_t map = vmp->freemap & (~uintptr_t{0} << sure);
   if (__builtin_expect(!map || !vmp->stock, 0)) {  // it takes at most one tag
@@ -890,31 +920,51 @@ __attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqSta
     return slow();
   }
   vmem_seg* v = seg_of(vmp->freelist[lowbit(map)].next);
-  uintptr_t addr = v->start;
-  // Only the lazy segment can be below 2^sure here.
-  if (__builtin_expect(!((v->end - addr) >> sure), 0)) return alloc_settled(vmp, irq, asize, slow);
-  seg_alloc_front<true>(vmp, v, addr, asize, sure);
-  bool grow = vmp->hash_room < 0;
-  vmp->lock.unlock();
-  plat::irq_restore(irq);
-  if (__builtin_expect(grow, 0)) return reinterpret_cast<void*>(grow_then(vmp, addr));
-  return reinterpret_cast<void*>(addr);
+  uintptr_t addr = v->start, room = v->end - addr;
+  if (__builtin_expect(!(room >> sure), 0)) return settled();
+  vmem_seg* a;
+  if (__builtin_expect(room != asize, 1)) {
+    a = getseg(vmp);
+    a->type = kSegAlloc;
+    hash_link(vmp, a, addr, asize);
+    vmem_seg* p = v->kprev;
+    uintptr_t aend = addr + asize;
+    a->start = addr;
+    a->end = aend;
+    a->kprev = p;
+    a->knext = v;
+    p->knext = a;
+    v->kprev = a;
+    v->start = aend;
+    // (The steady state of a 2^n arena: the rest is the lazy segment
+    // already, and may stay as it is.)
+    unsigned j = highbit(room - asize);
+    if (__builtin_expect(j != v->list, 0) && (vmp->lazy != v || j < sure))
+      return alloc_shrunk(vmp, irq, v, j, sure, addr);
+  } else {
+    freelist_remove(vmp, v);
+    a = v;
+    a->type = kSegAlloc;
+    hash_link(vmp, a, addr, asize);
+  }
+  return alloc_done(vmp, irq, addr);
 }
 
-// The head of the list the fast path picked was the lazy segment, too
-// small to be sure of: it goes to its own list and the fast path looks
-// again (exact lists now: no search, as there would be none with them).
-template <typename Slow>
-__attribute__((noinline)) void* alloc_settled(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow) {
-  settle(vmp);
-  return alloc_locked(vmp, irq, asize, slow);
-}
-
+// For vmem_xalloc (kmem's slabs), which has calls around it anyway.
 template <typename Slow>
 __attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
   plat::IrqState irq = plat::irq_save();
   vmp->lock.lock();
-  return alloc_locked(vmp, irq, asize, slow);
+  auto unlocked_slow = [&] {  // (cannot happen once settled)
+    vmp->lock.unlock();
+    plat::irq_restore(irq);
+    return slow();
+  };
+  auto settled = [&] {
+    settle(vmp);
+    return alloc_locked(vmp, irq, asize, slow, unlocked_slow);
+  };
+  return alloc_locked(vmp, irq, asize, slow, settled);
 }
 
 // ---------------------------------------------------------------------------
@@ -949,9 +999,22 @@ __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_
   vmp->ffunc(vmp->source, base, bytes);
 }
 
+// The end of a free (lock held; dropped here): n, the free segment the
+// freed one ended up in, goes back to the source if it is a whole imported
+// span. (Only span tags are ever marked imported.)
+__attribute__((always_inline)) inline void free_done(vmem* vmp, plat::IrqState irq, vmem_seg* n) {
+  vmem_seg* span = n->kprev;
+  MM_DEBUG_ASSERT(!span->imported || span->type == kSegSpan);
+  if (__builtin_expect(span->imported, 0) && n->knext->type == kSegSpan && vmp->ffunc)
+    return span_release(vmp, irq, span, n);
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+}
+
 // v, just freed, has free segments on both sides: prev takes all three
-// (lock held). Returns prev.
-__attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
+// (lock held; dropped here). A lazy prev stays where it is until it
+// outgrows its list (section 3).
+__attribute__((noinline)) void free_both(vmem* vmp, plat::IrqState irq, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
   MM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
   freelist_remove(vmp, next);
   prev->end = next->end;
@@ -959,18 +1022,31 @@ __attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_s
   seg_unlink(vmp, next, prev);
   putseg(vmp, v);
   putseg(vmp, next);
-  // (A lazy prev stays where it is until it outgrows its list.)
   unsigned j = highbit(seg_size(prev));
   if (j > prev->list) freelist_move(vmp, prev, j);
-  return prev;
+  free_done(vmp, irq, prev);
+}
+
+// n grew out of its free list, into list j (lock held; dropped here).
+__attribute__((noinline)) void free_moved(vmem* vmp, plat::IrqState irq, vmem_seg* n, unsigned j) {
+  freelist_move(vmp, n, j);
+  free_done(vmp, irq, n);
+}
+
+// v, freed with no free neighbour, goes on list i while there is a lazy
+// segment, which settles first (lock held; dropped here).
+__attribute__((noinline)) void free_settled(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned i) {
+  freelist_insert_at(vmp, v, i);
+  free_done(vmp, irq, v);
 }
 
 // Frees the allocated segment at addr: a free neighbour grows over it (the
-// mirror of seg_alloc_front), and a wholly free imported span goes back.
-__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, uintptr_t caller) {
+// mirror of seg_alloc_front), and a wholly free imported span goes back. As
+// alloc_locked, it leaves by tail calls for everything rare. (Lock held;
+// dropped here.)
+__attribute__((always_inline)) inline void xfree_locked(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
+                                                        uintptr_t caller) {
   uintptr_t asize = round_up(size, vmp->qmask);
-  plat::IrqState irq = plat::irq_save();
-  vmp->lock.lock();
   Link** link = hash_bucket(vmp, addr);
   Link* l;
   while ((l = *link) && seg_of(l)->start != addr) link = &l->next;
@@ -989,10 +1065,7 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
   vmem_seg* prev = v->kprev;
   vmem_seg* n;  // the free segment v ends up in
   if (next->type == kSegFree) {
-    if (__builtin_expect(prev->type == kSegFree, 0)) {
-      n = merge_both(vmp, prev, v, next);
-      goto merged;
-    }
+    if (__builtin_expect(prev->type == kSegFree, 0)) return free_both(vmp, irq, prev, v, next);
     MM_DEBUG_ASSERT(next->start == v->end);
     n = next;
     next->start = addr;
@@ -1002,9 +1075,9 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
     prev->end = v->end;
   } else {
     v->type = kSegFree;
-    freelist_insert_at(vmp, v, highbit(asize));
-    n = v;
-    goto merged;
+    if (__builtin_expect(vmp->lazy != nullptr, 0)) return free_settled(vmp, irq, v, highbit(asize));
+    freelist_link(vmp, v, highbit(asize));
+    return free_done(vmp, irq, v);
   }
   // n grew over v: v's tag goes, and n changes free list if it outgrew
   // the one it is on (a lazy n stays until then: section 3).
@@ -1012,16 +1085,23 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
   next->kprev = prev;
   if (vmp->rotor == v) vmp->rotor = n;
   putseg(vmp, v);
-  {
-    unsigned j = highbit(seg_size(n));
-    if (__builtin_expect(j > n->list, 0)) freelist_move(vmp, n, j);
-  }
-merged:
-  vmem_seg* span = n->kprev;
-  if (__builtin_expect(span->type == kSegSpan && n->knext->type == kSegSpan, 0) && span->imported && vmp->ffunc)
-    return span_release(vmp, irq, span, n);
-  vmp->lock.unlock();
-  plat::irq_restore(irq);
+  unsigned j = highbit(seg_size(n));
+  if (__builtin_expect(j > n->list, 0)) return free_moved(vmp, irq, n, j);
+  free_done(vmp, irq, n);
+}
+
+// The arena lock is busy: wait for it here, off the fast path (the wait
+// may call out, which would cost the fast path a stack frame).
+__attribute__((noinline)) void xfree_contended(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
+                                               uintptr_t caller) {
+  vmp->lock.lock();
+  xfree_locked(vmp, irq, addr, size, caller);
+}
+
+__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, uintptr_t caller) {
+  plat::IrqState irq = plat::irq_save();
+  if (__builtin_expect(!vmp->lock.try_lock(), 0)) return xfree_contended(vmp, irq, addr, size, caller);
+  xfree_locked(vmp, irq, addr, size, caller);
 }
 
 // A free of a size the quantum caches serve. Segments allocated directly
@@ -1525,13 +1605,38 @@ void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag) {
 // size rounded to the quantum as allocated. Traced, each entry point leaves
 // its untraced body at once for an out of line copy that records.
 namespace {
+void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag, uintptr_t caller);
+// vmem_alloc's fast path, the arena lock held (dropped there). Its ways
+// out take the size rounded (the same for them: it takes no cached size,
+// and nothing that rounding changes, so the raw size need not be kept).
+__attribute__((always_inline)) inline void* alloc_fast_locked(vmem_t* vmp, plat::IrqState irq, size_t asize,
+                                                              int vmflag, uintptr_t caller) {
+  return alloc_locked(
+      vmp, irq, asize, [=] { return alloc_slow(vmp, asize, vmflag, caller); },
+      [=] { return alloc_resettled(vmp, irq, asize, vmflag, caller); });
+}
+// The lazy segment was too small to be sure of (lock held; dropped there).
+__attribute__((noinline)) void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
+                                                uintptr_t caller) {
+  settle(vmp);
+  return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
+}
+// The arena lock is busy: wait for it here (as xfree_contended).
+__attribute__((noinline)) void* alloc_contended(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
+                                                uintptr_t caller) {
+  vmp->lock.lock();
+  return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
+}
 __attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
-  auto slow = [=] { return alloc_slow(vmp, size, vmflag, caller); };
   // The fast path: a size no quantum cache serves, no other policy asked
   // for, in an instant-fit arena (fast_span is 0 in others).
-  if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1))
-    return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
-  return slow();
+  if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1)) {
+    size_t asize = round_up(size, vmp->qmask);
+    plat::IrqState irq = plat::irq_save();
+    if (__builtin_expect(!vmp->lock.try_lock(), 0)) return alloc_contended(vmp, irq, asize, vmflag, caller);
+    return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
+  }
+  return alloc_slow(vmp, size, vmflag, caller);
 }
 // Allocation profiling: a segment of its own keeps its tag reference (sizes
 // the quantum caches serve are not counted: their buffers have no segment).
