@@ -173,6 +173,7 @@ struct vmem {
   // The fast paths.
   mm::plat::Lock lock;
   uintptr_t qmask = 0;            // quantum - 1
+  uintptr_t qtrunc = 0;           // ~qmask (to_quanta, saving the ~ on x86)
   size_t qcache_want = 0;         // quantum caching asked for (bytes); sizes up to it go the slow way
   uintptr_t fast_span = 0;        // vmem_alloc's fast path takes qcache_want < size <= kFastMax
                                   // (0: never, the arena's policy is not instant fit)
@@ -238,6 +239,18 @@ uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas (relaxed: sta
 __attribute__((always_inline)) inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
+// The caller, for error reports, as the fast paths take it: read only where
+// a report may follow, rather than kept in a register all the way through.
+// ApiCaller is the public entry point's caller (caller_of_api, read where it
+// is called: it and everything calling it up to the entry point are
+// inlined); KnownCaller one read already.
+struct ApiCaller {
+  __attribute__((always_inline)) uintptr_t operator()() const { return caller_of_api(); }
+};
+struct KnownCaller {
+  uintptr_t addr;
+  uintptr_t operator()() const { return addr; }
+};
 // Bit scans (x > 0), from the platform: inline on every arch.
 inline unsigned highbit(uintptr_t x) { return plat::highest_bit(x); }
 inline unsigned lowbit(uintptr_t x) { return plat::lowest_bit(x); }
@@ -246,6 +259,8 @@ inline bool is_pow2(uintptr_t x) { return x && !(x & (x - 1)); }
 inline bool same_highbit(uintptr_t x, uintptr_t y) { return (x ^ y) < (x & y); }
 inline uintptr_t seg_size(const vmem_seg* v) { return v->end - v->start; }
 inline uintptr_t round_up(uintptr_t x, uintptr_t mask) { return (x + mask) & ~mask; }
+// x rounded up to vmp's quantum (round_up(x, vmp->qmask)).
+inline uintptr_t to_quanta(const vmem* vmp, uintptr_t x) { return (x + vmp->qmask) & vmp->qtrunc; }
 inline uintptr_t nalloc_of(const vmem* vmp) { return vmp->hash_limit - static_cast<uintptr_t>(vmp->hash_room); }
 
 void copy_name(char* dst, const char* src) {
@@ -265,9 +280,7 @@ const VmemCacheLayer* layer() { return __atomic_load_n(&g_layer, __ATOMIC_ACQUIR
 // ArenaLock, which may be dropped and retaken (release / acquire), a global
 // one (arena list, tag pool) with Guard<> directly. The fast paths lock by
 // hand: they hand the held lock, with the saved interrupt state, to the
-// callee they leave by, which drops it (span_release, bad_free, ...); they
-// take it with try_lock and leave for a copy that waits when it is busy
-// (alloc_contended, xfree_contended).
+// callee they leave by, which drops it (span_release, bad_free, ...).
 class ArenaLock : public Guard<> {
  public:
   explicit ArenaLock(vmem* vmp) : Guard<>(vmp->lock) {}
@@ -888,13 +901,14 @@ __attribute__((always_inline)) inline void* alloc_done(vmem* vmp, plat::IrqState
   return reinterpret_cast<void*>(addr);
 }
 
-// The rest v of the segment carved fell to list j, below the list it is
-// on (lock held; dropped here). It stays there as the lazy segment if
-// nothing else is lazy and lists j..i-1 are empty: those from sure up are
-// (i is the lowest non-empty list from sure up), so only those below sure
-// need looking at. Else it moves.
-__attribute__((noinline)) void* alloc_shrunk(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned j, unsigned sure,
+// The rest v of the segment carved (for asize bytes at addr) fell to list
+// j, below the list it is on (lock held; dropped here). It stays there as
+// the lazy segment if nothing else is lazy and lists j..i-1 are empty:
+// those from sure up are (i is the lowest non-empty list from sure up), so
+// only those below sure need looking at. Else it moves.
+__attribute__((noinline)) void* alloc_shrunk(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned j, uintptr_t asize,
                                              uintptr_t addr) {
+  unsigned sure = highbit(2 * asize - 1);
   if ((j >= sure || !(vmp->freemap & ((uintptr_t{1} << sure) - (uintptr_t{1} << j)))) &&
       (!vmp->lazy || vmp->lazy == v))
     vmp->lazy = v;
@@ -914,17 +928,25 @@ __attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqSta
                                                          Settled settled) {
   unsigned sure = highbit(2 * asize - 1);
   uintptr_t map = vmp->freemap & (~uintptr_t{0} << sure);
-  if (__builtin_expect(!map || !vmp->stock, 0)) {  // it takes at most one tag
+  if (__builtin_expect(!map, 0)) {
     vmp->lock.unlock();
     plat::irq_restore(irq);
     return slow();
   }
   vmem_seg* v = seg_of(vmp->freelist[lowbit(map)].next);
   uintptr_t addr = v->start, room = v->end - addr;
-  if (__builtin_expect(!(room >> sure), 0)) return settled();
-  vmem_seg* a;
-  if (__builtin_expect(room != asize, 1)) {
-    a = getseg(vmp);
+  if (__builtin_expect(highbit(room) < sure, 0)) return settled();
+  if (__builtin_expect(!vmp->stock, 0)) {  // it takes at most one tag
+    vmp->lock.unlock();
+    plat::irq_restore(irq);
+    return slow();
+  }
+  if (__builtin_expect(room == asize, 0)) {
+    freelist_remove(vmp, v);
+    v->type = kSegAlloc;
+    hash_link(vmp, v, addr, asize);
+  } else {
+    vmem_seg* a = getseg(vmp);
     a->type = kSegAlloc;
     hash_link(vmp, a, addr, asize);
     vmem_seg* p = v->kprev;
@@ -937,15 +959,12 @@ __attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqSta
     v->kprev = a;
     v->start = aend;
     // (The steady state of a 2^n arena: the rest is the lazy segment
-    // already, and may stay as it is.)
-    unsigned j = highbit(room - asize);
-    if (__builtin_expect(j != v->list, 0) && (vmp->lazy != v || j < sure))
-      return alloc_shrunk(vmp, irq, v, j, sure, addr);
-  } else {
-    freelist_remove(vmp, v);
-    a = v;
-    a->type = kSegAlloc;
-    hash_link(vmp, a, addr, asize);
+    // already, and may stay as it is if it is at least 2^sure, as it is if
+    // it is at least 2 * asize, i.e. if rest / 2 >= asize.)
+    uintptr_t rest = room - asize;
+    unsigned j = highbit(rest);
+    if (__builtin_expect(j != v->list, 0) && (vmp->lazy != v || (rest >> 1) < asize))
+      return alloc_shrunk(vmp, irq, v, j, asize, addr);
   }
   return alloc_done(vmp, irq, addr);
 }
@@ -1043,20 +1062,25 @@ __attribute__((noinline)) void free_settled(vmem* vmp, plat::IrqState irq, vmem_
 // Frees the allocated segment at addr: a free neighbour grows over it (the
 // mirror of seg_alloc_front), and a wholly free imported span goes back. As
 // alloc_locked, it leaves by tail calls for everything rare. (Lock held;
-// dropped here.)
+// dropped here.) kMaybeEarly false: size is more than qcache_want, so the
+// segment, if it is the one, cannot be marked early (those are at most
+// qcache_want, a multiple of the quantum).
+template <bool kMaybeEarly, typename Caller>
 __attribute__((always_inline)) inline void xfree_locked(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
-                                                        uintptr_t caller) {
-  uintptr_t asize = round_up(size, vmp->qmask);
+                                                        Caller caller) {
+  uintptr_t asize = to_quanta(vmp, size);
   Link** link = hash_bucket(vmp, addr);
   Link* l;
   while ((l = *link) && seg_of(l)->start != addr) link = &l->next;
   vmem_seg* v = seg_of(l);
-  if (__builtin_expect(!l || v->end - addr != asize, 0)) return bad_free(vmp, irq, addr, size, caller, l ? v : nullptr);
+  if (__builtin_expect(!l || v->end - addr != asize, 0))
+    return bad_free(vmp, irq, addr, size, caller(), l ? v : nullptr);
   MM_DEBUG_ASSERT(v->type == kSegAlloc);
   *link = l->next;
   vmp->hash_room++;
   vmp->alloc_bytes -= asize;
-  if (__builtin_expect(v->early, 0)) {
+  MM_DEBUG_ASSERT(kMaybeEarly || !v->early);
+  if (kMaybeEarly && __builtin_expect(v->early, 0)) {
     v->early = 0;
     __atomic_store_n(&vmp->early_segs, vmp->early_segs - 1, __ATOMIC_RELAXED);
   }
@@ -1090,18 +1114,11 @@ __attribute__((always_inline)) inline void xfree_locked(vmem* vmp, plat::IrqStat
   free_done(vmp, irq, n);
 }
 
-// The arena lock is busy: wait for it here, off the fast path (the wait
-// may call out, which would cost the fast path a stack frame).
-__attribute__((noinline)) void xfree_contended(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
-                                               uintptr_t caller) {
-  vmp->lock.lock();
-  xfree_locked(vmp, irq, addr, size, caller);
-}
-
-__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, uintptr_t caller) {
+template <bool kMaybeEarly = true, typename Caller = KnownCaller>
+__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, Caller caller) {
   plat::IrqState irq = plat::irq_save();
-  if (__builtin_expect(!vmp->lock.try_lock(), 0)) return xfree_contended(vmp, irq, addr, size, caller);
-  xfree_locked(vmp, irq, addr, size, caller);
+  vmp->lock.lock();
+  xfree_locked<kMaybeEarly>(vmp, irq, addr, size, caller);
 }
 
 // A free of a size the quantum caches serve. Segments allocated directly
@@ -1112,7 +1129,8 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
 // segments' counts may be stale, which costs at most a needless look.
 __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, uintptr_t caller) {
   auto addr = reinterpret_cast<uintptr_t>(vaddr);
-  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE)) return xfree(vmp, addr, size, caller);  // qcache[] set
+  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))  // qcache[] set
+    return xfree(vmp, addr, size, KnownCaller{caller});
   if (__atomic_load_n(&vmp->early_segs, __ATOMIC_RELAXED)) {
     bool early;
     {
@@ -1121,7 +1139,7 @@ __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, u
       vmem_seg* v = hash_find(vmp, addr, &link);
       early = v && v->early;
     }
-    if (early) return xfree(vmp, addr, size, caller);
+    if (early) return xfree(vmp, addr, size, KnownCaller{caller});
   }
   __atomic_load_n(&g_layer, __ATOMIC_RELAXED)->free(vmp->qcache[(size - 1) >> vmp->qshift], vaddr);
 }
@@ -1450,6 +1468,7 @@ vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, v
   copy_name(vmp->name, name ? name : "anonymous");
   vmp->quantum = quantum;
   vmp->qmask = quantum - 1;
+  vmp->qtrunc = ~vmp->qmask;
   vmp->qshift = highbit(quantum);
   vmp->policy = policy ? policy : VM_INSTANTFIT;
   for (Link& head : vmp->freelist) head.next = head.prev = &head;
@@ -1609,34 +1628,31 @@ void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
 // vmem_alloc's fast path, the arena lock held (dropped there). Its ways
 // out take the size rounded (the same for them: it takes no cached size,
 // and nothing that rounding changes, so the raw size need not be kept).
+template <typename Caller>
 __attribute__((always_inline)) inline void* alloc_fast_locked(vmem_t* vmp, plat::IrqState irq, size_t asize,
-                                                              int vmflag, uintptr_t caller) {
+                                                              int vmflag, Caller caller) {
   return alloc_locked(
-      vmp, irq, asize, [=] { return alloc_slow(vmp, asize, vmflag, caller); },
-      [=] { return alloc_resettled(vmp, irq, asize, vmflag, caller); });
+      vmp, irq, asize,
+      [=]() __attribute__((always_inline)) { return alloc_slow(vmp, asize, vmflag, caller()); },
+      [=]() __attribute__((always_inline)) { return alloc_resettled(vmp, irq, asize, vmflag, caller()); });
 }
 // The lazy segment was too small to be sure of (lock held; dropped there).
 __attribute__((noinline)) void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
                                                 uintptr_t caller) {
   settle(vmp);
-  return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
+  return alloc_fast_locked(vmp, irq, asize, vmflag, KnownCaller{caller});
 }
-// The arena lock is busy: wait for it here (as xfree_contended).
-__attribute__((noinline)) void* alloc_contended(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
-                                                uintptr_t caller) {
-  vmp->lock.lock();
-  return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
-}
-__attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
+template <typename Caller>
+__attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, Caller caller) {
   // The fast path: a size no quantum cache serves, no other policy asked
   // for, in an instant-fit arena (fast_span is 0 in others).
   if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1)) {
-    size_t asize = round_up(size, vmp->qmask);
+    size_t asize = to_quanta(vmp, size);
     plat::IrqState irq = plat::irq_save();
-    if (__builtin_expect(!vmp->lock.try_lock(), 0)) return alloc_contended(vmp, irq, asize, vmflag, caller);
+    vmp->lock.lock();
     return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
   }
-  return alloc_slow(vmp, size, vmflag, caller);
+  return alloc_slow(vmp, size, vmflag, caller());
 }
 // Allocation profiling: a segment of its own keeps its tag reference (sizes
 // the quantum caches serve are not counted: their buffers have no segment).
@@ -1691,19 +1707,20 @@ namespace {
 __attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller,
                                                    const mm::AllocTag* tag) {
   if (mm::failslab_armed() && (vmflag & VM_NOSLEEP) && mm::failslab_should_fail(vmp->name, size)) return nullptr;
-  void* p = alloc_body(vmp, size, vmflag, caller);
+  void* p = alloc_body(vmp, size, vmflag, KnownCaller{caller});
   kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   if (own_segment(vmp, size)) prof_segment(vmp, p, size, tag);
   return p;
 }
-__attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
-  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller);
-  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
+template <typename Caller>
+__attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, Caller caller) {
+  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller());
+  xfree<false>(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
 }
 __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
   if (own_segment(vmp, size)) prof_unsegment(vmp, vaddr, size, caller);
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller, vaddr);
-  free_body(vmp, vaddr, size, caller);
+  free_body(vmp, vaddr, size, KnownCaller{caller});
 }
 }  // namespace
 
@@ -1711,7 +1728,7 @@ __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_
 // macros are counted at these functions' own tags.
 void* (vmem_alloc)(vmem_t* vmp, size_t size, int vmflag) {
   if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kVmem));
-  return alloc_body(vmp, size, vmflag, caller_of_api());
+  return alloc_body(vmp, size, vmflag, ApiCaller{});
 }
 
 void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag* tag) {
@@ -1720,7 +1737,7 @@ void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
   if (kmemtrace::on_free()) return free_traced(vmp, vaddr, size, caller_of_api());
-  free_body(vmp, vaddr, size, caller_of_api());
+  free_body(vmp, vaddr, size, ApiCaller{});
 }
 
 namespace {
@@ -1762,7 +1779,7 @@ void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, s
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
   if (kmemtrace::on_free()) prof_unsegment(vmp, vaddr, size, caller_of_api());
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller_of_api(), vaddr);
-  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
+  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, ApiCaller{});
 }
 
 size_t vmem_size(vmem_t* vmp, int typemask) {

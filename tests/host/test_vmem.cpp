@@ -34,9 +34,10 @@ struct Captured {
   std::string kind, where;
   uintptr_t address;
   uint64_t detail;
+  uintptr_t caller;
 };
 std::vector<Captured> g_errors;
-void capture(const mm::MemError& e) { g_errors.push_back({e.kind, e.where, e.address, e.detail}); }
+void capture(const mm::MemError& e) { g_errors.push_back({e.kind, e.where, e.address, e.detail, e.caller}); }
 
 }  // namespace
 
@@ -576,6 +577,47 @@ TEST_F(vmem, BadFreesAreReportedAndRefused) {
   EXPECT_EQ(g_errors[4].kind, "double free");
   EXPECT_EQ(g_errors[5].kind, "double free");
   EXPECT_EQ(vmem_size(a, VMEM_ALLOC), 0u);
+  g_errors.clear();
+}
+
+// Reports name the caller of the public function, also where the fast
+// paths leave for a report (they read it only there). The calls below are
+// each in a function of their own, which the reported caller must be in.
+__attribute__((noinline)) void free_here(vmem_t* a, void* p, size_t size) {
+  vmem_free(a, p, size);
+  asm volatile("");  // (no tail call: the return address is in here)
+}
+__attribute__((noinline)) void xfree_here(vmem_t* a, void* p, size_t size) {
+  vmem_xfree(a, p, size);
+  asm volatile("");
+}
+__attribute__((noinline)) void* alloc_here(vmem_t* a, size_t size, int vmflag) {
+  void* p = vmem_alloc(a, size, vmflag);
+  asm volatile("" : "+r"(p));
+  return p;
+}
+bool reported_from(const void* fn) {
+  uintptr_t c = g_errors.back().caller, f = reinterpret_cast<uintptr_t>(fn);
+  return c > f && c < f + 1024;
+}
+
+TEST_F(vmem, ReportsNameTheCaller) {
+  Arena a(vmem_create("t_caller", P(0x10000), 0x1000, 16, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  void* p = a.keep(vmem_alloc(a, 32, VM_NOSLEEP), 32);
+  free_here(a, p, 48);
+  ASSERT_EQ(g_errors.size(), 1u);
+  EXPECT_EQ(g_errors.back().kind, "free with wrong size");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&free_here)));
+  xfree_here(a, P(U(p) + 16), 16);
+  ASSERT_EQ(g_errors.size(), 2u);
+  EXPECT_EQ(g_errors.back().kind, "free of unallocated segment");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&xfree_here)));
+  // More than the arena holds, VM_SLEEP: refused from the slow path the
+  // fast one leaves for.
+  EXPECT_EQ(alloc_here(a, 0x2000, VM_SLEEP), nullptr);
+  ASSERT_EQ(g_errors.size(), 3u);
+  EXPECT_EQ(g_errors.back().kind, "request the arena can never satisfy (refused, not waited for)");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&alloc_here)));
   g_errors.clear();
 }
 
