@@ -451,15 +451,20 @@ inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
 
 inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v, highbit(seg_size(v))); }
 
-// Removes v from the free list it is on.
-__attribute__((always_inline)) inline void freelist_remove(vmem* vmp, vmem_seg* v) {
+// Removes v, which is not the lazy segment, from the free list it is on.
+__attribute__((always_inline)) inline void freelist_unlink(vmem* vmp, vmem_seg* v) {
   Link* n = v->link.next;
   Link* p = v->link.prev;
-  MM_DEBUG_ASSERT(v->type == kSegFree);
+  MM_DEBUG_ASSERT(v->type == kSegFree && v != vmp->lazy);
   p->next = n;
   n->prev = p;
   if (n == p) vmp->freemap &= ~(uintptr_t{1} << v->list);  // only the sentinel left
+}
+
+// Removes v from the free list it is on.
+__attribute__((always_inline)) inline void freelist_remove(vmem* vmp, vmem_seg* v) {
   if (v == vmp->lazy) vmp->lazy = nullptr;
+  freelist_unlink(vmp, v);
 }
 
 // Moves v to free list j (the list for its size now).
@@ -927,7 +932,8 @@ template <typename Slow, typename Settled>
 __attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow,
                                                          Settled settled) {
   unsigned sure = highbit(2 * asize - 1);
-  uintptr_t map = vmp->freemap & (~uintptr_t{0} << sure);
+  uintptr_t lists = ~uintptr_t{0} << sure;  // (also: the sizes at least 2^sure)
+  uintptr_t map = vmp->freemap & lists;
   if (__builtin_expect(!map, 0)) {
     vmp->lock.unlock();
     plat::irq_restore(irq);
@@ -935,17 +941,20 @@ __attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqSta
   }
   vmem_seg* v = seg_of(vmp->freelist[lowbit(map)].next);
   uintptr_t addr = v->start, room = v->end - addr;
-  if (__builtin_expect(highbit(room) < sure, 0)) return settled();
-  if (__builtin_expect(!vmp->stock, 0)) {  // it takes at most one tag
-    vmp->lock.unlock();
-    plat::irq_restore(irq);
-    return slow();
-  }
   if (__builtin_expect(room == asize, 0)) {
-    freelist_remove(vmp, v);
+    // An exact fit, sure to be one unless v is the lazy segment (whose
+    // size may be below 2^sure); it takes no spare tag.
+    if (__builtin_expect(v == vmp->lazy, 0)) return settled();
+    freelist_unlink(vmp, v);
     v->type = kSegAlloc;
     hash_link(vmp, v, addr, asize);
   } else {
+    if (__builtin_expect(!(room & lists), 0)) return settled();  // below 2^sure
+    if (__builtin_expect(!vmp->stock, 0)) {  // it takes one
+      vmp->lock.unlock();
+      plat::irq_restore(irq);
+      return slow();
+    }
     vmem_seg* a = getseg(vmp);
     a->type = kSegAlloc;
     hash_link(vmp, a, addr, asize);

@@ -301,6 +301,29 @@ TEST_F(vmem, LazySegmentSettlesBeforeAnyInsertion) {
   EXPECT_EQ(stats(a).segs_free, 1u);
 }
 
+// The lazy segment as an exact fit: taken if it is sure to fit (its size a
+// power of two, the size asked for), else settled and the request served
+// as exact lists would: here from the list that might fit.
+TEST_F(vmem, LazySegmentAsAnExactFit) {
+  Arena a(vmem_create("t_lazy3", P(4096), 64, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  uint64_t searches = stats(a).searches;
+  void* x = vmem_alloc(a, 32, VM_NOSLEEP);  // 32 left (list 5), lazy at the head of list 6
+  EXPECT_EQ(U(x), 4096u);
+  EXPECT_EQ(U(a.keep(vmem_alloc(a, 32, VM_NOSLEEP), 32)), 4128u);
+  EXPECT_EQ(stats(a).searches, searches);
+  EXPECT_EQ(vmem_size(a, VMEM_FREE), 0u);
+  vmem_free(a, x, 32);
+  EXPECT_TRUE(mm::vmem_verify(a));
+
+  Arena b(vmem_create("t_lazy4", P(8192), 64, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  searches = stats(b).searches;
+  EXPECT_EQ(U(b.keep(vmem_alloc(b, 31, VM_NOSLEEP), 31)), 8192u);  // 33 left (list 5), lazy on list 6
+  // 33 needs list 6 to be sure; the lazy 33 goes to list 5, which might fit: it does.
+  EXPECT_EQ(U(b.keep(vmem_alloc(b, 33, VM_NOSLEEP), 33)), 8223u);
+  EXPECT_EQ(stats(b).searches, searches + 1);
+  EXPECT_TRUE(mm::vmem_verify(b));
+}
+
 TEST_F(vmem, BestFitTakesTheSmallestFit) {
   Arena a(vmem_create("t_best", P(1000), 4096, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
   auto h = make_free_holes(a, {9, 5, 7, 16, 6});
