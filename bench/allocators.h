@@ -126,8 +126,10 @@ void with_allocator(AllocatorId id, size_t size, F&& f) {
 // vmem arenas over integers (no memory behind them), quantum kVmemQuantum,
 // no quantum caches, so every call reaches the arena itself. The usual size
 // is a power of two (as the heap window is): taking one quantum from such a
-// fresh arena moves its one free segment to the next lower free list, and
-// freeing it moves it back. kVmemOddArenaBytes avoids that, for comparison.
+// fresh arena leaves its one free segment below its free list's size class
+// (vmem keeps it there as the lazy segment, mm/vmem.cpp section 3), and
+// freeing it makes it whole again. kVmemOddArenaBytes avoids that, for
+// comparison.
 constexpr size_t kVmemQuantum = 4096;
 constexpr size_t kVmemArenaBytes = size_t{1} << 30;
 constexpr size_t kVmemOddArenaBytes = (size_t{3} << 30) / 2;

@@ -271,8 +271,9 @@ def main():
     w("")
     w("\"Flat across sizes\" is judged as: every size meets the bound; the spread is shown for reference. "
       "The vmem target is judged on both fresh arenas: taking one quantum from a fresh arena whose size is a "
-      "power of two (like the 4 GiB heap window) moves its single free segment down one free list and the "
-      "free moves it back, which a 1.5 GiB arena avoids.")
+      "power of two (like the 4 GiB heap window) leaves its single free segment below its free list's size "
+      "class (vmem keeps it on that list as its lazy segment: mm/vmem.cpp, section 3, and the free makes it "
+      "whole again), which a 1.5 GiB arena avoids.")
     w("")
     peer_pairs = {a: [ir[("pairs", a, s)] for s in SIZES] for a in ("jemalloc", "tcmalloc", "mimalloc")}
     w("Peers, for reference (the issue quotes jemalloc and tcmalloc at about 64 per pair, mimalloc at "

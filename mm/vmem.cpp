@@ -21,6 +21,19 @@
 //    Constrained requests (align, phase, nocross, minaddr, maxaddr) search in
 //    the same orders. A segment is carved from the front of a free one; a
 //    free is the mirror image.
+//    Each free tag notes the list it is on. One free segment per arena may
+//    sit above its list: the lazy one. When the fast path carves from the
+//    head of list i and the rest falls to list j < i while lists j..i-1 are
+//    empty, the rest stays at the head of list i (so taking a quantum from
+//    a fresh 2^n arena and giving it back moves nothing). Only the fast
+//    path sees it there: it takes the head of the list it picks only if
+//    that is at least 2^sure (the lazy one may be smaller: then it settles
+//    it, i.e. moves it to its own list, and picks again); a free moves a
+//    segment only once it outgrows the list it is on; any insertion into a
+//    free list, and any search, first settles the lazy segment. So nothing
+//    enters lists j..i-1 meanwhile, and every choice, and every list's
+//    order once settled, is what exact lists give (vmem_verify checks
+//    this placement; the host tests compare with exact lists).
 // 4. Allocated segments are found on free through a hash on the start
 //    (Fibonacci, chained through the tag's link): 16 buckets in the arena,
 //    grown about 4x past two per bucket (pages taken with no lock held, after
@@ -102,6 +115,7 @@ struct vmem_seg {
   uint8_t type;                // kSeg*
   uint8_t imported;            // span: came from the source
   uint8_t early;               // allocated: directly, for a cacheable size, before the caches
+  uint8_t list;                // free: the free list it is on (section 3)
   uint32_t tag;                // allocated: allocation profiling's reference (alloc_tag.cpp), or 0
 };
 
@@ -159,11 +173,13 @@ struct vmem {
   // The fast paths.
   mm::plat::Lock lock;
   uintptr_t qmask = 0;            // quantum - 1
+  uintptr_t qtrunc = 0;           // ~qmask (to_quanta, saving the ~ on x86)
   size_t qcache_want = 0;         // quantum caching asked for (bytes); sizes up to it go the slow way
   uintptr_t fast_span = 0;        // vmem_alloc's fast path takes qcache_want < size <= kFastMax
                                   // (0: never, the arena's policy is not instant fit)
   unsigned hash_rshift = 0;       // kBits - log2(buckets)
   uintptr_t freemap = 0;          // bit i: freelist[i] non-empty
+  vmem_seg* lazy = nullptr;       // the free segment that may sit above its list (section 3)
   Link* stock = nullptr;          // spare tags
   Link** hash = nullptr;
   intptr_t hash_room = 0;         // allocations left before the hash grows
@@ -223,6 +239,18 @@ uintptr_t g_hash_pages;  // pages of grown hash tables, all arenas (relaxed: sta
 __attribute__((always_inline)) inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
+// The caller, for error reports, as the fast paths take it: read only where
+// a report may follow, rather than kept in a register all the way through.
+// ApiCaller is the public entry point's caller (caller_of_api, read where it
+// is called: it and everything calling it up to the entry point are
+// inlined); KnownCaller one read already.
+struct ApiCaller {
+  __attribute__((always_inline)) uintptr_t operator()() const { return caller_of_api(); }
+};
+struct KnownCaller {
+  uintptr_t addr;
+  uintptr_t operator()() const { return addr; }
+};
 // Bit scans (x > 0), from the platform: inline on every arch.
 inline unsigned highbit(uintptr_t x) { return plat::highest_bit(x); }
 inline unsigned lowbit(uintptr_t x) { return plat::lowest_bit(x); }
@@ -231,6 +259,8 @@ inline bool is_pow2(uintptr_t x) { return x && !(x & (x - 1)); }
 inline bool same_highbit(uintptr_t x, uintptr_t y) { return (x ^ y) < (x & y); }
 inline uintptr_t seg_size(const vmem_seg* v) { return v->end - v->start; }
 inline uintptr_t round_up(uintptr_t x, uintptr_t mask) { return (x + mask) & ~mask; }
+// x rounded up to vmp's quantum (round_up(x, vmp->qmask)).
+inline uintptr_t to_quanta(const vmem* vmp, uintptr_t x) { return (x + vmp->qmask) & vmp->qtrunc; }
 inline uintptr_t nalloc_of(const vmem* vmp) { return vmp->hash_limit - static_cast<uintptr_t>(vmp->hash_room); }
 
 void copy_name(char* dst, const char* src) {
@@ -249,8 +279,8 @@ const VmemCacheLayer* layer() { return __atomic_load_n(&g_layer, __ATOMIC_ACQUIR
 // Locks (section 8) are held through mm::Guard (lock.h): an arena's with
 // ArenaLock, which may be dropped and retaken (release / acquire), a global
 // one (arena list, tag pool) with Guard<> directly. The fast paths lock by
-// hand: they hand the held lock, with the saved interrupt state, to a
-// callee that drops it (span_release, bad_free).
+// hand: they hand the held lock, with the saved interrupt state, to the
+// callee they leave by, which drops it (span_release, bad_free, ...).
 class ArenaLock : public Guard<> {
  public:
   explicit ArenaLock(vmem* vmp) : Guard<>(vmp->lock) {}
@@ -400,23 +430,56 @@ inline void link_remove(Link* l) {
   l->next->prev = l->prev;
 }
 
-// Puts v on free list i (highbit of its size).
-inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
-  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i);
+void settle(vmem* vmp);
+
+// Puts v on free list i (highbit of its size). A lazy segment is settled
+// first: the lists are then exactly what they would be had it moved when
+// it shrank (section 3).
+// (freelist_link: the same where there is no lazy segment.)
+__attribute__((always_inline)) inline void freelist_link(vmem* vmp, vmem_seg* v, unsigned i) {
+  MM_DEBUG_ASSERT(highbit(seg_size(v)) == i && !vmp->lazy);
   link_insert(&vmp->freelist[i], &v->link);
+  v->list = static_cast<uint8_t>(i);
   vmp->freemap |= uintptr_t{1} << i;
+}
+
+inline void freelist_insert_at(vmem* vmp, vmem_seg* v, unsigned i) {
+  MM_DEBUG_ASSERT(v != vmp->lazy);
+  if (vmp->lazy) settle(vmp);
+  freelist_link(vmp, v, i);
 }
 
 inline void freelist_insert(vmem* vmp, vmem_seg* v) { freelist_insert_at(vmp, v, highbit(seg_size(v))); }
 
-// Removes v from free list i (the list for its size when it was inserted).
-inline void freelist_remove(vmem* vmp, vmem_seg* v, unsigned i) {
+// Removes v, which is not the lazy segment, from the free list it is on.
+__attribute__((always_inline)) inline void freelist_unlink(vmem* vmp, vmem_seg* v) {
   Link* n = v->link.next;
   Link* p = v->link.prev;
-  MM_DEBUG_ASSERT(v->type == kSegFree);
+  MM_DEBUG_ASSERT(v->type == kSegFree && v != vmp->lazy);
   p->next = n;
   n->prev = p;
-  if (n == p) vmp->freemap &= ~(uintptr_t{1} << i);  // only the sentinel left
+  if (n == p) vmp->freemap &= ~(uintptr_t{1} << v->list);  // only the sentinel left
+}
+
+// Removes v from the free list it is on.
+__attribute__((always_inline)) inline void freelist_remove(vmem* vmp, vmem_seg* v) {
+  if (v == vmp->lazy) vmp->lazy = nullptr;
+  freelist_unlink(vmp, v);
+}
+
+// Moves v to free list j (the list for its size now).
+inline void freelist_move(vmem* vmp, vmem_seg* v, unsigned j) {
+  freelist_remove(vmp, v);
+  freelist_insert_at(vmp, v, j);
+}
+
+// Puts the lazy segment, if any, on the list of its size (section 3).
+__attribute__((noinline)) void settle(vmem* vmp) {
+  vmem_seg* v = vmp->lazy;
+  if (!v) return;
+  vmp->lazy = nullptr;
+  unsigned c = highbit(seg_size(v));
+  if (c != v->list) freelist_move(vmp, v, c);
 }
 
 inline Link** hash_bucket(const vmem* vmp, uintptr_t addr) { return &vmp->hash[(addr * kHashMul) >> vmp->hash_rshift]; }
@@ -430,14 +493,19 @@ inline vmem_seg* hash_find(const vmem* vmp, uintptr_t addr, Link*** linkp) {
   return seg_of(l);
 }
 
-// Enters the new allocated segment a in the hash and the totals.
-__attribute__((always_inline)) inline void hash_insert(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
+// Enters the new allocated segment a in the hash and the totals, but for
+// hash_room (hash_insert does all).
+__attribute__((always_inline)) inline void hash_link(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
   Link** b = hash_bucket(vmp, addr);
   a->link.next = *b;
   *b = &a->link;
-  vmp->hash_room--;
   vmp->alloc_bytes += size;
   vmp->allocs++;
+}
+
+__attribute__((always_inline)) inline void hash_insert(vmem* vmp, vmem_seg* a, uintptr_t addr, uintptr_t size) {
+  hash_link(vmp, a, addr, size);
+  vmp->hash_room--;
 }
 
 // ---------------------------------------------------------------------------
@@ -479,33 +547,25 @@ void span_destroy(vmem* vmp, vmem_seg* span, vmem_seg* v) {
   putseg(vmp, span);
 }
 
-// Carves [addr, addr + size) from the front of the free segment v, the
-// first of free list i (an instant fit); returns the allocated tag. The new
-// tag goes in front of the remainder, which stays on its free list unless
-// its size class changed; an exact fit turns v itself into the allocation.
-// Takes at most one spare tag.
-__attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, unsigned i, uintptr_t addr,
-                                                                uintptr_t size) {
+// Carves [addr, addr + size) from the front of the free segment v;
+// returns the allocated tag. The new tag goes in front of the rest, which
+// moves to the list of its size if that changed; an exact fit turns v
+// itself into the allocation. Takes at most one spare tag. (The fast path,
+// alloc_locked, has its own copy.)
+vmem_seg* seg_alloc_front(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t end = v->end, aend = addr + size;
-  MM_DEBUG_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && highbit(end - addr) == i);
+  MM_ASSERT(v->type == kSegFree && addr == v->start && size <= end - addr && !vmp->lazy);
   vmem_seg* a;
-  if (__builtin_expect(aend != end, 1)) {
+  if (aend != end) {
     a = getseg(vmp);
-    vmem_seg* p = v->kprev;
     a->start = addr;
     a->end = aend;
-    a->kprev = p;
-    a->knext = v;
-    p->knext = a;
-    v->kprev = a;
+    seg_link_after(v->kprev, a);
     v->start = aend;
     unsigned j = highbit(end - aend);
-    if (__builtin_expect(j != i, 0)) {
-      freelist_remove(vmp, v, i);
-      freelist_insert_at(vmp, v, j);
-    }
+    if (j != v->list) freelist_move(vmp, v, j);
   } else {
-    freelist_remove(vmp, v, i);
+    freelist_remove(vmp, v);
     a = v;
   }
   a->type = kSegAlloc;
@@ -517,11 +577,11 @@ __attribute__((always_inline)) inline vmem_seg* seg_alloc_front(vmem* vmp, vmem_
 // answer); returns the allocated tag. Takes at most two spare tags.
 vmem_seg* seg_alloc(vmem* vmp, vmem_seg* v, uintptr_t addr, uintptr_t size) {
   uintptr_t start = v->start, end = v->end, aend = addr + size;
-  MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size);
-  if (addr == start) return seg_alloc_front(vmp, v, highbit(end - start), addr, size);
+  MM_ASSERT(v->type == kSegFree && addr >= start && size <= end - addr && size && !vmp->lazy);
+  if (addr == start) return seg_alloc_front(vmp, v, addr, size);
   // Inside v: v keeps the front, a new tag takes the allocation and another
   // the rest (if any).
-  freelist_remove(vmp, v, highbit(end - start));
+  freelist_remove(vmp, v);
   vmem_seg* a = getseg(vmp);
   a->start = addr;
   a->end = aend;
@@ -758,6 +818,7 @@ void* xalloc(vmem* vmp, const Request& r, int policy, int vmflag, bool early, ui
   for (;;) {
     if (ensure_tags(vmp, kSegMinFree, vmflag, h)) {
       uintptr_t addr;
+      settle(vmp);  // searches see exact lists
       if (vmem_seg* v = find(vmp, r, policy, &addr)) {
         vmem_seg* a = seg_alloc(vmp, v, addr, r.size);
         if (policy == VM_NEXTFIT) {
@@ -824,29 +885,114 @@ __attribute__((noinline)) void* alloc_slow(vmem* vmp, size_t size, int vmflag, u
 
 // The fast path (section 3): the first segment of the lowest free list
 // whose members all fit: lists >= highbit(size), or above it when size is
-// not a power of two, i.e. >= highbit(2 * size - 1). When there is none (or
-// no spare tag) it hands the request to `slow` (a tail call, so that
-// nothing has to be kept across the fast path). asize is size rounded to
-// the quantum, nonzero and at most kFastMax.
-template <typename Slow>
-__attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
-  plat::IrqState irq = plat::irq_save();
-  vmp->lock.lock();
-  uintptr_t map = vmp->freemap & (~uintptr_t{0} << highbit(2 * asize - 1));
-  if (__builtin_expect(!map || !vmp->stock, 0)) {  // it takes at most one tag
+// not a power of two, i.e. >= highbit(2 * size - 1) ("sure"). asize is
+// size rounded to the quantum, nonzero and at most kFastMax. Everything
+// rare leaves it by a tail call, with the lock held or dropped (`slow`:
+// none fits, or no spare tag), so that nothing has to be kept across a
+// call: the fast paths need no stack frame.
+
+// The allocation made the hash due to grow (lock held; dropped here).
+__attribute__((noinline)) void* alloc_grow(vmem* vmp, plat::IrqState irq, uintptr_t addr) {
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  return reinterpret_cast<void*>(grow_then(vmp, addr));
+}
+
+// The end of an allocation, its segment hashed (lock held; dropped here).
+__attribute__((always_inline)) inline void* alloc_done(vmem* vmp, plat::IrqState irq, uintptr_t addr) {
+  if (__builtin_expect(--vmp->hash_room < 0, 0)) return alloc_grow(vmp, irq, addr);
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+  return reinterpret_cast<void*>(addr);
+}
+
+// The rest v of the segment carved (for asize bytes at addr) fell to list
+// j, below the list it is on (lock held; dropped here). It stays there as
+// the lazy segment if nothing else is lazy and lists j..i-1 are empty:
+// those from sure up are (i is the lowest non-empty list from sure up), so
+// only those below sure need looking at. Else it moves.
+__attribute__((noinline)) void* alloc_shrunk(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned j, uintptr_t asize,
+                                             uintptr_t addr) {
+  unsigned sure = highbit(2 * asize - 1);
+  if ((j >= sure || !(vmp->freemap & ((uintptr_t{1} << sure) - (uintptr_t{1} << j)))) &&
+      (!vmp->lazy || vmp->lazy == v))
+    vmp->lazy = v;
+  else
+    freelist_move(vmp, v, j);
+  return alloc_done(vmp, irq, addr);
+}
+
+// (Lock held; dropped here.) The head of the list picked is carved (as
+// seg_alloc_front, unrolled so that each branch leaves on its own); the
+// rest may stay on its list (alloc_shrunk). Only the lazy segment
+// can be below 2^sure: then `settled` (lock held) settles it and runs the
+// fast path again (exact lists now: no search, as there would be none with
+// them).
+template <typename Slow, typename Settled>
+__attribute__((always_inline)) inline void* alloc_locked(vmem* vmp, plat::IrqState irq, uintptr_t asize, Slow slow,
+                                                         Settled settled) {
+  unsigned sure = highbit(2 * asize - 1);
+  uintptr_t lists = ~uintptr_t{0} << sure;  // (also: the sizes at least 2^sure)
+  uintptr_t map = vmp->freemap & lists;
+  if (__builtin_expect(!map, 0)) {
     vmp->lock.unlock();
     plat::irq_restore(irq);
     return slow();
   }
-  unsigned i = lowbit(map);
-  vmem_seg* v = seg_of(vmp->freelist[i].next);
-  uintptr_t addr = v->start;
-  seg_alloc_front(vmp, v, i, addr, asize);
-  bool grow = vmp->hash_room < 0;
-  vmp->lock.unlock();
-  plat::irq_restore(irq);
-  if (__builtin_expect(grow, 0)) return reinterpret_cast<void*>(grow_then(vmp, addr));
-  return reinterpret_cast<void*>(addr);
+  vmem_seg* v = seg_of(vmp->freelist[lowbit(map)].next);
+  uintptr_t addr = v->start, room = v->end - addr;
+  if (__builtin_expect(room == asize, 0)) {
+    // An exact fit, sure to be one unless v is the lazy segment (whose
+    // size may be below 2^sure); it takes no spare tag.
+    if (__builtin_expect(v == vmp->lazy, 0)) return settled();
+    freelist_unlink(vmp, v);
+    v->type = kSegAlloc;
+    hash_link(vmp, v, addr, asize);
+  } else {
+    if (__builtin_expect(!(room & lists), 0)) return settled();  // below 2^sure
+    if (__builtin_expect(!vmp->stock, 0)) {  // it takes one
+      vmp->lock.unlock();
+      plat::irq_restore(irq);
+      return slow();
+    }
+    vmem_seg* a = getseg(vmp);
+    a->type = kSegAlloc;
+    hash_link(vmp, a, addr, asize);
+    vmem_seg* p = v->kprev;
+    uintptr_t aend = addr + asize;
+    a->start = addr;
+    a->end = aend;
+    a->kprev = p;
+    a->knext = v;
+    p->knext = a;
+    v->kprev = a;
+    v->start = aend;
+    // (The steady state of a 2^n arena: the rest is the lazy segment
+    // already, and may stay as it is if it is at least 2^sure, as it is if
+    // it is at least 2 * asize, i.e. if rest / 2 >= asize.)
+    uintptr_t rest = room - asize;
+    unsigned j = highbit(rest);
+    if (__builtin_expect(j != v->list, 0) && (vmp->lazy != v || (rest >> 1) < asize))
+      return alloc_shrunk(vmp, irq, v, j, asize, addr);
+  }
+  return alloc_done(vmp, irq, addr);
+}
+
+// For vmem_xalloc (kmem's slabs), which has calls around it anyway.
+template <typename Slow>
+__attribute__((always_inline)) inline void* fast_alloc(vmem* vmp, uintptr_t asize, Slow slow) {
+  plat::IrqState irq = plat::irq_save();
+  vmp->lock.lock();
+  auto unlocked_slow = [&] {  // (cannot happen once settled)
+    vmp->lock.unlock();
+    plat::irq_restore(irq);
+    return slow();
+  };
+  auto settled = [&] {
+    settle(vmp);
+    return alloc_locked(vmp, irq, asize, slow, unlocked_slow);
+  };
+  return alloc_locked(vmp, irq, asize, slow, settled);
 }
 
 // ---------------------------------------------------------------------------
@@ -873,7 +1019,7 @@ __attribute__((noinline)) void bad_free(vmem* vmp, plat::IrqState irq, uintptr_t
 __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_seg* span, vmem_seg* v) {
   void* base = reinterpret_cast<void*>(v->start);
   uintptr_t bytes = seg_size(v);
-  freelist_remove(vmp, v, highbit(bytes));
+  freelist_remove(vmp, v);
   span_destroy(vmp, span, v);
   vmp->span_returns++;
   vmp->lock.unlock();
@@ -881,41 +1027,69 @@ __attribute__((noinline)) void span_release(vmem* vmp, plat::IrqState irq, vmem_
   vmp->ffunc(vmp->source, base, bytes);
 }
 
+// The end of a free (lock held; dropped here): n, the free segment the
+// freed one ended up in, goes back to the source if it is a whole imported
+// span. (Only span tags are ever marked imported.)
+__attribute__((always_inline)) inline void free_done(vmem* vmp, plat::IrqState irq, vmem_seg* n) {
+  vmem_seg* span = n->kprev;
+  MM_DEBUG_ASSERT(!span->imported || span->type == kSegSpan);
+  if (__builtin_expect(span->imported, 0) && n->knext->type == kSegSpan && vmp->ffunc)
+    return span_release(vmp, irq, span, n);
+  vmp->lock.unlock();
+  plat::irq_restore(irq);
+}
+
 // v, just freed, has free segments on both sides: prev takes all three
-// (lock held). Returns prev.
-__attribute__((noinline)) vmem_seg* merge_both(vmem* vmp, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
+// (lock held; dropped here). A lazy prev stays where it is until it
+// outgrows its list (section 3).
+__attribute__((noinline)) void free_both(vmem* vmp, plat::IrqState irq, vmem_seg* prev, vmem_seg* v, vmem_seg* next) {
   MM_DEBUG_ASSERT(prev->end == v->start && next->start == v->end);
-  freelist_remove(vmp, next, highbit(seg_size(next)));
-  unsigned i = highbit(seg_size(prev));
+  freelist_remove(vmp, next);
   prev->end = next->end;
   seg_unlink(vmp, v, prev);
   seg_unlink(vmp, next, prev);
   putseg(vmp, v);
   putseg(vmp, next);
   unsigned j = highbit(seg_size(prev));
-  if (j != i) {
-    freelist_remove(vmp, prev, i);
-    freelist_insert_at(vmp, prev, j);
-  }
-  return prev;
+  if (j > prev->list) freelist_move(vmp, prev, j);
+  free_done(vmp, irq, prev);
+}
+
+// n grew out of its free list, into list j (lock held; dropped here).
+__attribute__((noinline)) void free_moved(vmem* vmp, plat::IrqState irq, vmem_seg* n, unsigned j) {
+  freelist_move(vmp, n, j);
+  free_done(vmp, irq, n);
+}
+
+// v, freed with no free neighbour, goes on list i while there is a lazy
+// segment, which settles first (lock held; dropped here).
+__attribute__((noinline)) void free_settled(vmem* vmp, plat::IrqState irq, vmem_seg* v, unsigned i) {
+  freelist_insert_at(vmp, v, i);
+  free_done(vmp, irq, v);
 }
 
 // Frees the allocated segment at addr: a free neighbour grows over it (the
-// mirror of seg_alloc_front), and a wholly free imported span goes back.
-__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, uintptr_t caller) {
-  uintptr_t asize = round_up(size, vmp->qmask);
-  plat::IrqState irq = plat::irq_save();
-  vmp->lock.lock();
+// mirror of seg_alloc_front), and a wholly free imported span goes back. As
+// alloc_locked, it leaves by tail calls for everything rare. (Lock held;
+// dropped here.) kMaybeEarly false: size is more than qcache_want, so the
+// segment, if it is the one, cannot be marked early (those are at most
+// qcache_want, a multiple of the quantum).
+template <bool kMaybeEarly, typename Caller>
+__attribute__((always_inline)) inline void xfree_locked(vmem* vmp, plat::IrqState irq, uintptr_t addr, size_t size,
+                                                        Caller caller) {
+  uintptr_t asize = to_quanta(vmp, size);
   Link** link = hash_bucket(vmp, addr);
   Link* l;
   while ((l = *link) && seg_of(l)->start != addr) link = &l->next;
   vmem_seg* v = seg_of(l);
-  if (__builtin_expect(!l || v->end - addr != asize, 0)) return bad_free(vmp, irq, addr, size, caller, l ? v : nullptr);
+  if (__builtin_expect(!l || v->end - addr != asize, 0))
+    return bad_free(vmp, irq, addr, size, caller(), l ? v : nullptr);
   MM_DEBUG_ASSERT(v->type == kSegAlloc);
   *link = l->next;
   vmp->hash_room++;
   vmp->alloc_bytes -= asize;
-  if (__builtin_expect(v->early, 0)) {
+  MM_DEBUG_ASSERT(kMaybeEarly || !v->early);
+  if (kMaybeEarly && __builtin_expect(v->early, 0)) {
     v->early = 0;
     __atomic_store_n(&vmp->early_segs, vmp->early_segs - 1, __ATOMIC_RELAXED);
   }
@@ -923,45 +1097,37 @@ __attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size
   vmem_seg* next = v->knext;
   vmem_seg* prev = v->kprev;
   vmem_seg* n;  // the free segment v ends up in
-  uintptr_t old;
   if (next->type == kSegFree) {
-    if (__builtin_expect(prev->type == kSegFree, 0)) {
-      n = merge_both(vmp, prev, v, next);
-      goto merged;
-    }
+    if (__builtin_expect(prev->type == kSegFree, 0)) return free_both(vmp, irq, prev, v, next);
     MM_DEBUG_ASSERT(next->start == v->end);
     n = next;
-    old = next->end - v->end;
     next->start = addr;
   } else if (prev->type == kSegFree) {
     MM_DEBUG_ASSERT(prev->end == addr);
     n = prev;
-    old = addr - prev->start;
     prev->end = v->end;
   } else {
     v->type = kSegFree;
-    freelist_insert_at(vmp, v, highbit(asize));
-    n = v;
-    goto merged;
+    if (__builtin_expect(vmp->lazy != nullptr, 0)) return free_settled(vmp, irq, v, highbit(asize));
+    freelist_link(vmp, v, highbit(asize));
+    return free_done(vmp, irq, v);
   }
-  // n grew over v: v's tag goes, and n changes free list if its class did.
+  // n grew over v: v's tag goes, and n changes free list if it outgrew
+  // the one it is on (a lazy n stays until then: section 3).
   prev->knext = next;
   next->kprev = prev;
   if (vmp->rotor == v) vmp->rotor = n;
   putseg(vmp, v);
-  {
-    unsigned i = highbit(old), j = highbit(old + asize);
-    if (__builtin_expect(j != i, 0)) {
-      freelist_remove(vmp, n, i);
-      freelist_insert_at(vmp, n, j);
-    }
-  }
-merged:
-  vmem_seg* span = n->kprev;
-  if (__builtin_expect(span->type == kSegSpan && n->knext->type == kSegSpan, 0) && span->imported && vmp->ffunc)
-    return span_release(vmp, irq, span, n);
-  vmp->lock.unlock();
-  plat::irq_restore(irq);
+  unsigned j = highbit(seg_size(n));
+  if (__builtin_expect(j > n->list, 0)) return free_moved(vmp, irq, n, j);
+  free_done(vmp, irq, n);
+}
+
+template <bool kMaybeEarly = true, typename Caller = KnownCaller>
+__attribute__((always_inline)) inline void xfree(vmem* vmp, uintptr_t addr, size_t size, Caller caller) {
+  plat::IrqState irq = plat::irq_save();
+  vmp->lock.lock();
+  xfree_locked<kMaybeEarly>(vmp, irq, addr, size, caller);
 }
 
 // A free of a size the quantum caches serve. Segments allocated directly
@@ -972,7 +1138,8 @@ merged:
 // segments' counts may be stale, which costs at most a needless look.
 __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, uintptr_t caller) {
   auto addr = reinterpret_cast<uintptr_t>(vaddr);
-  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE)) return xfree(vmp, addr, size, caller);  // qcache[] set
+  if (!__atomic_load_n(&vmp->qcache_max, __ATOMIC_ACQUIRE))  // qcache[] set
+    return xfree(vmp, addr, size, KnownCaller{caller});
   if (__atomic_load_n(&vmp->early_segs, __ATOMIC_RELAXED)) {
     bool early;
     {
@@ -981,7 +1148,7 @@ __attribute__((noinline)) void free_small(vmem* vmp, void* vaddr, size_t size, u
       vmem_seg* v = hash_find(vmp, addr, &link);
       early = v && v->early;
     }
-    if (early) return xfree(vmp, addr, size, caller);
+    if (early) return xfree(vmp, addr, size, KnownCaller{caller});
   }
   __atomic_load_n(&g_layer, __ATOMIC_RELAXED)->free(vmp->qcache[(size - 1) >> vmp->qshift], vaddr);
 }
@@ -1076,6 +1243,7 @@ bool verify_locked(const vmem* vmp) {
   const vmem_seg* span = nullptr;
   const Link* span_list = vmp->spans.next;
   uintptr_t cursor = 0;  // where the next segment of the current span starts
+  bool lazy_seen = false;
   for (const vmem_seg* v = seg0->knext;; v = v->knext) {
     if (v->kprev->knext != v || v->knext->kprev != v) return verify_failed(vmp, "broken segment list", v->start);
     if (v == vmp->rotor) rotor_seen = true;
@@ -1101,7 +1269,10 @@ bool verify_locked(const vmem* vmp) {
       if (v->kprev->type == kSegFree) return verify_failed(vmp, "adjacent free segments", v->start);
       if (v->early) return verify_failed(vmp, "free segment marked early", v->start);
       nfree++;
-      const Link* head = &vmp->freelist[highbit(seg_size(v))];
+      if (v == vmp->lazy) lazy_seen = true;
+      else if (v->list != highbit(seg_size(v))) return verify_failed(vmp, "free segment on the wrong list", v->start);
+      if (v->list >= kFreeLists) return verify_failed(vmp, "bad free list index", v->start);
+      const Link* head = &vmp->freelist[v->list];
       const Link* f = head->next;
       while (f != head && f != &v->link) f = f->next;
       if (f == head) return verify_failed(vmp, "free segment not on its free list", v->start);
@@ -1118,6 +1289,15 @@ bool verify_locked(const vmem* vmp) {
   }
   if (span_list != &vmp->spans) return verify_failed(vmp, "span list longer than the segment list", 0);
   if (!rotor_seen) return verify_failed(vmp, "rotor not on the segment list", 0);
+  if (const vmem_seg* z = vmp->lazy) {
+    // Section 3: free, at the head of its list, no lower than its class,
+    // and the lists from its class up to that one empty.
+    if (!lazy_seen) return verify_failed(vmp, "lazy segment not a free segment of the arena", 0);
+    unsigned c = highbit(seg_size(z));
+    if (c > z->list || vmp->freelist[z->list].next != &z->link ||
+        (vmp->freemap & ((uintptr_t{1} << z->list) - (uintptr_t{1} << c))))
+      return verify_failed(vmp, "lazy segment out of place", z->start);
+  }
   uintptr_t listed = 0;
   for (unsigned i = 0; i < kFreeLists; i++) {
     const Link* head = &vmp->freelist[i];
@@ -1125,7 +1305,7 @@ bool verify_locked(const vmem* vmp) {
     if (empty != !(vmp->freemap & (uintptr_t{1} << i))) return verify_failed(vmp, "freemap out of step", i);
     for (const Link* f = head->next; f != head; f = f->next) {
       const vmem_seg* s = seg_of(f);
-      if (s->type != kSegFree || highbit(seg_size(s)) != i || f->next->prev != f)
+      if (s->type != kSegFree || s->list != i || (s != vmp->lazy && highbit(seg_size(s)) != i) || f->next->prev != f)
         return verify_failed(vmp, "bad free list entry", s->start);
       listed++;
     }
@@ -1297,6 +1477,7 @@ vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, v
   copy_name(vmp->name, name ? name : "anonymous");
   vmp->quantum = quantum;
   vmp->qmask = quantum - 1;
+  vmp->qtrunc = ~vmp->qmask;
   vmp->qshift = highbit(quantum);
   vmp->policy = policy ? policy : VM_INSTANTFIT;
   for (Link& head : vmp->freelist) head.next = head.prev = &head;
@@ -1400,7 +1581,7 @@ bool vmem_destroy(vmem_t* vmp) {
     vmem_seg* span = seg_of(vmp->spans.next);
     vmem_seg* v = span->knext;
     MM_ASSERT(v->type == kSegFree && v->end == span->end);
-    freelist_remove(vmp, v, highbit(seg_size(v)));
+    freelist_remove(vmp, v);
     void* base = reinterpret_cast<void*>(span->start);
     uintptr_t bytes = seg_size(span);
     bool give_back = span->imported && vmp->ffunc;
@@ -1452,13 +1633,35 @@ void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag) {
 // size rounded to the quantum as allocated. Traced, each entry point leaves
 // its untraced body at once for an out of line copy that records.
 namespace {
-__attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller) {
-  auto slow = [=] { return alloc_slow(vmp, size, vmflag, caller); };
+void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag, uintptr_t caller);
+// vmem_alloc's fast path, the arena lock held (dropped there). Its ways
+// out take the size rounded (the same for them: it takes no cached size,
+// and nothing that rounding changes, so the raw size need not be kept).
+template <typename Caller>
+__attribute__((always_inline)) inline void* alloc_fast_locked(vmem_t* vmp, plat::IrqState irq, size_t asize,
+                                                              int vmflag, Caller caller) {
+  return alloc_locked(
+      vmp, irq, asize,
+      [=]() __attribute__((always_inline)) { return alloc_slow(vmp, asize, vmflag, caller()); },
+      [=]() __attribute__((always_inline)) { return alloc_resettled(vmp, irq, asize, vmflag, caller()); });
+}
+// The lazy segment was too small to be sure of (lock held; dropped there).
+__attribute__((noinline)) void* alloc_resettled(vmem_t* vmp, plat::IrqState irq, size_t asize, int vmflag,
+                                                uintptr_t caller) {
+  settle(vmp);
+  return alloc_fast_locked(vmp, irq, asize, vmflag, KnownCaller{caller});
+}
+template <typename Caller>
+__attribute__((always_inline)) inline void* alloc_body(vmem_t* vmp, size_t size, int vmflag, Caller caller) {
   // The fast path: a size no quantum cache serves, no other policy asked
   // for, in an instant-fit arena (fast_span is 0 in others).
-  if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1))
-    return fast_alloc(vmp, round_up(size, vmp->qmask), slow);
-  return slow();
+  if (__builtin_expect(size - 1 - vmp->qcache_want < vmp->fast_span && !(vmflag & (VM_BESTFIT | VM_NEXTFIT)), 1)) {
+    size_t asize = to_quanta(vmp, size);
+    plat::IrqState irq = plat::irq_save();
+    vmp->lock.lock();
+    return alloc_fast_locked(vmp, irq, asize, vmflag, caller);
+  }
+  return alloc_slow(vmp, size, vmflag, caller());
 }
 // Allocation profiling: a segment of its own keeps its tag reference (sizes
 // the quantum caches serve are not counted: their buffers have no segment).
@@ -1513,19 +1716,20 @@ namespace {
 __attribute__((noinline, cold)) void* alloc_traced(vmem_t* vmp, size_t size, int vmflag, uintptr_t caller,
                                                    const mm::AllocTag* tag) {
   if (mm::failslab_armed() && (vmflag & VM_NOSLEEP) && mm::failslab_should_fail(vmp->name, size)) return nullptr;
-  void* p = alloc_body(vmp, size, vmflag, caller);
+  void* p = alloc_body(vmp, size, vmflag, KnownCaller{caller});
   kmemtrace::note_alloc(kmemtrace::kTypeVmem, caller, p, size, round_up(size, vmp->qmask), vmflag);
   if (own_segment(vmp, size)) prof_segment(vmp, p, size, tag);
   return p;
 }
-__attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
-  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller);
-  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
+template <typename Caller>
+__attribute__((always_inline)) inline void free_body(vmem_t* vmp, void* vaddr, size_t size, Caller caller) {
+  if (__builtin_expect(size - 1 < vmp->qcache_want, 0)) return free_small(vmp, vaddr, size, caller());
+  xfree<false>(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller);
 }
 __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_t size, uintptr_t caller) {
   if (own_segment(vmp, size)) prof_unsegment(vmp, vaddr, size, caller);
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller, vaddr);
-  free_body(vmp, vaddr, size, caller);
+  free_body(vmp, vaddr, size, KnownCaller{caller});
 }
 }  // namespace
 
@@ -1533,7 +1737,7 @@ __attribute__((noinline, cold)) void free_traced(vmem_t* vmp, void* vaddr, size_
 // macros are counted at these functions' own tags.
 void* (vmem_alloc)(vmem_t* vmp, size_t size, int vmflag) {
   if (kmemtrace::on()) return alloc_traced(vmp, size, vmflag, caller_of_api(), MM_ALLOC_TAG_INDIRECT(kVmem));
-  return alloc_body(vmp, size, vmflag, caller_of_api());
+  return alloc_body(vmp, size, vmflag, ApiCaller{});
 }
 
 void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag* tag) {
@@ -1542,7 +1746,7 @@ void* vmem_alloc_tagged(vmem_t* vmp, size_t size, int vmflag, const mm::AllocTag
 
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size) {
   if (kmemtrace::on_free()) return free_traced(vmp, vaddr, size, caller_of_api());
-  free_body(vmp, vaddr, size, caller_of_api());
+  free_body(vmp, vaddr, size, ApiCaller{});
 }
 
 namespace {
@@ -1584,7 +1788,7 @@ void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, s
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size) {
   if (kmemtrace::on_free()) prof_unsegment(vmp, vaddr, size, caller_of_api());
   kmemtrace::note_free(kmemtrace::kTypeVmem, caller_of_api(), vaddr);
-  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, caller_of_api());
+  xfree(vmp, reinterpret_cast<uintptr_t>(vaddr), size, ApiCaller{});
 }
 
 size_t vmem_size(vmem_t* vmp, int typemask) {

@@ -69,9 +69,9 @@
 //    thread's TLS is elsewhere and not reported.
 // 6. fn runs while the others may be anywhere: inside mm's locks (the host
 //    masks nothing), malloc's, stdio's, the sanitizers'. So fn only reads
-//    memory and uses its own stack and preallocated memory: no locks (a
-//    plat::Lock that it waits for is a fatal error after 2 s: Lock::lock's
-//    contended path checks t_in_stop_fn), no malloc or free, no stdio, no
+//    memory and uses its own stack and preallocated memory: no locks (in
+//    debug builds a plat::Lock that it waits for is a fatal error after 2 s:
+//    Lock::lock's contended path checks t_in_stop_fn), no malloc or free, no stdio, no
 //    kmem or vmem call, no plat::log. Threads that hold no slot are not
 //    stopped.
 // 7. Sanitizers. ASan: with detect_stack_use_after_return (the host tests'

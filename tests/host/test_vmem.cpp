@@ -34,9 +34,10 @@ struct Captured {
   std::string kind, where;
   uintptr_t address;
   uint64_t detail;
+  uintptr_t caller;
 };
 std::vector<Captured> g_errors;
-void capture(const mm::MemError& e) { g_errors.push_back({e.kind, e.where, e.address, e.detail}); }
+void capture(const mm::MemError& e) { g_errors.push_back({e.kind, e.where, e.address, e.detail, e.caller}); }
 
 }  // namespace
 
@@ -244,6 +245,83 @@ TEST_F(vmem, InstantFitFallsBackToTheListThatMightFit) {
   EXPECT_EQ(vmem_alloc(a, 2, VM_NOSLEEP), nullptr);  // one unit left
   EXPECT_EQ(a.keep(vmem_alloc(a, 1, VM_NOSLEEP), 1), P(U(x) + 6));
   EXPECT_EQ(vmem_size(a, VMEM_FREE), 0u);
+}
+
+// A segment carved from the head of its list whose rest falls to a lower
+// class stays where it is (mm/vmem.cpp, section 3), and is taken from there
+// only when it is big enough to be sure of: every choice is the one that
+// exact lists (each segment on the list of its size) would give, without a
+// search.
+TEST_F(vmem, ShrunkSegmentStaysOnItsListUntilTooSmallToBeSure) {
+  Arena a(vmem_create("t_lazy", P(1000), 100, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  ASSERT_NE(vmem_add(a, P(2000), 64, VM_SLEEP), nullptr);  // list 6: the 64, then the 100
+  // Spare tags for what follows (the fast path needs one; frees keep theirs),
+  // leaving the lists as they were.
+  std::vector<void*> ones;
+  for (int i = 0; i < 16; i++) ones.push_back(vmem_alloc(a, 1, VM_NOSLEEP));
+  for (void* p : ones) vmem_free(a, p, 1);
+  EXPECT_TRUE(mm::vmem_verify(a));
+  uint64_t searches = stats(a).searches;
+  auto take = [&](size_t size) {
+    void* p = a.keep(vmem_alloc(a, size, VM_NOSLEEP), size);
+    EXPECT_TRUE(mm::vmem_verify(a)) << size;
+    return U(p);
+  };
+  EXPECT_EQ(take(1), 2000u);   // the 63 left (list 5) stays at the head of list 6
+  EXPECT_EQ(take(16), 2001u);  // 63 >= 16: taken from there (exact lists: the lowest list from 4 up is its own)
+  // 33 needs list 6; the head, 47, is below it: it goes to list 5, the 100 is taken.
+  EXPECT_EQ(take(33), 1000u);
+  EXPECT_EQ(take(33), 1033u);  // the 34 left moves to list 5 at once: the 47 is there
+  EXPECT_EQ(take(8), 1066u);   // list 5's head; the 26 left (list 4) stays at the head of list 5
+  EXPECT_EQ(take(20), 2017u);  // needs list 5: the 26 goes to list 4, the 47 is taken
+  EXPECT_EQ(take(16), 2037u);  // list 4, newest first: the 27 left by the 20
+  EXPECT_EQ(take(26), 1074u);  // needs list 5 (empty): the list that might fit, list 4: the 26
+  EXPECT_EQ(stats(a).searches, searches + 1);  // only that last one searched
+  EXPECT_EQ(vmem_size(a, VMEM_FREE), 11u);
+}
+
+// A free that puts a segment on a list first settles the lazy one, so the
+// lists' order is the exact lists' order.
+TEST_F(vmem, LazySegmentSettlesBeforeAnyInsertion) {
+  Arena a(vmem_create("t_lazy2", P(4096), 64, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  void* x = vmem_alloc(a, 1, VM_NOSLEEP);  // 63 left, lazy at the head of list 6
+  void* y = a.keep(vmem_alloc(a, 1, VM_NOSLEEP), 1);
+  void* z = vmem_alloc(a, 30, VM_NOSLEEP);  // 32 left: list 5, still lazy on list 6
+  EXPECT_EQ(U(x), 4096u);
+  EXPECT_EQ(U(y), 4097u);
+  EXPECT_EQ(U(z), 4098u);
+  EXPECT_TRUE(mm::vmem_verify(a));
+  vmem_free(a, x, 1);  // onto list 0: the 32 settles onto list 5
+  EXPECT_TRUE(mm::vmem_verify(a));
+  EXPECT_EQ(U(a.keep(vmem_alloc(a, 1, VM_NOSLEEP), 1)), 4096u);
+  vmem_free(a, z, 30);  // merges with the 32: 62, list 5
+  EXPECT_TRUE(mm::vmem_verify(a));
+  EXPECT_EQ(U(a.keep(vmem_alloc(a, 32, VM_NOSLEEP), 32)), 4098u);
+  EXPECT_EQ(vmem_size(a, VMEM_FREE), 30u);
+  EXPECT_EQ(stats(a).segs_free, 1u);
+}
+
+// The lazy segment as an exact fit: taken if it is sure to fit (its size a
+// power of two, the size asked for), else settled and the request served
+// as exact lists would: here from the list that might fit.
+TEST_F(vmem, LazySegmentAsAnExactFit) {
+  Arena a(vmem_create("t_lazy3", P(4096), 64, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  uint64_t searches = stats(a).searches;
+  void* x = vmem_alloc(a, 32, VM_NOSLEEP);  // 32 left (list 5), lazy at the head of list 6
+  EXPECT_EQ(U(x), 4096u);
+  EXPECT_EQ(U(a.keep(vmem_alloc(a, 32, VM_NOSLEEP), 32)), 4128u);
+  EXPECT_EQ(stats(a).searches, searches);
+  EXPECT_EQ(vmem_size(a, VMEM_FREE), 0u);
+  vmem_free(a, x, 32);
+  EXPECT_TRUE(mm::vmem_verify(a));
+
+  Arena b(vmem_create("t_lazy4", P(8192), 64, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  searches = stats(b).searches;
+  EXPECT_EQ(U(b.keep(vmem_alloc(b, 31, VM_NOSLEEP), 31)), 8192u);  // 33 left (list 5), lazy on list 6
+  // 33 needs list 6 to be sure; the lazy 33 goes to list 5, which might fit: it does.
+  EXPECT_EQ(U(b.keep(vmem_alloc(b, 33, VM_NOSLEEP), 33)), 8223u);
+  EXPECT_EQ(stats(b).searches, searches + 1);
+  EXPECT_TRUE(mm::vmem_verify(b));
 }
 
 TEST_F(vmem, BestFitTakesTheSmallestFit) {
@@ -522,6 +600,47 @@ TEST_F(vmem, BadFreesAreReportedAndRefused) {
   EXPECT_EQ(g_errors[4].kind, "double free");
   EXPECT_EQ(g_errors[5].kind, "double free");
   EXPECT_EQ(vmem_size(a, VMEM_ALLOC), 0u);
+  g_errors.clear();
+}
+
+// Reports name the caller of the public function, also where the fast
+// paths leave for a report (they read it only there). The calls below are
+// each in a function of their own, which the reported caller must be in.
+__attribute__((noinline)) void free_here(vmem_t* a, void* p, size_t size) {
+  vmem_free(a, p, size);
+  asm volatile("");  // (no tail call: the return address is in here)
+}
+__attribute__((noinline)) void xfree_here(vmem_t* a, void* p, size_t size) {
+  vmem_xfree(a, p, size);
+  asm volatile("");
+}
+__attribute__((noinline)) void* alloc_here(vmem_t* a, size_t size, int vmflag) {
+  void* p = vmem_alloc(a, size, vmflag);
+  asm volatile("" : "+r"(p));
+  return p;
+}
+bool reported_from(const void* fn) {
+  uintptr_t c = g_errors.back().caller, f = reinterpret_cast<uintptr_t>(fn);
+  return c > f && c < f + 1024;
+}
+
+TEST_F(vmem, ReportsNameTheCaller) {
+  Arena a(vmem_create("t_caller", P(0x10000), 0x1000, 16, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+  void* p = a.keep(vmem_alloc(a, 32, VM_NOSLEEP), 32);
+  free_here(a, p, 48);
+  ASSERT_EQ(g_errors.size(), 1u);
+  EXPECT_EQ(g_errors.back().kind, "free with wrong size");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&free_here)));
+  xfree_here(a, P(U(p) + 16), 16);
+  ASSERT_EQ(g_errors.size(), 2u);
+  EXPECT_EQ(g_errors.back().kind, "free of unallocated segment");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&xfree_here)));
+  // More than the arena holds, VM_SLEEP: refused from the slow path the
+  // fast one leaves for.
+  EXPECT_EQ(alloc_here(a, 0x2000, VM_SLEEP), nullptr);
+  ASSERT_EQ(g_errors.size(), 3u);
+  EXPECT_EQ(g_errors.back().kind, "request the arena can never satisfy (refused, not waited for)");
+  EXPECT_TRUE(reported_from(reinterpret_cast<const void*>(&alloc_here)));
   g_errors.clear();
 }
 
@@ -935,6 +1054,145 @@ TEST_F(vmem, RandomizedWithImports) {
   EXPECT_EQ(g_imports, g_releases);
   EXPECT_EQ(stats(child).spans, 0u);
   EXPECT_EQ(vmem_size(src, VMEM_ALLOC), 0u);
+}
+
+
+// --- Against exact free lists -----------------------------------------------
+
+// Free lists as section 3 of mm/vmem.cpp defines them, with every segment
+// always on the list of its size: list i holds the free segments of
+// [2^i, 2^(i+1)) quanta, newest first, and a segment that changes class
+// moves to the head of its new list. Instant fit and best fit as vmem's,
+// for unconstrained requests in an arena of quantum 1 over spans that are
+// not adjacent. vmem keeps one segment lazily above its list; every address
+// it returns must still be this model's.
+struct ExactLists {
+  struct Seg {
+    uintptr_t end;
+    unsigned list;
+  };
+  std::map<uintptr_t, Seg> segs;  // free segments by start
+  std::vector<std::vector<uintptr_t>> lists = std::vector<std::vector<uintptr_t>>(64);  // starts, newest first
+
+  static unsigned cls(uintptr_t n) { return 63 - static_cast<unsigned>(__builtin_clzll(n)); }
+  void push(uintptr_t start) {
+    unsigned i = cls(segs[start].end - start);
+    segs[start].list = i;
+    lists[i].insert(lists[i].begin(), start);
+  }
+  void drop(uintptr_t start) {
+    auto& l = lists[segs[start].list];
+    l.erase(std::find(l.begin(), l.end(), start));
+  }
+  void rekey(uintptr_t from, uintptr_t to) {  // same list, same place
+    auto& l = lists[segs[from].list];
+    *std::find(l.begin(), l.end(), from) = to;
+    Seg s = segs[from];
+    segs.erase(from);
+    segs[to] = s;
+  }
+  void reclass(uintptr_t start) {
+    if (cls(segs[start].end - start) != segs[start].list) {
+      drop(start);
+      push(start);
+    }
+  }
+  void add_span(uintptr_t base, uintptr_t size) {
+    segs[base] = Seg{base + size, 0};
+    push(base);
+  }
+  uintptr_t take(uintptr_t start, uintptr_t n) {  // from the front
+    if (segs[start].end - start == n) {
+      drop(start);
+      segs.erase(start);
+    } else {
+      rekey(start, start + n);
+      reclass(start + n);
+    }
+    return start;
+  }
+  uintptr_t instant(uintptr_t n) {
+    unsigned floor = cls(n), sure = floor + ((n & (n - 1)) != 0);
+    for (unsigned i = sure; i < 64; i++)
+      if (!lists[i].empty()) return take(lists[i].front(), n);
+    for (uintptr_t s : lists[floor])
+      if (segs[s].end - s >= n) return take(s, n);
+    return 0;
+  }
+  uintptr_t best(uintptr_t n) {
+    for (unsigned i = cls(n); i < 64; i++) {
+      uintptr_t found = 0, found_size = 0;
+      for (uintptr_t s : lists[i]) {
+        uintptr_t size = segs[s].end - s;
+        if (size >= n && (!found || size < found_size)) {
+          found = s;
+          found_size = size;
+          if (size == n) break;
+        }
+      }
+      if (found) return take(found, n);
+    }
+    return 0;
+  }
+  void release(uintptr_t start, uintptr_t n) {
+    uintptr_t end = start + n;
+    bool next = segs.count(end) != 0;
+    uintptr_t prev = 0;
+    auto it = segs.lower_bound(start);
+    if (it != segs.begin() && std::prev(it)->second.end == start) prev = std::prev(it)->first;
+    if (prev && next) {
+      uintptr_t next_end = segs[end].end;
+      drop(end);
+      segs.erase(end);
+      segs[prev].end = next_end;
+      reclass(prev);
+    } else if (next) {
+      rekey(end, start);
+      reclass(start);
+    } else if (prev) {
+      segs[prev].end = end;
+      reclass(prev);
+    } else {
+      segs[start] = Seg{end, 0};
+      push(start);
+    }
+  }
+};
+
+TEST_F(vmem, ChoicesAreThoseOfExactFreeLists) {
+  for (unsigned seed : {1u, 2u, 3u, 4u}) {
+    // A power-of-two span (its one segment leaves its list at the first
+    // allocation) and one that is not.
+    Arena a(vmem_create("t_exact", P(1 << 20), 4096, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
+    ASSERT_NE(vmem_add(a, P(1 << 24), 3000, VM_SLEEP), nullptr);
+    ExactLists m;
+    m.add_span(1 << 20, 4096);
+    m.add_span(1 << 24, 3000);
+    std::mt19937_64 rng(seed);
+    std::vector<std::pair<uintptr_t, size_t>> live;
+    for (int step = 0; step < 20000; step++) {
+      if (live.empty() || rng() % 100 < 52) {
+        size_t size = 1 + rng() % (rng() % 4 == 0 ? 1024 : 64);
+        bool best = rng() % 5 == 0;
+        uintptr_t want = best ? m.best(size) : m.instant(size);
+        void* p = vmem_alloc(a, size, VM_NOSLEEP | (best ? VM_BESTFIT : 0));
+        ASSERT_EQ(U(p), want) << "seed " << seed << " step " << step << " size " << size << (best ? " best fit" : "");
+        if (p) live.emplace_back(U(p), size);
+      } else {
+        size_t k = rng() % live.size();
+        vmem_free(a, P(live[k].first), live[k].second);
+        m.release(live[k].first, live[k].second);
+        live[k] = live.back();
+        live.pop_back();
+      }
+      if (step % 97 == 0) {
+        ASSERT_TRUE(mm::vmem_verify(a)) << "seed " << seed << " step " << step;
+      }
+    }
+    for (auto& [p, size] : live) vmem_free(a, P(p), size);
+    EXPECT_EQ(stats(a).segs_free, 2u);
+  }
+  EXPECT_TRUE(g_errors.empty());
 }
 
 }  // namespace

@@ -113,8 +113,9 @@ inline bool irqs_masked() { return false; }
 
 // Set while this thread runs a stop_others fn (mm/host/platform.cpp): the
 // other CPUs' threads are stopped, possibly holding a lock, so a fn that
-// waits for one would wait forever. Lock::lock() reports that (fatal, after
-// two seconds) instead of hanging; only its contended path looks.
+// waits for one would wait forever. In debug builds (MM_DEBUG) Lock::lock()
+// reports that (fatal, after two seconds) instead of hanging; only its
+// contended path looks.
 extern thread_local constinit bool t_in_stop_fn;
 void stop_fn_waits_for_lock(const void* lock);
 
@@ -123,31 +124,49 @@ void stop_fn_waits_for_lock(const void* lock);
 // visible inside); the wait spins on plain loads. The lock word is 32 bits:
 // RISC-V has no byte-wide atomic exchange, and GCC would call libatomic for
 // a bool, which a program linking the library would then need too.
+// What is only for checking is kept in debug builds (MM_DEBUG), as the
+// interrupt masking above: the owner, for held(), and the stop_others
+// check. Without them lock() calls nothing, so the allocators' fast paths
+// that take a lock need no stack frame (vmem.cpp); held() then only says
+// whether anyone holds it (MM_DEBUG_ASSERT, its one user, is off).
 class Lock {
  public:
   void lock() {
     while (word_.exchange(1, std::memory_order_acquire)) {
       while (word_.load(std::memory_order_relaxed)) {
+#if defined(MM_DEBUG)
         if (__builtin_expect(t_in_stop_fn, 0)) stop_fn_waits_for_lock(this);
+#endif
         cpu_relax();
       }
     }
-    owner_.store(self(), std::memory_order_relaxed);
+    set_owner(self());
   }
   bool try_lock() {
     if (word_.load(std::memory_order_relaxed) || word_.exchange(1, std::memory_order_acquire)) return false;
-    owner_.store(self(), std::memory_order_relaxed);
+    set_owner(self());
     return true;
   }
   void unlock() {
-    owner_.store(nullptr, std::memory_order_relaxed);
+    set_owner(nullptr);
     word_.store(0, std::memory_order_release);
   }
   bool is_locked() const { return word_.load(std::memory_order_relaxed) != 0; }
-  // Held by the calling thread (for assertions).
-  bool held() const { return is_locked() && owner_.load(std::memory_order_relaxed) == self(); }
+  // Held by the calling thread (for assertions; see above).
+  bool held() const {
+#if defined(MM_DEBUG)
+    return is_locked() && owner_.load(std::memory_order_relaxed) == self();
+#else
+    return is_locked();
+#endif
+  }
 
  private:
+  void set_owner([[maybe_unused]] const void* owner) {
+#if defined(MM_DEBUG)
+    owner_.store(owner, std::memory_order_relaxed);
+#endif
+  }
   static const void* self() {
     static thread_local char id;
     return &id;
