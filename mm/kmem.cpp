@@ -641,24 +641,28 @@ bool kmem_cache_destroy(kmem_cache_t* cp) {
 // Traced, every entry point leaves its untraced body at once for an out of
 // line copy that records: off, tracing costs the body kmemtrace::on()
 // (one patched nop in the kernel), and the fast paths stay leaf functions
-// without a frame. The entry points tail-call the copies, which read the
-// return address themselves: it is still the entry point's caller. (Read
-// in the entry point, even only on that branch, it costs the entry point a
-// frame on every call where GCC does not shrink-wrap: riscv64 and arm.)
+// without a frame. In the kernel the entry points tail-call the copies with
+// caller 0 (MM_ENTRY_CALLER), and the copies read the return address
+// themselves: it is still the entry point's caller. (Read in the entry
+// point, even only on that branch, it costs the entry point a frame on
+// every call where GCC does not shrink-wrap: riscv64 and arm.)
 namespace {
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cache_t* cp, int kmflag,
-                                                                       const AllocTag* tag) {
-  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
+                                                                       uintptr_t caller, const AllocTag* tag) {
+  if (!caller) caller = caller_of_api();
+  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller, tag);
 }
-MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj) {
-  cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller_of_api());
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj,
+                                                                                  uintptr_t caller) {
+  if (!caller) caller = caller_of_api();
+  cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
 }  // namespace
 
 // The Solaris name, for calls that do not go through the macro (mm/kmem.h):
 // counted at this function's own tag.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
-  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
+  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return cache_alloc(cp, kmflag);
 }
 
@@ -668,6 +672,6 @@ MM_RESTARTABLE_TEXT void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, 
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (kmemtrace::on_free()) return cache_free_traced(cp, obj);
+  if (kmemtrace::on_free()) return cache_free_traced(cp, obj, MM_ENTRY_CALLER());
   cache_free(cp, obj);
 }

@@ -137,9 +137,9 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   return kmem_free_uncached(buf, size, caller);
 }
 
-// Tail-called by kmem_free: its return address is kmem_free's caller.
-MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size) {
-  uintptr_t caller = caller_of_api();
+// caller 0: tail-called by kmem_free, whose caller is our return address.
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+  if (!caller) caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) {
     if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
@@ -202,7 +202,7 @@ using namespace mm;
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, 0, MM_ALLOC_TAG_INDIRECT(kKmem));
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return kmem_alloc_body(size, kmflag);
 }
 
@@ -234,6 +234,6 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (kmemtrace::on_free()) return kmem_free_traced(buf, size);
-  kmem_free_body(buf, size, 0);
+  if (kmemtrace::on_free()) return kmem_free_traced(buf, size, MM_ENTRY_CALLER());
+  kmem_free_body(buf, size, MM_ENTRY_CALLER());
 }

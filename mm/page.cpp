@@ -809,14 +809,14 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_traced(uint64_t pa
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
 }
-// page_free's tail calls (two arguments fewer than the functions they call,
-// so that 32-bit ARM passes them in registers and can jump): the caller is
-// our own return address.
-__attribute__((noinline)) void free_pa_of_api(uint64_t pa, unsigned order) {
-  free_pa(pa, order, nullptr, caller_address());
+// page_free's tail calls (an argument fewer than the functions they call,
+// so that 32-bit ARM passes them in registers and can jump); caller 0: our
+// own return address (MM_ENTRY_CALLER).
+__attribute__((noinline)) void free_pa_of_api(uint64_t pa, unsigned order, uintptr_t caller) {
+  free_pa(pa, order, nullptr, caller ? reinterpret_cast<void*>(caller) : caller_address());
 }
-__attribute__((noinline, cold)) void free_traced_of_api(uint64_t pa, unsigned order) {
-  free_traced(pa, order, nullptr, caller_address());
+__attribute__((noinline, cold)) void free_traced_of_api(uint64_t pa, unsigned order, uintptr_t caller) {
+  free_traced(pa, order, nullptr, caller ? reinterpret_cast<void*>(caller) : caller_address());
 }
 }  // namespace
 
@@ -836,16 +836,17 @@ void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
 // The functions themselves (mm/page.h): calls that do not go through the
 // macros are counted at these functions' own tags.
 MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmflag) {
-  if (kmemtrace::on()) return alloc_traced(order, kmflag, nullptr, MM_ALLOC_TAG_INDIRECT(kPage));
+  if (kmemtrace::on())
+    return alloc_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
   if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
-  return alloc_slow(order, kmflag, nullptr);
+  return alloc_slow(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()));
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
-  if (kmemtrace::on_free()) return free_traced_of_api(pa, order);
+  if (kmemtrace::on_free()) return free_traced_of_api(pa, order, MM_ENTRY_CALLER());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
-  return free_pa_of_api(pa, order);
+  return free_pa_of_api(pa, order, MM_ENTRY_CALLER());
 }
 
 MM_RESTARTABLE_TEXT void* (page_alloc_va)(unsigned order, int kmflag) {

@@ -46,6 +46,10 @@
 //   MM_FRAMELESS                          attribute for an entry point whose every
 //                                         call is a tail call: no frame pointer
 //                                         (kernel), nothing (host)
+//   MM_ENTRY_CALLER()                     the caller such an entry point passes
+//                                         on: 0 (kernel: the callee takes its own
+//                                         return address), its own return
+//                                         address (host)
 //   bool rseq_pop<kRounds, kLoaded, kSlot>(char* base, void*& out);
 //   RseqPush rseq_push<kRounds, kMagsize, kLoaded, kSlot>(char* base, void* obj);
 //   void rseq_inc<kOff>(char* base);      the magazine pop and push and a

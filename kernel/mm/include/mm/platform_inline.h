@@ -46,6 +46,10 @@ inline bool irqs_masked() { return !arch::irqs_enabled(); }
 // caller anyway. tests/kernel/image-check.sh checks that these functions
 // make no other call, which would break the frame-pointer chain.
 #define MM_FRAMELESS __attribute__((optimize("omit-frame-pointer")))
+// What such an entry point passes its out-of-line copies and slow paths as
+// its caller: 0, "take your own return address", which is the entry
+// point's caller because the call is a tail call (BOARD/frameless checks).
+#define MM_ENTRY_CALLER() uintptr_t{0}
 #if defined(ARCH_HAS_RSEQ)
 constexpr bool kRestartable = true;
 #define MM_RESTARTABLE_TEXT ARCH_RSEQ_TEXT

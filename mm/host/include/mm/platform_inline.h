@@ -17,6 +17,10 @@
 #include <mm/platform_norseq.h>
 
 #define MM_FRAMELESS  // the host keeps its frame pointers (sanitizers, perf)
+// The host's entry points pass their own return address: under the
+// sanitizers GCC may not make their calls tail calls, so the callee's own
+// return address would be the entry point.
+#define MM_ENTRY_CALLER() reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)))
 
 namespace mm::plat {
 
