@@ -300,8 +300,14 @@ bool table_empty(const L2Table* t) {
 
 // Removes the mappings of [va, end); page-aligned, end <= 4 GiB. Returns
 // false when a section needs splitting and no level-2 table is left (what
-// lies before va is unmapped by then).
-bool unmap_range(uint64_t va, uint64_t end) {
+// lies before va is unmapped by then). defer: a small page's entry is
+// cleared (and cleaned) without invalidating its translation, which
+// arch::tlb_sync() does for all of them at once (unmap_deferred's contract:
+// neither the addresses nor the pages are reused before it); level-1
+// entries are always invalidated at once, before a level-2 table is freed
+// for reuse (and that invalidation by address takes the table's walk-cache
+// entry with it).
+bool unmap_range(uint64_t va, uint64_t end, bool defer = false) {
   while (va < end) {
     uint32_t* slot = &arm_l1_table.e[va >> 20];
     uint64_t section_end = (va & ~(kSectionSize - 1)) + kSectionSize;
@@ -320,7 +326,13 @@ bool unmap_range(uint64_t va, uint64_t end) {
       auto* t = reinterpret_cast<L2Table*>(cur & kTableMask);
       for (uint64_t a = va; a < stop; a += kPageSize) {
         uint32_t* e = &t->e[(a >> 12) & (kL2Entries - 1)];
-        if (valid(load_entry(e))) clear_entry(e, a);
+        if (!valid(load_entry(e))) continue;
+        if (defer) {
+          *static_cast<volatile uint32_t*>(e) = 0;
+          clean_to_pou(e, sizeof *e);
+        } else {
+          clear_entry(e, a);
+        }
       }
       if (table_empty(t)) {
         // No walk can reach t once the level-1 entry is gone everywhere.
@@ -417,10 +429,30 @@ void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 const char* mmu_description() { return "ARMv7 short descriptors, 1M sections + 4K pages, 32-bit VA"; }
 
-// TLB invalidations here are broadcast to every core already (inner
-// shareable), and cheap: nothing to defer.
-void unmap_deferred(uintptr_t va, size_t size) { unmap(va, size); }
-void tlb_sync() {}
+// The heap's batched unmaps (segkmem's release batch): the entries go at
+// once, their translations all together in tlb_sync, one broadcast
+// TLBIALLIS instead of one TLBIMVAAIS per page (each of which QEMU's
+// multi-threaded TCG carries out by synchronising every vCPU).
+void unmap_deferred(uintptr_t va, size_t size) {
+  Guard<SpinLock, IrqSave> g(g_map_lock);
+  uint64_t start = align_down(va, kPageSize);
+  uint64_t end = align_up(uint64_t{va} + size, kPageSize);
+  if (end > kAddressSpace) end = kAddressSpace;
+  if (!unmap_range(start, end, true))
+    panic("arm: unmap [0x%llx, 0x%llx) cuts through a section and no level-2 table is left to split it",
+          static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
+}
+// Every core's TLB and branch predictors, after the cleared entries were
+// made visible to the walkers (clean_to_pou's dsb ish).
+void tlb_sync() {
+  if (!g_mmu_live) return;
+  asm volatile(
+      "dsb ish\n"
+      "mcr p15, 0, %0, c8, c3, 0\n"  // TLBIALLIS
+      "mcr p15, 0, %0, c7, c1, 6\n"  // BPIALLIS
+      "dsb ish\n isb" ::"r"(0)
+      : "memory");
+}
 
 // Static branches: nop <-> b (ARM state). Both are among the instructions
 // ARMv7 lets one core rewrite while others execute them (ARM DDI 0406C,

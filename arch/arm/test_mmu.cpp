@@ -228,6 +228,43 @@ KTEST(arm_map_translate_unmap_page_in_heap_window) {
   KEXPECT_EQ(arm::l2_tables_available(page_source), tables_before);
 }
 
+// The heap's batched unmap (unmap_deferred, then tlb_sync): the entries go
+// at once, the translations of every core by the tlb_sync; after it, this
+// core and another that had cached the translation fault on the address,
+// and the emptied level-2 table is back for reuse.
+KTEST(arm_unmap_deferred_then_tlb_sync_reaches_every_core) {
+  if (!tables_for_test(1, "arm_unmap_deferred_then_tlb_sync_reaches_every_core")) return;
+  const uintptr_t va = test_window();
+  const auto pa = reinterpret_cast<uintptr_t>(g_test_page);
+  KASSERT(unmapped(va, kSection));
+  bool page_source;
+  unsigned tables_before = arm::l2_tables_available(page_source);
+  KASSERT(arch::map(va, pa, 2 * kPageSize, arch::kMapRead | arch::kMapWrite));
+  auto* alias = reinterpret_cast<volatile uint32_t*>(va);
+  alias[3] = 0xdefe4;
+  KEXPECT_EQ(g_test_page[3], 0xdefe4u);
+  RemoteProbe rp{va, false, false};
+  unsigned other = cpu_id() == 0 ? 1 : 0;
+  bool remote = g_cpu_count > 1;
+  if (remote) {
+    smp::call_on(other, remote_read, &rp);
+    KEXPECT(rp.read_ok);
+  }
+  arch::unmap_deferred(va, 2 * kPageSize);
+  KEXPECT_EQ(arch::translate(va), 0u);  // the entries are gone at once
+  KEXPECT_EQ(arch::translate(va + kPageSize), 0u);
+  arch::tlb_sync();
+  KEXPECT(hw_translate(va, false) & kParFault);
+  uint32_t kept = g_test_page[0];
+  KEXPECT(arch::probe_write(va, 0xdead));
+  if (remote) {
+    smp::call_on(other, remote_probe_write, &rp);
+    KEXPECT(rp.faulted);
+  }
+  KEXPECT_EQ(g_test_page[0], kept);
+  KEXPECT_EQ(arm::l2_tables_available(page_source), tables_before);
+}
+
 KTEST(arm_unmap_splits_a_section) {
   if (!tables_for_test(1, "arm_unmap_splits_a_section")) return;
   const uintptr_t va = test_window() + kSection;  // 1 MiB-aligned
