@@ -234,29 +234,33 @@ KTEST(arm_map_translate_unmap_page_in_heap_window) {
 // and the emptied level-2 table is back for reuse.
 KTEST(arm_unmap_deferred_then_tlb_sync_reaches_every_core) {
   if (!tables_for_test(1, "arm_unmap_deferred_then_tlb_sync_reaches_every_core")) return;
-  const uintptr_t va = test_window();
+  // Two pages of the window, both onto the test page. Unmapping both empties
+  // the level-2 table, whose level-1 entry is invalidated at once by the
+  // first page's address: the second page's translation is the one only
+  // tlb_sync removes, so that is the one probed.
+  const uintptr_t va = test_window(), va2 = va + kPageSize;
   const auto pa = reinterpret_cast<uintptr_t>(g_test_page);
   KASSERT(unmapped(va, kSection));
   bool page_source;
   unsigned tables_before = arm::l2_tables_available(page_source);
-  KASSERT(arch::map(va, pa, 2 * kPageSize, arch::kMapRead | arch::kMapWrite));
-  auto* alias = reinterpret_cast<volatile uint32_t*>(va);
-  alias[3] = 0xdefe4;
+  KASSERT(arch::map(va, pa, kPageSize, arch::kMapRead | arch::kMapWrite));
+  KASSERT(arch::map(va2, pa, kPageSize, arch::kMapRead | arch::kMapWrite));
+  reinterpret_cast<volatile uint32_t*>(va2)[3] = 0xdefe4;  // this core caches it
   KEXPECT_EQ(g_test_page[3], 0xdefe4u);
-  RemoteProbe rp{va, false, false};
+  RemoteProbe rp{va2, false, false};
   unsigned other = cpu_id() == 0 ? 1 : 0;
   bool remote = g_cpu_count > 1;
   if (remote) {
-    smp::call_on(other, remote_read, &rp);
+    smp::call_on(other, remote_read, &rp);  // and so does another
     KEXPECT(rp.read_ok);
   }
   arch::unmap_deferred(va, 2 * kPageSize);
   KEXPECT_EQ(arch::translate(va), 0u);  // the entries are gone at once
-  KEXPECT_EQ(arch::translate(va + kPageSize), 0u);
+  KEXPECT_EQ(arch::translate(va2), 0u);
   arch::tlb_sync();
-  KEXPECT(hw_translate(va, false) & kParFault);
+  KEXPECT(hw_translate(va2, false) & kParFault);
   uint32_t kept = g_test_page[0];
-  KEXPECT(arch::probe_write(va, 0xdead));
+  KEXPECT(arch::probe_write(va2, 0xdead));
   if (remote) {
     smp::call_on(other, remote_probe_write, &rp);
     KEXPECT(rp.faulted);
