@@ -26,7 +26,10 @@
 //    on any core, and its translation invalidated on every core in the
 //    inner-shareable domain (TLBIMVAAIS: every mapping is global, so
 //    "all ASIDs" and "this ASID" remove the same entries) before the next
-//    value is written. map() and unmap() serialise on g_map_lock;
+//    value is written. unmap_deferred() (the heap's release batches) leaves
+//    the small pages' invalidations to tlb_sync(), one TLBIALLIS for the
+//    batch: nothing maps those addresses or reuses those pages before it.
+//    map() and unmap() serialise on g_map_lock;
 //    translate() reads the live tables without it, like the hardware walker.
 // 6. Ordering. Every live entry is read once (a volatile or single-copy-
 //    atomic 32-bit load) and worked on as a copy, and written with one
