@@ -194,7 +194,7 @@ kmem_cache_t* internal_cache(size_t size) {
   return (size_t{1} << shift) >= size ? g_internal[shift - kInternalMinShift] : nullptr;
 }
 
-// Marks (or, with sp null, unmarks) the heap pages of a slab's memory in
+// Marks (on) or unmarks (off) the heap pages of slab sp's memory in
 // the page index. Pages of integer arenas have no descriptor: nothing to do.
 // Readers hold no lock: slab_of_heap_address and kmem_whatis (acquire the
 // flag, then load owner), and the off-slab owner check of kmem_fastpath.h
@@ -205,19 +205,20 @@ kmem_cache_t* internal_cache(size_t size) {
 // clear may load owner after it whatever the stores' order, so readers
 // take g_no_owner as "no slab" (and a Slab being destroyed under a reader
 // of an arbitrary address is the reader's race: no answer is right).
-void mark_slab_pages(kmem_cache_t* cp, uintptr_t mem, Slab* sp) {
+void mark_slab_pages(kmem_cache_t* cp, Slab* sp, bool on) {
   if (cp->owner_check == kOwnerNone) return;
-  for (uintptr_t va = mem; va < mem + cp->slab_size; va += kPageBytes) {
+  for (uintptr_t va = sp->mem; va < sp->mem + cp->slab_size; va += kPageBytes) {
     Page* p = segkmem_page_of(va);
     if (!p) continue;
     // p->flags is ours to read plainly: nobody else writes a slab page's.
-    if (sp) {
-      // Fresh from vmem: no slab and no large allocation may own it still
-      // (a range handed out twice, caught where it starts).
-      if (__builtin_expect((p->flags & (kPageSlab | kPageLarge)) || p->owner != g_no_owner, 0))
-        plat::fatal("kmem: slab 0x%lx of '%s' got heap page 0x%lx, which is still owned (flags 0x%x, owner %p)",
-                    static_cast<unsigned long>(mem), cp->name, static_cast<unsigned long>(va), unsigned{p->flags},
-                    p->owner);
+    // Fresh from vmem, no slab and no large allocation may own the page
+    // still; going back, it must be this slab's (a range handed out twice,
+    // caught where it starts or ends).
+    if (__builtin_expect(on ? (p->flags & (kPageSlab | kPageLarge)) || p->owner != g_no_owner : p->owner != sp, 0))
+      plat::fatal("kmem: slab 0x%lx of '%s' %s heap page 0x%lx, owned by %p (flags 0x%x)",
+                  static_cast<unsigned long>(sp->mem), cp->name, on ? "got" : "gives back", static_cast<unsigned long>(va),
+                  p->owner, unsigned{p->flags});
+    if (on) {
       __atomic_store_n(&p->owner, static_cast<void*>(sp), __ATOMIC_RELEASE);
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags | kPageSlab), __ATOMIC_RELEASE);
     } else {
@@ -275,7 +276,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   if (cp->debug) debug_slab_init(cp, sp);
   sp->leak = cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED) ? leak_slab_alloc(sp->chunks) : nullptr;
   sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(sp->chunks) : nullptr;
-  mark_slab_pages(cp, sp->mem, sp);
+  mark_slab_pages(cp, sp, true);
   return sp;
 }
 
@@ -286,12 +287,7 @@ void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   if (__builtin_expect(sp->refcnt != 0, 0))
     plat::fatal("kmem: slab 0x%lx of '%s' destroyed with %u buffers in use", static_cast<unsigned long>(sp->mem),
                 cp->name, static_cast<unsigned>(sp->refcnt));
-  if (cp->owner_check != kOwnerNone)
-    for (uintptr_t va = sp->mem; va < sp->mem + cp->slab_size; va += kPageBytes)
-      if (Page* p = segkmem_page_of(va); p && p->owner != sp)
-        plat::fatal("kmem: slab 0x%lx of '%s' destroyed, but its heap page 0x%lx names owner %p", 
-                    static_cast<unsigned long>(sp->mem), cp->name, static_cast<unsigned long>(va), p->owner);
-  mark_slab_pages(cp, sp->mem, nullptr);
+  mark_slab_pages(cp, sp, false);
   if (sp->leak) leak_slab_free(sp->leak);
   if (sp->tags) prof_tags_free(sp->tags, sp->chunks);
   if (cp->offslab) internal_free(sp, cp->header_bytes);
