@@ -7,16 +7,22 @@
 //    under .rodata). Nothing registers at run time: a tag is its index in
 //    the section (a tag's size is its alignment, so the section is an
 //    array). The tags are read-only; their counters are not in them.
-// 2. Counters: per CPU slot an array of {bytes, calls}, one per tag,
-//    allocated the first time counting is switched on (never from the
-//    allocation path), and made visible to every CPU before counting can
-//    start (counters_ready). A CPU adds to its own slot with interrupts
-//    masked: plain adds in the kernel; atomic adds on the host, where
-//    threads beyond kMaxCpus share a slot. Reading sums the slots; a CPU's
-//    figure may be negative (it freed what another allocated), the sum is
-//    not. (On 32-bit ARM a reader may see a 64-bit sum torn by an add in
-//    flight: a figure off for one print, never a count lost.)
-// 3. Each object remembers its tag as a 32-bit reference (tag index + 1,
+// 2. Counters: per CPU slot an array of one 64-bit word per tag, live
+//    bytes + live calls * 2^36 (alloc_tag_internal.h, kCallsShift), so that
+//    counting an object is one add; allocated the first time counting is
+//    switched on (never from the allocation path), and made visible to
+//    every CPU before counting can start (counters_ready). A CPU adds to
+//    its own slot: on kmem's fast paths in a restartable section (the
+//    add's store is its commit: kernel/rseq.h), elsewhere with interrupts
+//    masked; atomic adds on the host, where threads beyond kMaxCpus share
+//    a slot. Reading sums the slots modulo 2^64 and splits the sum, bytes
+//    taken as the signed remainder: exact while a tag's live bytes are
+//    within +-2^35 (32 GiB) and its live calls within +-2^27; a CPU's own
+//    word may be anything (it freed what another allocated). (On 32-bit
+//    ARM a reader may see a word torn by an add in flight: a figure off
+//    for one print, never a count lost.)
+// 3. Each object remembers its tag as a 32-bit reference (the tag's
+//    address over its size, truncated: alloc_tag_internal.h, prof_ref;
 //    0: none): slab buffers of heap caches in an array beside their slab
 //    (kmem_slab.cpp, allocated with the slab unless the mode is never),
 //    page blocks in an array after the page descriptors (page.cpp), vmem
@@ -59,11 +65,17 @@ namespace mm {
 
 uint32_t g_prof_counting;  // word-sized: a plain load on every arch
 uint32_t g_prof_freeing;
-TagCounter* g_prof_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
-uintptr_t g_prof_tags;
+int64_t* g_prof_counters[plat::kCpuSlots];  // set once, before counting starts; never freed
+uint32_t g_prof_ref0;
 uint32_t g_prof_ntags;
 
 namespace {
+
+#if defined(MM_KERNEL)
+constexpr bool kKernel = true;  // prof_index does not truncate
+#else
+constexpr bool kKernel = false;
+#endif
 
 // Switching, and the counters' allocation, one caller at a time: a flag
 // spun on with interrupts as they are, not a spinlock, because switching
@@ -105,13 +117,22 @@ size_t tag_count() {
 bool counters_ready() {
   if (g_prof_counters[0]) return true;
   size_t n = tag_count();
-  size_t bytes = (n ? n : 1) * sizeof(TagCounter);
+  // The references must be a range that neither wraps nor holds 0 (an
+  // image whose alloc_tags section straddles a multiple of 2^32 tags'
+  // addresses: only conceivable on a 64-bit host).
+  uint32_t ref0 = n ? prof_ref(__start_alloc_tags) : 1;
+  if (ref0 == 0 || uint64_t{ref0} + n > (uint64_t{1} << 32) ||
+      (kKernel && reinterpret_cast<uintptr_t>(__stop_alloc_tags) >> kTagShift > (uint64_t{1} << 32))) {
+    plat::log("allocinfo: the alloc_tags section at %p cannot be named by 32-bit references", __start_alloc_tags);
+    return false;
+  }
+  size_t bytes = (n ? n : 1) * sizeof(int64_t);
   unsigned order = 0;
   while ((kPageBytes << order) < bytes && order < kMaxOrder) order++;
   if ((kPageBytes << order) < bytes) return false;
-  TagCounter* got[plat::kCpuSlots];
+  int64_t* got[plat::kCpuSlots];
   for (unsigned c = 0; c < plat::kCpuSlots; c++) {
-    got[c] = static_cast<TagCounter*>(page_alloc_va(order, KM_SLEEP));
+    got[c] = static_cast<int64_t*>(page_alloc_va(order, KM_SLEEP));
     if (!got[c]) {
       while (c) page_free_va(got[--c], order);
       return false;
@@ -129,7 +150,7 @@ bool counters_ready() {
   g_rows = rows;
   g_rows_order = rows_order;
   g_counter_order = order;
-  g_prof_tags = reinterpret_cast<uintptr_t>(__start_alloc_tags);
+  g_prof_ref0 = ref0;
   g_prof_ntags = static_cast<uint32_t>(n);
   // The counting paths load g_prof_counting relaxed, then these (plain
   // loads: no acquire on the allocation path), and a control dependency
@@ -139,6 +160,7 @@ bool counters_ready() {
   // platform's on_each_cpu). Once, at the first switch-on; they never
   // change after.
   for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_prof_counters[c], got[c], __ATOMIC_RELEASE);
+  if (kmem_prof_bases_set) kmem_prof_bases_set();  // every cache's per-CPU copies of the bases (kmem.cpp), before the cross-call below
   plat::on_each_cpu([](void*) {}, nullptr);
   return true;
 }
@@ -146,6 +168,11 @@ bool counters_ready() {
 }  // namespace
 
 // --- The allocators' side (alloc_tag_internal.h) ----------------------------------
+
+uintptr_t prof_counter_base(unsigned cpu) {
+  int64_t* c = __atomic_load_n(&g_prof_counters[cpu], __ATOMIC_ACQUIRE);
+  return c ? reinterpret_cast<uintptr_t>(c) - uintptr_t{g_prof_ref0} * sizeof(int64_t) : 0;
+}
 
 bool prof_records() { return __atomic_load_n(&g_mode, __ATOMIC_RELAXED) != ProfMode::kNever; }
 
@@ -233,14 +260,16 @@ size_t alloc_tag_count() { return tag_count(); }
 bool alloc_tag_read(size_t i, AllocTagCounts& out) {
   if (i >= tag_count()) return false;
   out.tag = &__start_alloc_tags[i];
-  out.bytes = 0;
-  out.calls = 0;
+  uint64_t sum = 0;  // modulo 2^64 (2)
   for (unsigned c = 0; c < plat::kCpuSlots; c++) {
-    const TagCounter* a = __atomic_load_n(&g_prof_counters[c], __ATOMIC_ACQUIRE);
+    const int64_t* a = __atomic_load_n(&g_prof_counters[c], __ATOMIC_ACQUIRE);
     if (!a) break;
-    out.bytes += __atomic_load_n(&a[i].bytes, __ATOMIC_RELAXED);
-    out.calls += static_cast<uint64_t>(__atomic_load_n(&a[i].calls, __ATOMIC_RELAXED));
+    sum += static_cast<uint64_t>(__atomic_load_n(&a[i], __ATOMIC_RELAXED));
   }
+  // calls: the sum over 2^36, rounded to nearest; bytes: what is left.
+  auto calls = static_cast<int64_t>(sum + (uint64_t{1} << (kCallsShift - 1))) >> kCallsShift;
+  out.calls = static_cast<uint64_t>(calls);
+  out.bytes = static_cast<int64_t>(sum - (static_cast<uint64_t>(calls) << kCallsShift));
   return true;
 }
 

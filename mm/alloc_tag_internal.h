@@ -21,62 +21,97 @@ inline bool prof_freeing() { return __atomic_load_n(&g_prof_freeing, __ATOMIC_RE
 // mode is not never)? Set before page_init.
 bool prof_records();
 
-// The counters: per CPU slot, one per tag (alloc_tag.cpp, 2). Set once,
-// before counting is first switched on (g_prof_counting's release orders
-// them before any counting path reads them).
-struct TagCounter {
-  int64_t bytes;
-  int64_t calls;
-};
-extern TagCounter* g_prof_counters[plat::kCpuSlots];
-extern uintptr_t g_prof_tags;   // the first tag's address
+// The counters: per CPU slot, one word per tag, live bytes and live calls
+// packed as bytes + calls * 2^kCallsShift (alloc_tag.cpp, 2), so that one
+// add counts an object: a restartable section on the fast paths (a single
+// store commits it). Set once, before counting is first switched on
+// (counters_ready's cross-call orders them before any counting path reads
+// them).
+constexpr unsigned kCallsShift = 36;
+constexpr int64_t kOneCall = int64_t{1} << kCallsShift;
+constexpr int64_t prof_delta(uint64_t bytes) { return static_cast<int64_t>(bytes) + kOneCall; }
+extern int64_t* g_prof_counters[plat::kCpuSlots];
+
+// A reference names a tag by its address over its size (its alignment):
+// (uint32_t)(tag >> kTagShift), 0 for none, so that a fast path turns a
+// tag into its reference with one shift, and a reference into its counter
+// with one add to a biased base (prof_counter_base). The tags of the image
+// are the references g_prof_ref0 .. g_prof_ref0 + g_prof_ntags - 1
+// (counters_ready refuses an image where that range wraps or holds 0).
+constexpr unsigned kTagShift = __builtin_ctz(sizeof(AllocTag));
+inline uint32_t prof_ref(const AllocTag* tag) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(tag) >> kTagShift);
+}
+// The counter index of tag: its reference, which in the kernel is the
+// untruncated shift (counters_ready checks that its tags lie below 2^32
+// references), so that no zero-extension follows it.
+inline uintptr_t prof_index(const AllocTag* tag) {
+#if defined(MM_KERNEL)
+  return reinterpret_cast<uintptr_t>(tag) >> kTagShift;
+#else
+  return prof_ref(tag);
+#endif
+}
+extern uint32_t g_prof_ref0;
 extern uint32_t g_prof_ntags;
+// cpu's counter of reference ref is at base + ref * 8, base being this
+// (0 until the counters exist): what the kmem fast paths keep per CPU.
+uintptr_t prof_counter_base(unsigned cpu);
+// The allocators' hook features beside profiling's, on allocation and on
+// free (hooks.cpp): while 0, a hooked call is there for profiling alone
+// and takes its profiled fast path (kmem_fastpath.h, 7).
+extern uint32_t g_alloc_hooks_beside_prof;
+extern uint32_t g_free_hooks_beside_prof;
+// Kernel: plain loads of an aligned word (single-copy atomic on every arch),
+// which GCC folds into one load where an __atomic one takes an address
+// add first; the host's are relaxed atomics.
+#if defined(MM_KERNEL)
+inline bool alloc_hooks_beside_prof() { return g_alloc_hooks_beside_prof != 0; }
+inline bool free_hooks_beside_prof() { return g_free_hooks_beside_prof != 0; }
+#else
+inline bool alloc_hooks_beside_prof() { return __atomic_load_n(&g_alloc_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
+inline bool free_hooks_beside_prof() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
+#endif
+
+// Sets every cache's per-CPU copies of those bases (kmem.cpp), once the
+// counters exist; a cache created later copies them itself. Weak: vmem
+// and the page allocator also build without kmem (a host test does).
+__attribute__((weak)) void kmem_prof_bases_set();
 
 // Counts an object of bytes at tag on this CPU; returns the reference the
-// object keeps (tag index + 1), or 0 if tag is not one of this image's
-// (then nothing was counted). The kernel's counters are each CPU's own and
-// updated with interrupts masked, plain adds; the host's last slot is
-// shared by threads beyond kMaxCpus, so its adds are atomic.
-__attribute__((always_inline)) inline uint32_t prof_charge_masked(const AllocTag* tag, uint64_t bytes) {
-  uintptr_t i = (reinterpret_cast<uintptr_t>(tag) - g_prof_tags) / sizeof(AllocTag);
-  if (__builtin_expect(i >= g_prof_ntags, 0)) return 0;  // null, or not a tag of this image
-  TagCounter& c = g_prof_counters[plat::cpu_slot()][i];
+// object keeps, or 0 if tag is not one of this image's (then nothing was
+// counted). The kernel's counters are each CPU's own and updated with
+// interrupts masked, plain adds; the host's last slot is shared by threads
+// beyond kMaxCpus, so its adds are atomic.
+__attribute__((always_inline)) inline void prof_add_masked(uint32_t ref, int64_t delta) {
+  int64_t& c = g_prof_counters[plat::cpu_slot()][ref - g_prof_ref0];
 #if defined(MM_KERNEL)
-  c.bytes += static_cast<int64_t>(bytes);
-  c.calls++;
+  c += delta;
 #else
-  __atomic_fetch_add(&c.bytes, static_cast<int64_t>(bytes), __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c.calls, int64_t{1}, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c, delta, __ATOMIC_RELAXED);
 #endif
-  return static_cast<uint32_t>(i) + 1;
+}
+__attribute__((always_inline)) inline uint32_t prof_charge_masked(const AllocTag* tag, uint64_t bytes) {
+  uint32_t ref = prof_ref(tag);
+  if (__builtin_expect(ref - g_prof_ref0 >= g_prof_ntags, 0)) return 0;  // null, or not a tag of this image
+  prof_add_masked(ref, prof_delta(bytes));
+  return ref;
 }
 // The same with interrupts as they are (masks them in the kernel).
 uint32_t prof_charge(const AllocTag* tag, uint64_t bytes);
 // Adds calls allocations of no bytes to the tag of ref (interrupts masked):
 // one allocation became several (page_split).
 __attribute__((always_inline)) inline void prof_recount_masked(uint32_t ref, int64_t calls) {
-  if (__builtin_expect(ref - 1 >= g_prof_ntags, 0)) return;
-  TagCounter& c = g_prof_counters[plat::cpu_slot()][ref - 1];
-#if defined(MM_KERNEL)
-  c.calls += calls;
-#else
-  __atomic_fetch_add(&c.calls, calls, __ATOMIC_RELAXED);
-#endif
+  if (__builtin_expect(ref - g_prof_ref0 >= g_prof_ntags, 0)) return;
+  prof_add_masked(ref, calls * kOneCall);
 }
 // Subtracts an object of bytes from the tag of ref (interrupts masked, as
 // prof_charge_masked); a ref that names no tag goes to prof_untagged.
 void prof_untagged(uint32_t ref, const char* what, const void* obj, uintptr_t caller);
 __attribute__((always_inline)) inline void prof_uncharge_masked(uint32_t ref, uint64_t bytes, const char* what,
                                                                 const void* obj, uintptr_t caller) {
-  if (__builtin_expect(ref - 1 >= g_prof_ntags, 0)) return prof_untagged(ref, what, obj, caller);
-  TagCounter& c = g_prof_counters[plat::cpu_slot()][ref - 1];
-#if defined(MM_KERNEL)
-  c.bytes -= static_cast<int64_t>(bytes);
-  c.calls--;
-#else
-  __atomic_fetch_sub(&c.bytes, static_cast<int64_t>(bytes), __ATOMIC_RELAXED);
-  __atomic_fetch_sub(&c.calls, int64_t{1}, __ATOMIC_RELAXED);
-#endif
+  if (__builtin_expect(ref - g_prof_ref0 >= g_prof_ntags, 0)) return prof_untagged(ref, what, obj, caller);
+  prof_add_masked(ref, -prof_delta(bytes));
 }
 // Subtracts an object of bytes from the tag of ref. A ref of 0 while
 // counting is on (the object was allocated while it was off, or freed

@@ -18,11 +18,29 @@ bool g_alloc_switch;  // the switches as last set, under g_lock
 bool g_free_switch;
 }  // namespace
 
+uint32_t g_alloc_hooks_beside_prof;
+uint32_t g_free_hooks_beside_prof;
+
+namespace {
+// The features beside profiling's, for the profiled fast paths
+// (alloc_tag_internal.h), under g_lock: set before a switch is flipped on
+// for them and cleared before it is flipped off, so a hooked path that
+// reads 0 (relaxed) runs while only profiling wants it, give or take the
+// event at the moment of the switch (as kmemtrace's own switch).
+void note_features() {
+  __atomic_store_n(&g_alloc_hooks_beside_prof, g_features & kFeaturesOnAlloc & ~unsigned{kFeatureProfile},
+                   __ATOMIC_RELAXED);
+  __atomic_store_n(&g_free_hooks_beside_prof, g_features & kFeaturesOnFree & ~unsigned{kFeatureProfileFree},
+                   __ATOMIC_RELAXED);
+}
+}  // namespace
+
 bool alloc_hooks_set(unsigned feature, bool on) {
   {
     Guard<> g(g_lock);
     if (on) g_features |= feature;
     else g_features &= ~feature;
+    note_features();
   }
   for (;;) {
     bool alloc_want, free_want, alloc_flip, ok;

@@ -218,6 +218,16 @@ void cache_free_struct(kmem_cache_t* cp) {
   meta_free(reinterpret_cast<void*>(page), 0);
 }
 
+// Allocation profiling's per-CPU counter bases, for the profiled fast
+// paths (kmem_fastpath.h, 7): only on-slab caches that keep references.
+// Under g_caches_lock, so that a cache created while the counters appear
+// gets them from one side or the other.
+void prof_bases_copy(kmem_cache_t* cp) {
+  assert_held(g_caches_lock);
+  if (!cp->profiled || cp->offslab) return;
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) cp->cpu[c].prof = prof_counter_base(c);
+}
+
 void unlink(kmem_cache_t* cp) {
   assert_held(g_caches_lock);
   if (cp->list_prev) cp->list_prev->list_next = cp->list_next;
@@ -376,6 +386,8 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   cp->tracked = !(cflags & (KMC_NOTRACK | KMC_QCACHE)) && heap_memory;
   cp->profiled = cp->tracked;  // the allocators' own caches (KMC_NOTRACK) take their references from the internal ladder
   cp->prof_recip = static_cast<uint32_t>(((uint64_t{1} << 32) + cp->chunk - 1) / cp->chunk);
+  cp->prof_shift = 63 - static_cast<uint32_t>(__builtin_clzll(cp->chunk));
+  cp->prof_delta = prof_delta(cp->chunk);
   if (cp->offslab) {
     cp->hash = cp->hash0;  // zeroed with the structure
     cp->hash_buckets = kmem_cache::kHash0Buckets;
@@ -387,6 +399,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   // thread (kmem_cache_create) or by kmem_init's release of g_ready
   // (magazine and size caches).
   Guard<> g(g_caches_lock);
+  prof_bases_copy(cp);  // under the lock: kmem_prof_bases_set sets them for the caches it finds linked
   cp->list_prev = g_caches_last;
   cp->list_next = nullptr;
   if (g_caches_last) g_caches_last->list_next = cp;
@@ -397,6 +410,11 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
 
 // ---------------------------------------------------------------------------
 // Set-up.
+
+void kmem_prof_bases_set() {
+  Guard<> g(g_caches_lock);
+  for (kmem_cache_t* cp = g_caches; cp; cp = cp->list_next) prof_bases_copy(cp);
+}
 
 namespace {
 // What vmem asks of kmem (vmem.h: VmemCacheLayer), registered at init.
@@ -563,11 +581,17 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_failslab(kmem_ca
 __attribute__((noinline)) void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag* tag) {
   if (!leak_stamping()) return prof_stamp_irq(cp, obj, tag);
   prof_stamp_irq(cp, obj, tag);
-  return leak_stamp(cp, obj, caller);
+  return leak_stamp(cp, obj, caller ? caller : caller_of_api());
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
-  prof_unstamp(cp, obj, caller ? caller : caller_of_api());
+  if (!caller) caller = caller_of_api();
+  prof_unstamp(cp, obj, caller);
   cache_free<true, false>(cp, obj, type, caller);
+}
+__attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+                                                const AllocTag* tag) {
+  if (type == kmemtrace::kTypeCache) requested = cp->bufsize;  // not loaded on the fast path
+  return alloc_slow_traced(cp, kmflag, type, requested, caller_of_api(), tag);
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {
@@ -654,6 +678,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cach
 }
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj,
                                                                                   uintptr_t caller) {
+  if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj);
   if (!caller) caller = caller_of_api();
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
@@ -666,9 +691,13 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int 
   return cache_alloc(cp, kmflag);
 }
 
-// The hooked copy itself (the macro's call lands here): no second call.
-MM_RESTARTABLE_TEXT void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
-  return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
+// The hooked copy itself (the macro's call lands here): the profiled fast
+// path while profiling alone has the hooks on (kmem_fastpath.h, 7), else
+// the traced copy.
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
+  if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
+    return cache_alloc_prof<kmemtrace::kTypeCache>(cp, kmflag, 0, tag);  // 0: the slow path's cp->bufsize
+  return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_cache_free(kmem_cache_t* cp, void* obj) {

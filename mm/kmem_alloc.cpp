@@ -137,8 +137,9 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
   return kmem_free_uncached(buf, size, caller);
 }
 
-// caller 0: tail-called by kmem_free, whose caller is our return address.
-MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size, uintptr_t caller) {
+// caller 0: tail-called by kmem_free (or kmem_free_traced), whose caller
+// is our return address.
+MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_hooked(void* buf, size_t size, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) {
@@ -153,6 +154,17 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_traced(void* buf, s
   if (__atomic_load_n(&g_ready, __ATOMIC_RELAXED) && size != 0)
     kmemtrace::note_free(kmemtrace::kTypeKmalloc, caller, buf);  // else refused below
   kmem_free_body(buf, size, caller);
+}
+
+// The hooked free: the profiled fast path on the size caches while
+// profiling alone has the free hooks on (kmem_fastpath.h, 7; a debugged
+// class has no magazines), else kmem_free_hooked.
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size,
+                                                                                 uintptr_t caller) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr && !cp->debug && !free_hooks_beside_prof(), 1))
+    return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf);
+  return kmem_free_hooked(buf, size, caller);
 }
 
 }  // namespace
@@ -217,13 +229,14 @@ MM_RESTARTABLE_TEXT void* (kmem_zalloc)(size_t size, int kmflag) {
   return p;
 }
 
-// The hooked copy itself on the size caches' path (the macro's call lands
-// here): no second call.
-MM_RESTARTABLE_TEXT void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
+// The hooked copy itself (the macro's call lands here): the profiled fast
+// path on the size caches while profiling alone has the hooks on
+// (kmem_fastpath.h, 7), else the traced copy.
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1))
-    return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_api(), tag);
-  return kmem_alloc_traced(size, kmflag, caller_of_api(), tag);
+  if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
+    return cache_alloc_prof<kmemtrace::kTypeKmalloc>(cp, kmflag, size, tag);
+  return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }
 
 void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {

@@ -88,6 +88,13 @@ struct alignas(64) CpuCache {
   int32_t held;     // size of the magazines this CPU holds (0: none)
   uintptr_t allocs;  // word-sized: a plain store on every arch (wraps on 32-bit)
   uintptr_t frees;
+  // Allocation profiling's counters of this CPU, biased so that a
+  // reference's counter is at prof + ref * 8 (alloc_tag_internal.h,
+  // prof_counter_base), for the profiled fast paths (kmem_fastpath.h, 7);
+  // 0 where they may not run: the counters are not there yet, or the
+  // cache keeps no references or is off-slab. Written under g_caches_lock
+  // before counting can reach the cache (kmem_prof_bases_set).
+  uintptr_t prof;
 };
 
 struct MagList {
@@ -194,6 +201,12 @@ struct kmem_cache {
   bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
   bool profiled;  // allocation profiling keeps tag references: as tracked (not the allocators' own)
   uint32_t prof_recip;  // ceil(2^32 / chunk): a buffer's index without a division (prof_slot)
+  // On-slab: a buffer's reference is entry (address % page) >> prof_shift
+  // of its slab's array (prof_shift: log2 of the largest power of two <=
+  // chunk, so no two buffers share an entry; the array has page >>
+  // prof_shift entries, fewer than 2 per buffer).
+  uint32_t prof_shift;
+  int64_t prof_delta;  // prof_delta(chunk): what one buffer adds to its tag's counter
 
   // Debug modes (kmem_debug.cpp): KMF_ flags, 0 for none. A debugged cache
   // has KMC_NOMAGAZINE set and a BufTag at tag_off in every buffer.

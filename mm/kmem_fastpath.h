@@ -21,8 +21,8 @@
 //    magazine, and an interior pointer into a buffer of the right cache,
 //    are caught when the buffer reaches the slab layer (kmem.cpp's theory,
 //    section 6, says why, with the measurements).
-// 4. The hooked copies (kTraced: taken while any allocator hook is on,
-//    mm/hooks.h) record a kmemtrace event, if tracing is on, inside the
+// 4. The hooked copies (kTraced: taken while an allocator hook other than
+//    profiling's is on, mm/hooks.h; profiling alone: 7) record a kmemtrace event, if tracing is on, inside the
 //    masked region on the magazine path (trace/record.h: no second masking,
 //    no call); allocation profiling's stamp and kmemleak's are written
 //    afterwards, and profiling's reference is taken off a buffer before its
@@ -50,6 +50,21 @@
 //    record; while it does, they mask (its record in its ring is no single
 //    store, and it must be in the ring before the buffer can be handed out
 //    again).
+// 7. The profiled fast paths (cache_alloc_prof, cache_free_prof): while
+//    allocation profiling is the only feature with the hooks on
+//    (alloc_tag_internal.h, alloc_hooks_beside_prof: one load of a word
+//    the hooks switch keeps), the tagged entry points and the hooked frees
+//    of kmem_cache and kmem_alloc run the magazine pop and push above,
+//    and around them the buffer's reference (a store to, or a load and a
+//    clear of, its slab's entry: kmem_cache.h, prof_shift) and one add to
+//    its tag's counter on this CPU (a section of its own: load, add, the
+//    store as commit; masked on 32-bit ARM, where the counter is two
+//    words). The counters' base is per CPU in the cache (CpuCache::prof),
+//    0 where the fast path may not go: then the hooked copies' stamps run,
+//    as for off-slab caches. Unlike those stamps, the fast free does not
+//    check that the pointer is a buffer's start, as the magazine path does
+//    not (3): an interior pointer takes the reference of the buffer it
+//    points into (or of the next), before the slab layer reports it.
 #pragma once
 #include <cstddef>
 #include <mm/failslab.h>
@@ -118,6 +133,62 @@ __attribute__((always_inline)) inline char* cpu_base(kmem_cache_t* cp) {
 // starts or stops by an event: trace/kmemtrace.h).
 constexpr bool kTracing = plat::kRestartable;
 
+// The magazine pop of the paths that do not record a kmemtrace event: a
+// restartable section (6), or masked where there is none; then the CPU's
+// count. base: cpu_base(cp). False, with nothing done, when the loaded
+// magazine is empty.
+__attribute__((always_inline)) inline bool magazine_pop(kmem_cache_t* cp, char* base, void*& obj) {
+  if constexpr (plat::kRestartable) {
+    if (__builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, loaded),
+                                        offsetof(Magazine, slot)>(base, obj),
+                         1)) {
+      plat::rseq_inc<kCpuOff + offsetof(CpuCache, allocs)>(base);
+      return true;
+    }
+    return false;
+  } else {
+    (void)base;
+    auto s = plat::irq_save();
+    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    bool hit = __builtin_expect(cc->rounds > 0, 1);
+    if (hit) {
+      obj = cc->loaded->slot[cc->rounds--];
+      cc->allocs++;
+    }
+    plat::irq_restore(s);
+    return hit;
+  }
+}
+
+// The magazine push of the same paths, after the owner check: kRseqPushed
+// (and counted), or kRseqFull / kRseqOnTop (obj is on top already: freed
+// twice in a row) with nothing done.
+__attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t* cp, char* base, void* obj) {
+  if constexpr (plat::kRestartable) {
+    plat::RseqPush r = plat::rseq_push<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, magsize),
+                                       kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj);
+    if (__builtin_expect(r == plat::kRseqPushed, 1)) plat::rseq_inc<kCpuOff + offsetof(CpuCache, frees)>(base);
+    return r;
+  } else {
+    (void)base;
+    auto s = plat::irq_save();
+    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    plat::RseqPush r = plat::kRseqFull;
+    if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
+      Magazine* m = cc->loaded;
+      if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {
+        r = plat::kRseqOnTop;
+      } else {
+        m->slot[++cc->rounds] = obj;
+        cc->frees++;
+        r = plat::kRseqPushed;
+      }
+    }
+    plat::irq_restore(s);
+    return r;
+  }
+}
+
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
 // untraced, and traced (kTraced) from their out-of-line traced copies:
 // then it records the event (type, requested, caller) as well, inside the
@@ -131,47 +202,40 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                                         const AllocTag* tag = nullptr) {
   if constexpr (kFailslab)
     if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller, tag);
-  // Interrupts stay on (6): the pop commits by its store of rounds, the
-  // count by its own store; an interrupt inside either rewinds it. Hooked,
-  // the same while kmemtrace does not record (kmemleak, profiling: their
-  // stamps come after the pop anyway).
-  if constexpr (plat::kRestartable) {
-    if (!kTraced || !kmemtrace::enabled()) {
-      char* base = cpu_base(cp);
+  if constexpr (!kTraced) {
+    void* obj;
+    if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
+    return alloc_slow(cp, kmflag);
+  } else {
+    // Interrupts stay on (6): the pop commits by its store of rounds, the
+    // count by its own store; an interrupt inside either rewinds it.
+    // Hooked, the same while kmemtrace does not record (kmemleak,
+    // profiling: their stamps come after the pop anyway).
+    if (plat::kRestartable && !kmemtrace::enabled()) {
       void* obj;
-      if (__builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, loaded),
-                                          offsetof(Magazine, slot)>(base, obj),
-                           1)) {
-        plat::rseq_inc<kCpuOff + offsetof(CpuCache, allocs)>(base);
-        if constexpr (kTraced) {
-          if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
-          if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
-        }
+      if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) {
+        if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
+        if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
         return obj;
       }
-      if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
-      return alloc_slow(cp, kmflag);
+      return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
     }
-  }
-  auto s = plat::irq_save();
-  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-  if (__builtin_expect(cc->rounds > 0, 1)) {
-    void* obj = cc->loaded->slot[cc->rounds--];
-    cc->allocs++;
-    if constexpr (kTraced)
+    auto s = plat::irq_save();
+    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    if (__builtin_expect(cc->rounds > 0, 1)) {
+      void* obj = cc->loaded->slot[cc->rounds--];
+      cc->allocs++;
       if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
-    plat::irq_restore(s);
-    if constexpr (kTraced) {
+      plat::irq_restore(s);
       if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
       if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
+      return obj;
     }
-    return obj;
+    plat::irq_restore(s);
+    return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
   }
-  plat::irq_restore(s);
-  if constexpr (kTraced) return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
-  return alloc_slow(cp, kmflag);
 }
 
 // The magazine layer's free. Always inlined into the public entry points:
@@ -190,19 +254,11 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
     return free_bad_owner(cp, obj, caller);
   }
-  if constexpr (plat::kRestartable) {
-    if (!kTraced || !kmemtrace::enabled()) {  // as in cache_alloc
-      char* base = cpu_base(cp);
-      plat::RseqPush r =
-          plat::rseq_push<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, magsize),
-                          kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj);
-      if (__builtin_expect(r == plat::kRseqPushed, 1)) {
-        plat::rseq_inc<kCpuOff + offsetof(CpuCache, frees)>(base);
-        return;
-      }
-      if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
-      return free_slow_entry(cp, obj, caller);
-    }
+  if (!kTraced || (plat::kRestartable && !kmemtrace::enabled())) {  // as in cache_alloc
+    plat::RseqPush r = magazine_push(cp, cpu_base(cp), obj);
+    if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
+    if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
+    return free_slow_entry(cp, obj, caller);
   }
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
@@ -212,19 +268,73 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
       plat::irq_restore(s);
       return free_twice(cp, obj, caller);
     }
-    if constexpr (kTraced)
-      if (kTracing || kmemtrace::enabled())
-        kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+    if (kTracing || kmemtrace::enabled())
+      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
     m->slot[++cc->rounds] = obj;
     cc->frees++;
     plat::irq_restore(s);
     return;
   }
-  if constexpr (kTraced)
-    if (kTracing || kmemtrace::enabled())
-      kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+  if (kTracing || kmemtrace::enabled())
+    kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
   plat::irq_restore(s);
   return free_slow_entry(cp, obj, caller);
+}
+
+// The profiled fast paths (7): the tagged entry points and the hooked
+// frees while allocation profiling is the only feature that wants the
+// hooks. The magazine pop and push as untraced, and between them and the
+// caller the buffer's reference and its tag's counter: the reference in
+// the entry of its slab's array that the address's offset in its page
+// names (kmem_cache.h, prof_shift), the counter added to in a restartable
+// section (plat::cpu_add_indexed) through this CPU's biased base, which
+// the cache keeps per CPU (CpuCache::prof: 0 for a cache that is off-slab
+// or keeps no references, and until the counters exist, which sends its
+// calls to the hooked copies' stamps). kType and requested only reach
+// the slow path (alloc_slow_prof).
+[[gnu::noinline]] void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+                                        const AllocTag* tag);
+template <uint8_t kType>
+__attribute__((always_inline)) inline void* cache_alloc_prof(kmem_cache_t* cp, int kmflag, size_t requested,
+                                                             const AllocTag* tag) {
+  char* base = cpu_base(cp);
+  void* obj;
+  if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) return alloc_slow_prof(cp, kmflag, kType, requested, tag);
+  uintptr_t counters = reinterpret_cast<CpuCache*>(base + kCpuOff)->prof;
+  if (__builtin_expect(!counters, 0)) return alloc_stamp(cp, obj, 0, tag);
+  auto a = reinterpret_cast<uintptr_t>(obj);
+  uint32_t* tags = onslab_header(a)->tags;
+  if (__builtin_expect(!tags, 0)) return obj;  // a slab refused its references: not counted (prof_refless_slabs)
+  // The tag is the call site's MM_ALLOC_TAG, one of this image's (the
+  // tagged entry points take no other): its reference names a counter.
+  uintptr_t ref = prof_index(tag);
+  tags[(a & (kPageBytes - 1)) >> cp->prof_shift] = static_cast<uint32_t>(ref);
+  plat::cpu_add_indexed(counters, ref, cp->prof_delta);
+  return obj;
+}
+
+// The free: the owner check, the reference taken off (a buffer without
+// one, allocated while profiling was off or freed twice, goes to the
+// hooked copy's free_unstamp, which reports it), then the push.
+template <uint8_t kType>
+__attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, void* obj) {
+  char* base = cpu_base(cp);
+  uintptr_t counters = reinterpret_cast<CpuCache*>(base + kCpuOff)->prof;
+  if (__builtin_expect(!counters, 0)) return free_unstamp(cp, obj, kType, 0);
+  auto a = reinterpret_cast<uintptr_t>(obj);
+  Slab* sp = onslab_header(a);  // counters: an on-slab cache
+  if (__builtin_expect(sp->cache != cp, 0)) return free_bad_owner(cp, obj, 0);
+  if (uint32_t* tags = sp->tags) {
+    uint32_t* slot = &tags[(a & (kPageBytes - 1)) >> cp->prof_shift];
+    uint32_t ref = *slot;
+    if (__builtin_expect(!ref, 0)) return free_unstamp(cp, obj, kType, 0);
+    *slot = 0;
+    plat::cpu_add_indexed<true>(counters, ref, cp->prof_delta);
+  }
+  plat::RseqPush r = magazine_push(cp, base, obj);
+  if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
+  if (r == plat::kRseqOnTop) return free_twice(cp, obj, 0);
+  return free_slow_entry(cp, obj, 0);
 }
 
 }  // namespace mm

@@ -163,6 +163,12 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
 // zeroed. A slab without them (the mode is never, or memory ran out) has
 // its buffers counted at no tag.
 uint64_t g_prof_refless;  // slabs made without references (memory ran out): their buffers are not counted
+// Entries: one per buffer off-slab (indexed from the slab's first buffer);
+// on-slab, one per 2^prof_shift bytes of the page (indexed by the
+// address's offset in it: kmem_cache.h, prof_shift).
+uint32_t prof_tag_entries(const kmem_cache_t* cp, const Slab* sp) {
+  return cp->offslab ? sp->chunks : static_cast<uint32_t>(kPageBytes >> cp->prof_shift);
+}
 uint32_t* prof_tags_alloc(uint32_t chunks) {
   size_t bytes = size_t{chunks} * sizeof(uint32_t);
   auto* t = static_cast<uint32_t*>(internal_alloc(bytes, KM_NOSLEEP));
@@ -275,7 +281,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   }
   if (cp->debug) debug_slab_init(cp, sp);
   sp->leak = cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED) ? leak_slab_alloc(sp->chunks) : nullptr;
-  sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(sp->chunks) : nullptr;
+  sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(prof_tag_entries(cp, sp)) : nullptr;
   mark_slab_pages(cp, sp, true);
   return sp;
 }
@@ -289,7 +295,7 @@ void slab_destroy(kmem_cache_t* cp, Slab* sp) {
                 cp->name, static_cast<unsigned>(sp->refcnt));
   mark_slab_pages(cp, sp, false);
   if (sp->leak) leak_slab_free(sp->leak);
-  if (sp->tags) prof_tags_free(sp->tags, sp->chunks);
+  if (sp->tags) prof_tags_free(sp->tags, prof_tag_entries(cp, sp));
   if (cp->offslab) internal_free(sp, cp->header_bytes);
   vmem_xfree(cp->arena, mem, cp->slab_size);
 }
@@ -715,11 +721,14 @@ __attribute__((always_inline)) inline uint32_t* prof_slot(const kmem_cache_t* cp
   Slab* sp = __builtin_expect(cp->offslab, 0) ? slab_of_heap_address(addr) : onslab_header(addr);
   if (!sp || !sp->tags || (kExact && (sp->cache != cp || addr < sp->base))) return nullptr;
   uintptr_t off = addr - sp->base;
-  // Exact for every buffer start: off * (2^32 / chunk + e) / 2^32 with
-  // 0 <= e < 1 is the index plus off * e / 2^32 < 1 (off < 2^32).
-  auto i = static_cast<uint32_t>((uint64_t{off} * cp->prof_recip) >> 32);
-  if (kExact && (i >= sp->chunks || i * cp->chunk != off)) return nullptr;  // past the slab, inside a buffer
-  return &sp->tags[i];
+  if (kExact || cp->offslab) {
+    // Exact for every buffer start: off * (2^32 / chunk + e) / 2^32 with
+    // 0 <= e < 1 is the index plus off * e / 2^32 < 1 (off < 2^32).
+    auto i = static_cast<uint32_t>((uint64_t{off} * cp->prof_recip) >> 32);
+    if (kExact && (i >= sp->chunks || i * cp->chunk != off)) return nullptr;  // past the slab, inside a buffer
+    if (cp->offslab) return &sp->tags[i];
+  }
+  return &sp->tags[(addr & (kPageBytes - 1)) >> cp->prof_shift];
 }
 }  // namespace
 uint64_t prof_refless_slabs() { return __atomic_load_n(&g_prof_refless, __ATOMIC_RELAXED); }

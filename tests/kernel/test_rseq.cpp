@@ -24,6 +24,13 @@
 // reference: the handler then only runs between operations) must give the
 // same balances and no rewind. Without the entry-time rewind the first run
 // fails (a buffer handed out twice, counts off).
+// With allocation profiling on and no other allocator hook (the suite run
+// with sysctl.vm.mem_profiling=1), the same run goes through the profiled
+// fast paths (mm/kmem_fastpath.h, 7), whose counter adds are sections too:
+// the handler and the code it interrupts allocate at the same call sites
+// (the site_* functions), so a lost add would leave a site's count off.
+// Each site must count exactly the buffers the handlers still hold, then
+// zero once they are freed.
 #include <kernel/arch.h>
 #include <kernel/console.h>
 #include <kernel/ktest.h>
@@ -31,6 +38,7 @@
 #include <kernel/rseq.h>
 #include <kernel/smp.h>
 #include <kernel/timer.h>
+#include <mm/alloc_tag.h>
 #include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
@@ -74,6 +82,29 @@ int ctor(void* buf, void*, int) {
   return 0;
 }
 
+// The call sites both the hammering and the handler allocate at (one tag
+// each: allocation profiling counts both at the same counter).
+constexpr uint32_t kSiteCacheLine = __LINE__ + 1;
+Buf* site_cache_alloc(int flags) { return static_cast<Buf*>(kmem_cache_alloc(g_cache, flags)); }
+constexpr uint32_t kSiteKmemLine = __LINE__ + 1;
+Buf* site_kmem_alloc(int flags) { return static_cast<Buf*>(kmem_alloc(kSize, flags)); }
+constexpr uint32_t kSitePageLine = __LINE__ + 1;
+Buf* site_page_alloc() { return static_cast<Buf*>(page_alloc_va(0, KM_NOSLEEP)); }
+constexpr uint32_t kSiteLines[] = {kSiteCacheLine, kSiteKmemLine, kSitePageLine};
+
+// Profiling counts at the sites: each must have calls live objects (and
+// their bytes: a 64-byte chunk, a page).
+void expect_site_counts(uint64_t calls) {
+  for (uint32_t line : kSiteLines) {
+    mm::AllocTagCounts c;
+    KEXPECT(mm::alloc_tag_find(__FILE__, line, c));
+    int64_t each = line == kSitePageLine ? int64_t{mm::kPageBytes} : int64_t{kSize};
+    KEXPECT_EQ(c.calls, calls);
+    KEXPECT_EQ(c.bytes, static_cast<int64_t>(calls) * each);
+  }
+}
+bool profiling() { return mm::prof_mode() == mm::ProfMode::kOn; }
+
 // Taken: the marker must not say in use (kmem_alloc buffers start with
 // whatever the last user left: anything but kInUse).
 void take(Buf* b) {
@@ -89,9 +120,9 @@ void tick() {
   bool fill = (s.interrupts / 8) % 2 == 0;
   for (int k = 0; k < 3; k++) {
     if (fill && s.n < kStash) {
-      auto* a = static_cast<Buf*>(kmem_cache_alloc(g_cache, KM_NOSLEEP));
-      auto* b = static_cast<Buf*>(kmem_alloc(kSize, KM_NOSLEEP));
-      auto* pg = static_cast<Buf*>(page_alloc_va(0, KM_NOSLEEP));
+      Buf* a = site_cache_alloc(KM_NOSLEEP);
+      Buf* b = site_kmem_alloc(KM_NOSLEEP);
+      Buf* pg = site_page_alloc();
       if (!a || !b || !pg) {  // fault injection: give back what came
         if (a) kmem_cache_free(g_cache, a);
         if (b) kmem_free(b, kSize);
@@ -168,9 +199,9 @@ void hammer(void* arg) {
     unsigned n = 1 + (x >> 8) % kBurst;
     for (unsigned i = 0; i < n; i++) {
       maybe_masked([&] {
-        a[i] = static_cast<Buf*>(kmem_cache_alloc(g_cache, KM_SLEEP));
-        b[i] = static_cast<Buf*>(kmem_alloc(kSize, KM_SLEEP));
-        pg[i] = i < kPageBurst ? static_cast<Buf*>(page_alloc_va(0, KM_NOSLEEP)) : nullptr;
+        a[i] = site_cache_alloc(KM_SLEEP);
+        b[i] = site_kmem_alloc(KM_SLEEP);
+        pg[i] = i < kPageBurst ? site_page_alloc() : nullptr;
       });
       take(a[i]);
       take(b[i]);
@@ -212,6 +243,7 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   g_masked_cores.store(0);
   for (auto& s : g_stash) s = Stash{};
   uint64_t errors = mm::error_count();
+  uint64_t untagged = mm::prof_untagged_frees();
   mm::PageStats ps;
   mm::page_stats(ps);
   uint64_t bad_page_frees = ps.bad_frees;
@@ -259,6 +291,7 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   KEXPECT_EQ(st.frees, frees);
   KEXPECT_EQ(st.allocs - st.frees, held + failed);
   KEXPECT_EQ(st.buf_inuse, held);
+  if (profiling()) expect_site_counts(held);
   for (unsigned c = 0; c < g_cpu_count; c++) {
     Stash& s = g_stash[c];
     for (unsigned i = 0; i < s.n; i++) {
@@ -274,6 +307,10 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   mm::kmem_cache_stats(g_cache, st);
   KEXPECT_EQ(st.allocs, st.frees + st.alloc_fail + st.ctor_fail);
   KEXPECT_EQ(st.buf_inuse, 0u);
+  if (profiling()) {
+    expect_site_counts(0);
+    KEXPECT_EQ(mm::prof_untagged_frees(), untagged);  // every free found its reference
+  }
   KEXPECT(kmem_cache_destroy(g_cache));  // no live object: no round lost
   g_cache = nullptr;
   KEXPECT_EQ(mm::error_count(), errors);  // no double free at the slab layer
@@ -286,7 +323,9 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
 }  // namespace
 
 KTEST(rseq_magazines_survive_interrupts_that_allocate) {
-  bool restartable = rseq::table_size() > 0 && mm::alloc_hooks_features() == 0;
+  // Profiling alone keeps the magazine paths restartable (its fast paths).
+  constexpr unsigned kProfiling = mm::kFeatureProfile | mm::kFeatureProfileFree;
+  bool restartable = rseq::table_size() > 0 && (mm::alloc_hooks_features() & ~kProfiling) == 0;
   uint64_t rewinds = run(false, 300, restartable ? 20 : 0);
   if (restartable) KEXPECT(rewinds > 0);
   uint64_t reference = run(true, 150, 0);

@@ -152,4 +152,36 @@ __attribute__((always_inline)) inline void rseq_inc(char* base) {
       : "memory");
 }
 
+// The 64-bit word at base + 8 * index, plus d (minus d: kSub) (allocation profiling's
+// per-CPU counters: mm/alloc_tag.cpp, 2), with IRQs masked for the five
+// instructions: not a restartable section, whose commit is one store.
+// strd would be one, but an interrupt may abandon an strd half written
+// where SCTLR.FI (low interrupt latency) is set, which the kernel cannot
+// rule out everywhere (the bit is read-only to it under a hypervisor), and
+// the rerun would then add d to a half-updated word. %Q/%R: the low and
+// high registers of a 64-bit operand, an even/odd pair in ARM state, as
+// ldrd/strd want.
+template <bool kSub = false>
+__attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
+  uint32_t a, s;
+  uint64_t t;
+  asm volatile(
+      "   mrs   %[s], cpsr\n"
+      "   cpsid i\n"
+      "   add   %[a], %[base], %[i], lsl #3\n"
+      "   ldrd  %Q[t], %R[t], [%[a]]\n"
+      "   .if %c[sub]\n"
+      "   subs  %Q[t], %Q[t], %Q[d]\n"
+      "   sbc   %R[t], %R[t], %R[d]\n"
+      "   .else\n"
+      "   adds  %Q[t], %Q[t], %Q[d]\n"
+      "   adc   %R[t], %R[t], %R[d]\n"
+      "   .endif\n"
+      "   strd  %Q[t], %R[t], [%[a]]\n"
+      "   msr   cpsr_c, %[s]\n"
+      : [a] "=&r"(a), [s] "=&r"(s), [t] "=&r"(t)
+      : [base] "r"(base), [i] "r"(index), [d] "r"(d), [sub] "i"(kSub ? 1 : 0)
+      : "memory", "cc");
+}
+
 }  // namespace arch

@@ -147,4 +147,26 @@ __attribute__((always_inline)) inline void rseq_inc(char* base) {
       : "memory");
 }
 
+// The 64-bit word at base + 8 * index, plus d (minus d: kSub); the store
+// is the commit (allocation profiling's per-CPU counters:
+// mm/alloc_tag.cpp, 2).
+template <bool kSub = false>
+__attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
+  uint64_t a, t;
+  asm volatile(
+      "1: slli  %[a], %[i], 3\n"
+      "   add   %[a], %[a], %[base]\n"
+      "   ld    %[t], 0(%[a])\n"
+      "   .if %c[sub]\n"
+      "   sub   %[t], %[t], %[d]\n"
+      "   .else\n"
+      "   add   %[t], %[t], %[d]\n"
+      "   .endif\n"
+      "   sd    %[t], 0(%[a])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [a] "=&r"(a), [t] "=&r"(t)
+      : [base] "r"(base), [i] "r"(index), [d] "r"(d), [sub] "i"(kSub ? 1 : 0)
+      : "memory");
+}
+
 }  // namespace arch

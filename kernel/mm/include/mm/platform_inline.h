@@ -64,6 +64,20 @@ using arch::rseq_pop_pair;
 using arch::rseq_push_pair;
 #endif  // otherwise mm/platform_norseq.h
 
+// Adds d (subtracts it: kSub) to the 64-bit word at base + 8 * index, this CPU's (allocation
+// profiling's counters): a restartable section where the arch has one for
+// it, else with interrupts masked.
+template <bool kSub = false>
+__attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
+#if defined(ARCH_HAS_RSEQ)
+  arch::cpu_add_indexed<kSub>(base, index, d);
+#else
+  auto s = arch::irq_save();
+  reinterpret_cast<int64_t*>(base)[index] += kSub ? -d : d;
+  arch::irq_restore(s);
+#endif
+}
+
 using Lock = SpinLock;
 
 inline uint64_t cycles() { return arch::cycles(); }

@@ -115,6 +115,13 @@ inline bool irqs_masked() { return false; }
 
 // Restartable per-CPU sections: none on the host (mm/platform_norseq.h).
 
+// Adds d (subtracts it: kSub) to the 64-bit word at base + 8 * index (allocation profiling's
+// counters): atomic, since threads beyond kMaxCpus share the last slot.
+template <bool kSub = false>
+__attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
+  __atomic_fetch_add(reinterpret_cast<int64_t*>(base) + index, kSub ? -d : d, __ATOMIC_RELAXED);
+}
+
 // Set while this thread runs a stop_others fn (mm/host/platform.cpp): the
 // other CPUs' threads are stopped, possibly holding a lock, so a fn that
 // waits for one would wait forever. In debug builds (MM_DEBUG) Lock::lock()

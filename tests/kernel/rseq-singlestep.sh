@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# CTest BOARD/rseq-singlestep: the restartable sections' KTEST
+# (rseq_magazines_survive_interrupts_that_allocate) with QEMU translating
+# one guest instruction per block. QEMU's TCG takes an interrupt only
+# between translation blocks, which end at branches, so in a normal run an
+# interrupt never lands inside a section without a branch (a counter's
+# load, add and store) and a missing rewind there goes unseen; one
+# instruction per block lets it land anywhere. Two boots: the untraced
+# fast paths, then allocation profiling on from boot (the profiled fast
+# paths and their counter sections: the test then also checks the counts
+# at its call sites). Passes when both runs report the test passed, with
+# no failure, no panic, and the shell reached poweroff.
+#
+#   rseq-singlestep.sh QEMU_RUN BOARD BUILD_DIR [QEMU-RUN OPTIONS...]
+set -uo pipefail
+[[ $# -ge 3 ]] || { echo "usage: rseq-singlestep.sh QEMU_RUN BOARD BUILD_DIR [QEMU-RUN OPTIONS...]" >&2; exit 2; }
+run=$1 board=$2 build=$3
+shift 3
+# QEMU 8.1 and later spell it -accel tcg,one-insn-per-tb=on (and deprecate
+# -singlestep); the QEMU of Debian 12 knows only -singlestep.
+qemu=$("$run" "$board" --build-dir "$build" --dry-run | awk '{print $1}')
+if "$qemu" -help 2>/dev/null | grep -q one-insn-per-tb; then
+  one=(-accel tcg,one-insn-per-tb=on)
+else
+  one=(-singlestep)
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+fails=0
+bad() { echo "rseq-singlestep: $*"; fails=1; }
+for args in "" "sysctl.vm.mem_profiling=1"; do
+  what=${args:-"untraced"}
+  printf 'test rseq_magazines_survive_interrupts_that_allocate\npoweroff\n' |
+    "$run" "$board" --build-dir "$build" --timeout 240 --append "$args" "$@" -- "${one[@]}" >"$log" 2>&1
+  status=$?
+  sed -i 's/\r$//' "$log"
+  sed "s/^/[$what] /" "$log"
+  [[ $status -eq 0 ]] || bad "$what: the run exited with status $status"
+  grep -q '^PANIC' "$log" && bad "$what: the kernel panicked"
+  grep -q 'FAIL' "$log" && bad "$what: a check failed"
+  grep -q '^1 passed, 0 failed, 0 skipped' "$log" || bad "$what: the test did not pass"
+  grep -q '^powering off' "$log" || bad "$what: the shell did not reach poweroff"
+done
+[[ $fails -eq 0 ]] && echo "rseq-singlestep: PASS"
+exit $fails
