@@ -160,6 +160,7 @@ bool counters_ready() {
   // platform's on_each_cpu). Once, at the first switch-on; they never
   // change after.
   for (unsigned c = 0; c < plat::kCpuSlots; c++) __atomic_store_n(&g_prof_counters[c], got[c], __ATOMIC_RELEASE);
+  page_prof_bases_set();
   if (kmem_prof_bases_set) kmem_prof_bases_set();  // every cache's per-CPU copies of the bases (kmem.cpp), before the cross-call below
   plat::on_each_cpu([](void*) {}, nullptr);
   return true;

@@ -77,6 +77,8 @@ inline bool free_hooks_beside_prof() { return __atomic_load_n(&g_free_hooks_besi
 // counters exist; a cache created later copies them itself. Weak: vmem
 // and the page allocator also build without kmem (a host test does).
 __attribute__((weak)) void kmem_prof_bases_set();
+// The same for the page allocator's per-CPU caches (page.cpp).
+void page_prof_bases_set();
 
 // Counts an object of bytes at tag on this CPU; returns the reference the
 // object keeps, or 0 if tag is not one of this image's (then nothing was

@@ -588,10 +588,11 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp
   prof_unstamp(cp, obj, caller);
   cache_free<true, false>(cp, obj, type, caller);
 }
-__attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
+__attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, size_t requested,
                                                 const AllocTag* tag) {
-  if (type == kmemtrace::kTypeCache) requested = cp->bufsize;  // not loaded on the fast path
-  return alloc_slow_traced(cp, kmflag, type, requested, caller_of_api(), tag);
+  if (!requested)  // a kmem_cache_alloc: its size is not loaded on the fast path
+    return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
+  return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeKmalloc, requested, caller_of_api(), tag);
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {
@@ -696,7 +697,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int 
 // the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
-    return cache_alloc_prof<kmemtrace::kTypeCache>(cp, kmflag, 0, tag);  // 0: the slow path's cp->bufsize
+    return cache_alloc_prof(cp, kmflag, 0, tag);  // 0: a kmem_cache_alloc (alloc_slow_prof)
   return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

@@ -235,7 +235,7 @@ MM_RESTARTABLE_TEXT void* (kmem_zalloc)(size_t size, int kmflag) {
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
-    return cache_alloc_prof<kmemtrace::kTypeKmalloc>(cp, kmflag, size, tag);
+    return cache_alloc_prof(cp, kmflag, size, tag);
   return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

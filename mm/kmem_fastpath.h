@@ -290,16 +290,16 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
 // section (plat::cpu_add_indexed) through this CPU's biased base, which
 // the cache keeps per CPU (CpuCache::prof: 0 for a cache that is off-slab
 // or keeps no references, and until the counters exist, which sends its
-// calls to the hooked copies' stamps). kType and requested only reach
-// the slow path (alloc_slow_prof).
-[[gnu::noinline]] void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
-                                        const AllocTag* tag);
-template <uint8_t kType>
+// calls to the hooked copies' stamps). requested only reaches the slow
+// path (alloc_slow_prof): kmem_alloc's size, or 0 for a kmem_cache_alloc
+// (four arguments, so that 32-bit ARM passes them all in registers and
+// can jump there).
+[[gnu::noinline]] void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, size_t requested, const AllocTag* tag);
 __attribute__((always_inline)) inline void* cache_alloc_prof(kmem_cache_t* cp, int kmflag, size_t requested,
                                                              const AllocTag* tag) {
   char* base = cpu_base(cp);
   void* obj;
-  if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) return alloc_slow_prof(cp, kmflag, kType, requested, tag);
+  if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) return alloc_slow_prof(cp, kmflag, requested, tag);
   uintptr_t counters = reinterpret_cast<CpuCache*>(base + kCpuOff)->prof;
   if (__builtin_expect(!counters, 0)) return alloc_stamp(cp, obj, 0, tag);
   auto a = reinterpret_cast<uintptr_t>(obj);

@@ -89,6 +89,7 @@ struct HotBank {
   uint64_t base;    // physical address of the first frame
   uint64_t frames;  // 0 before page_init
   Page* pages;
+  uint32_t* tags;   // its allocation profiling references, or null (Bank::tags)
 };
 
 struct Allocator {
@@ -123,6 +124,10 @@ struct alignas(64) PageCache {
   uintptr_t drains;  // pages cache_drain took off it
   uintptr_t direct_allocs;  // allocations from the buddy lists
   uintptr_t direct_frees;   // frees to the buddy lists
+  // Allocation profiling's counters of this CPU, biased (kmem_cache.h,
+  // CpuCache::prof), for the profiled fast paths; 0 until they exist.
+  // Written by page_prof_bases_set before counting can start.
+  uintptr_t prof;
   CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
 };
 static_assert((sizeof(PageCache) & (sizeof(PageCache) - 1)) == 0, "a CPU's cache by a shift (page.h, kPageCacheSize)");
@@ -540,11 +545,8 @@ __attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
 // is neither empty nor full, while the reserve is full; false (nothing
 // done) for anything else, which free_pa then validates and handles. (Not
 // empty: the [kMaxCpus] slot an unclaimed thread reads is always empty.)
-__attribute__((always_inline)) inline bool free_fast(uint64_t pa) {
-  uint64_t i = hot_index(pa);
-  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;  // a hint (6)
-  Page* p = g.hot.pages + static_cast<size_t>(i);
-  if (__builtin_expect(!is_order0_head(p), 0)) return false;
+// The push of p (an allocated order-0 head of the hot bank) at pa.
+__attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
   if constexpr (plat::kRestartable) {
     p->flags = kPagePcp;
     p->count = 0;
@@ -575,6 +577,13 @@ __attribute__((always_inline)) inline bool free_fast(uint64_t pa) {
   }
   plat::irq_restore(s);
   return ok;
+}
+__attribute__((always_inline)) inline bool free_fast(uint64_t pa) {
+  uint64_t i = hot_index(pa);
+  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;  // a hint (6)
+  Page* p = g.hot.pages + static_cast<size_t>(i);
+  if (__builtin_expect(!is_order0_head(p), 0)) return false;
+  return cache_push(p, pa);
 }
 
 // --- Initialisation ---------------------------------------------------------
@@ -741,7 +750,7 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   const Bank* hot = &g.banks[0];
   for (unsigned i = 1; i < g.nbanks; i++)
     if (g.banks[i].end - g.banks[i].first > hot->end - hot->first) hot = &g.banks[i];
-  g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages};
+  g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages, hot->tags};
   note_reserve_level();
   g.ready = true;  // before any other CPU calls in
   plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
@@ -791,6 +800,49 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
   *slot = 0;
   prof_uncharge(ref, kPageBytes << order, "page_free", plat::phys_to_virt(pa), reinterpret_cast<uintptr_t>(caller));
 }
+// The profiled fast paths (mm/kmem_fastpath.h, 7): while allocation
+// profiling alone has the hooks on, single pages of the hot bank keep
+// their references and counts inline, around the page cache's pop and
+// push. A page of another bank takes prof_alloc's lookup; a free that is
+// not the fast free's (another bank, a full cache, no reference) goes to
+// the hooked copies, unless its reference is already off (then to the
+// untraced validated free, since nothing else is hooked).
+constexpr int64_t kPageDelta = prof_delta(kPageBytes);
+inline uintptr_t pcp_prof() { return g_pcp[plat::cpu_slot()].prof; }
+// False: pa is not the hot bank's, or the counters are not there yet
+// (prof_alloc's turn, out of line: the tagged entry points stay frameless).
+__attribute__((always_inline)) inline bool prof_alloc_fast(uint64_t pa, const AllocTag* tag) {
+  uintptr_t counters = pcp_prof();
+  uint64_t i = hot_index(pa);
+  if (__builtin_expect(!counters || i >= g.hot.frames, 0)) return false;  // counters: the tags exist (page_prof_bases_set)
+  uintptr_t ref = prof_index(tag);  // the call site's: one of this image's tags
+  g.hot.tags[i] = static_cast<uint32_t>(ref);
+  plat::cpu_add_indexed(counters, ref, kPageDelta);
+  return true;
+}
+__attribute__((noinline)) uint64_t prof_alloc_pa(uint64_t pa, const AllocTag* tag) {
+  prof_alloc(pa, 0, tag);
+  return pa;
+}
+__attribute__((noinline)) void* prof_alloc_va(uint64_t pa, const AllocTag* tag) {
+  prof_alloc(pa, 0, tag);
+  return plat::phys_to_virt(pa);
+}
+// 1: freed; 0: nothing done (the hooked free's turn); -1: the reference is
+// off and counted, the page still the caller's (the cache was full).
+__attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
+  uintptr_t counters = pcp_prof();
+  uint64_t i = hot_index(pa);
+  if (__builtin_expect(!counters || i >= load_relaxed(g_fast_frames), 0)) return 0;
+  Page* p = g.hot.pages + static_cast<size_t>(i);
+  if (__builtin_expect(!is_order0_head(p), 0)) return 0;
+  uint32_t* slot = &g.hot.tags[i];
+  uint32_t ref = *slot;
+  if (__builtin_expect(!ref, 0)) return 0;  // allocated while profiling was off: reported there
+  *slot = 0;
+  plat::cpu_add_indexed<true>(counters, ref, kPageDelta);
+  return cache_push(p, pa) ? 1 : -1;
+}
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
   if (!caller) caller = caller_address();
   uint64_t pa = alloc_body(order, kmflag, caller);
@@ -799,6 +851,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) uint64_t alloc_traced(unsign
   return pa;
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_va_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {
+  if (!caller) caller = caller_address();
   uint64_t pa = alloc_body(order, kmflag, caller);
   trace_alloc(pa, order, kmflag, caller);
   prof_alloc(pa, order, tag);
@@ -809,6 +862,9 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_traced(uint64_t pa
   trace_free(pa, caller);
   if (!(order == 0 && free_fast(pa))) free_pa(pa, order, va, caller);
 }
+// page_free's hooked copy: the profiled fast free, or the traced one.
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void free_hooked_of_api(uint64_t pa, unsigned order,
+                                                                                   uintptr_t caller);
 // page_free's tail calls (an argument fewer than the functions they call,
 // so that 32-bit ARM passes them in registers and can jump); caller 0: our
 // own return address (MM_ENTRY_CALLER).
@@ -818,6 +874,15 @@ __attribute__((noinline)) void free_pa_of_api(uint64_t pa, unsigned order, uintp
 __attribute__((noinline, cold)) void free_traced_of_api(uint64_t pa, unsigned order, uintptr_t caller) {
   free_traced(pa, order, nullptr, caller ? reinterpret_cast<void*>(caller) : caller_address());
 }
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void free_hooked_of_api(uint64_t pa, unsigned order,
+                                                                                   uintptr_t caller) {
+  if (__builtin_expect(order == 0 && !free_hooks_beside_prof(), 1)) {
+    int r = free_prof_fast(pa);
+    if (__builtin_expect(r > 0, 1)) return;
+    if (r < 0) return free_pa_of_api(pa, order, caller);
+  }
+  return free_traced_of_api(pa, order, caller);
+}
 }  // namespace
 
 uint32_t* page_tag_slot(uint64_t pa) {
@@ -826,11 +891,26 @@ uint32_t* page_tag_slot(uint64_t pa) {
   return b && b->tags ? &b->tags[pfn - b->first] : nullptr;
 }
 
-uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag) {
-  return alloc_traced(order, kmflag, caller_address(), tag);
+MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag) {
+  uint64_t pa;
+  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast(pa)) {
+    if (__builtin_expect(prof_alloc_fast(pa, tag), 1)) return pa;
+    return prof_alloc_pa(pa, tag);
+  }
+  return alloc_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), tag);
 }
-void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
-  return alloc_va_traced(order, kmflag, caller_address(), tag);
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
+  uint64_t pa;
+  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast(pa)) {
+    if (__builtin_expect(prof_alloc_fast(pa, tag), 1)) return plat::phys_to_virt(pa);
+    return prof_alloc_va(pa, tag);
+  }
+  return alloc_va_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), tag);
+}
+
+void page_prof_bases_set() {
+  if (!g.hot.tags) return;  // never: no references, so no fast path
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) store_relaxed(g_pcp[c].prof, prof_counter_base(c));
 }
 
 // The functions themselves (mm/page.h): calls that do not go through the
@@ -844,7 +924,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmfla
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
-  if (kmemtrace::on_free()) return free_traced_of_api(pa, order, MM_ENTRY_CALLER());
+  if (kmemtrace::on_free()) return free_hooked_of_api(pa, order, MM_ENTRY_CALLER());
   if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
   return free_pa_of_api(pa, order, MM_ENTRY_CALLER());
 }
@@ -863,7 +943,14 @@ MM_RESTARTABLE_TEXT void page_free_va(void* va, unsigned order) {
     return;
   }
   uint64_t pa = plat::virt_to_phys(va);
-  if (kmemtrace::on_free()) return free_traced(pa, order, va, caller_address());
+  if (kmemtrace::on_free()) {
+    if (order == 0 && !free_hooks_beside_prof()) {
+      int r = free_prof_fast(pa);
+      if (r > 0) return;
+      if (r < 0) return free_pa(pa, order, va, caller_address());
+    }
+    return free_traced(pa, order, va, caller_address());
+  }
   if (order == 0 && free_fast(pa)) return;
   free_pa(pa, order, va, caller_address());
 }

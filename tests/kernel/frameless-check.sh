@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The fast paths' entry points that carry MM_FRAMELESS (kmem_cache_alloc,
-# kmem_cache_free, kmem_alloc, kmem_free, kmem.cpp's traced copy
-# cache_free_traced, page_alloc and page_free) are built without a frame pointer
+# kmem_cache_free, kmem_alloc, kmem_free, their hooked copies
+# cache_free_traced and kmem_free_traced, page_alloc and page_free and
+# page_free's free_hooked_of_api, and the tagged entry points of allocation
+# profiling) are built without a frame pointer
 # (kernel/mm/include/mm/platform_inline.h): that is only right while every
 # call they make is a tail call. A real call (bl, blx, blr; jal, jalr, call)
 # from one would break the frame-pointer chain of its callee's backtraces.
@@ -12,11 +14,12 @@ set -uo pipefail
 objdump=$1 nm=$2 elf=$3
 syms=$("$nm" -S "$elf") || { echo "FAILED: $nm $elf"; exit 1; }
 fail=0
-for f in kmem_cache_alloc kmem_cache_free kmem_alloc kmem_free cache_free_traced page_alloc page_free; do
+for f in kmem_cache_alloc kmem_cache_free kmem_alloc kmem_free cache_free_traced kmem_free_traced page_alloc \
+  page_free free_hooked_of_api kmem_cache_alloc_tagged kmem_alloc_tagged page_alloc_tagged page_alloc_va_tagged; do
   # The mangled name: global (_Z<len><name>), in namespace mm
-  # (_ZN2mm<len><name>E) or in an anonymous one (_ZN12_GLOBAL__N_1<len><name>E),
-  # a .constprop clone included.
-  line=$(grep -E " [Tt] _Z(N12_GLOBAL__N_1|N2mm)?${#f}${f}[A-Za-z]" <<<"$syms" | head -1)
+  # (_ZN2mm<len><name>E), in an anonymous one (_ZN12_GLOBAL__N_1<len><name>E)
+  # or in an anonymous one inside mm, a .constprop clone included.
+  line=$(grep -E " [Tt] _Z(N12_GLOBAL__N_1|N2mm(12_GLOBAL__N_1)?)?${#f}${f}[A-Za-z]" <<<"$syms" | head -1)
   if [[ -z $line ]]; then echo "FAILED: $f not found in $elf"; fail=1; continue; fi
   read -r addr size _ name <<<"$line"
   start=$((16#$addr)) end=$((16#$addr + 16#$size))
