@@ -71,8 +71,9 @@
 //      - restartable sections (kernel/include/kernel/rseq.h), where the
 //        platform has them (plat::kRestartable: the kernel on arm64,
 //        riscv64 and arm): the untraced magazine pop and push each end in
-//        one commit store (rounds), and each per-CPU counter (allocs,
-//        frees) is a section of its own right after, with interrupts
+//        one commit store (rounds), and the push's count of frees is a
+//        section of its own right after (allocations are not counted but
+//        derived: kmem_cache.h, CpuCache::extra), with interrupts
 //        enabled; an interrupt inside one rewinds it to its start before
 //        any handler runs, so handlers always see a magazine either before
 //        or after an operation. No masking on the magazine-hit paths;
@@ -476,8 +477,11 @@ MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStat
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
     cpu_rounds += static_cast<uint64_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds));
-    allocs += MM_RACY_READ(cc.allocs);
-    frees += MM_RACY_READ(cc.frees);
+    uintptr_t f = MM_RACY_READ(cc.frees);
+    // Allocations are derived (kmem_cache.h, CpuCache::extra), modulo the word.
+    allocs += static_cast<uintptr_t>(f + MM_RACY_READ(cc.extra) -
+                                     static_cast<uintptr_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds)));
+    frees += f;
   }
   uint64_t depot_rounds = 0;
   {
@@ -572,6 +576,12 @@ __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uin
 }
 __attribute__((noinline)) void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   free_slow(cp, obj, caller ? caller : caller_of_api());
+}
+__attribute__((noinline, cold)) void free_twice_at(char* base, void* obj, uintptr_t caller) {
+  report_double_free(cache_at(base), obj, caller ? caller : caller_of_api());
+}
+__attribute__((noinline)) void free_slow_at(char* base, void* obj, uintptr_t caller) {
+  free_slow(cache_at(base), obj, caller ? caller : caller_of_api());
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                      uintptr_t caller, const AllocTag* tag) {

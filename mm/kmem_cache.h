@@ -65,7 +65,7 @@ struct Magazine {
 // Invariant: magsize is the capacity of `loaded`, or 0 when there is no
 // loaded magazine, so the fast paths never touch a missing magazine.
 // Other CPUs touch a slot in three cases, none needing an order of its own:
-//   - kmem_cache_stats reads rounds, prounds, allocs and frees without a
+//   - kmem_cache_stats reads rounds, prounds, frees and extra without a
 //     lock, for a snapshot (statistics only): word-sized and aligned, so
 //     never torn, written plainly by their CPU (an atomic store costs the
 //     fast path instructions on every arch: GCC will not fold it into its
@@ -86,8 +86,17 @@ struct alignas(64) CpuCache {
   Magazine* prev;
   int32_t prounds;  // rounds in prev
   int32_t held;     // size of the magazines this CPU holds (0: none)
-  uintptr_t allocs;  // word-sized: a plain store on every arch (wraps on 32-bit)
+  // Operations: frees counted (each free, on the fast path a section of
+  // its own), allocations not, since every allocation takes a round out of
+  // a magazine or comes from the slab layer: allocations = frees + extra -
+  // rounds - prounds, extra counting what enters this CPU's magazines
+  // without a free (a full magazine from the depot: +its rounds) and what
+  // leaves them without an allocation (a full one to the depot, a flush:
+  // -their rounds), plus allocations from the slab layer (+1) and frees to
+  // it (-1). Only the slow paths write extra. Word-sized: plain stores on
+  // every arch (they wrap on 32-bit, the sum modulo 2^32 is exact).
   uintptr_t frees;
+  uintptr_t extra;
   // Allocation profiling's counters of this CPU, biased so that a
   // reference's counter is at prof + ref * 8 (alloc_tag_internal.h,
   // prof_counter_base), for the profiled fast paths (kmem_fastpath.h, 7);
@@ -153,7 +162,14 @@ inline void cache_size_name(char (&out)[kNameLen], const char* prefix, uint32_t 
 }
 
 inline Slab* onslab_header(uintptr_t buf) {
+#if defined(__riscv)
+  // The next page's start minus the header: RISC-V's 12-bit immediates
+  // reach neither the mask nor kOnSlabHeader, and this way (shift, add,
+  // shift, then a negative load offset) is one instruction shorter.
+  return reinterpret_cast<Slab*>((((buf >> kPageShift) + 1) << kPageShift) - sizeof(Slab));
+#else
   return reinterpret_cast<Slab*>((buf & ~(uintptr_t{kPageBytes} - 1)) + kOnSlabHeader);
+#endif
 }
 inline bool slab_buffer_free(const Slab* sp, uint32_t i) { return sp->freemap[i / 64] & (uint64_t{1} << (i % 64)); }
 
@@ -375,6 +391,14 @@ void magazine_init();
 unsigned initial_magtype(size_t chunk);
 uint32_t magtype_rounds(unsigned magtype);
 void* alloc_slow(kmem_cache_t* cp, int kmflag);
+// The same for the cache whose CpuCache of this CPU is at base -
+// offsetof(kmem_cache, cpu) (kmem_fastpath.h, cpu_base); the first
+// argument is unused (kmem_fastpath.h, cache_alloc, says why).
+void* alloc_slow_at(void*, int kmflag, char* base);
+// That cache: the inverse of cpu_base, on the same CPU.
+inline kmem_cache_t* cache_at(char* base) {
+  return reinterpret_cast<kmem_cache_t*>(base - plat::cpu_slot() * sizeof(CpuCache));
+}
 void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void depot_reap(kmem_cache_t* cp, bool all);
 bool depot_evict(kmem_cache_t* cp, void* obj);

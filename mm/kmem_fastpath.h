@@ -39,9 +39,11 @@
 //    leaves when full or when obj is on top (the double free check),
 //    writes obj into the slot above the top (nothing reads it until the
 //    commit; rewound, it is a dead slot above the top), and commits
-//    rounds + 1. Each counter update is its own section after it (load,
-//    add, the store as commit): an interrupt between the pop's commit and
-//    the count sees the count one behind, never loses one. Everything is
+//    rounds + 1. The push's count of frees is its own section after it
+//    (load, add, the store as commit): an interrupt between the push's
+//    commit and the count sees the count one behind, never loses one; the
+//    pop counts nothing (allocations are derived: kmem_cache.h,
+//    CpuCache::extra). Everything is
 //    loaded inside the section, so a handler that swapped, flushed or
 //    refilled the magazines meanwhile is seen by the rerun. The functions
 //    that inline them carry MM_RESTARTABLE_TEXT (.text.rseq: where the
@@ -83,6 +85,11 @@ namespace mm {
 [[gnu::noinline, gnu::cold]] void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
+// The same two for the cache whose CpuCache of this CPU is at base (as
+// alloc_slow_at: cp is then dead once base is made, which spares 32-bit
+// ARM a register, and so a save and a restore, on the free fast path).
+[[gnu::noinline, gnu::cold]] void free_twice_at(char* base, void* obj, uintptr_t caller);
+[[gnu::noinline]] void free_slow_at(char* base, void* obj, uintptr_t caller);
 void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller,
                         const AllocTag* tag);
 void* alloc_failslab(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested, uintptr_t caller,
@@ -134,27 +141,21 @@ __attribute__((always_inline)) inline char* cpu_base(kmem_cache_t* cp) {
 constexpr bool kTracing = plat::kRestartable;
 
 // The magazine pop of the paths that do not record a kmemtrace event: a
-// restartable section (6), or masked where there is none; then the CPU's
-// count. base: cpu_base(cp). False, with nothing done, when the loaded
-// magazine is empty.
+// restartable section (6), or masked where there is none. No count: the
+// CPU's allocations are derived from its frees and rounds (kmem_cache.h,
+// CpuCache::extra). base: cpu_base(cp). False, with nothing done, when the
+// loaded magazine is empty.
 __attribute__((always_inline)) inline bool magazine_pop(kmem_cache_t* cp, char* base, void*& obj) {
   if constexpr (plat::kRestartable) {
-    if (__builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, loaded),
-                                        offsetof(Magazine, slot)>(base, obj),
-                         1)) {
-      plat::rseq_inc<kCpuOff + offsetof(CpuCache, allocs)>(base);
-      return true;
-    }
-    return false;
+    return __builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds),
+                                           kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj),
+                            1);
   } else {
     (void)base;
     auto s = plat::irq_save();
     CpuCache* cc = &cp->cpu[plat::cpu_slot()];
     bool hit = __builtin_expect(cc->rounds > 0, 1);
-    if (hit) {
-      obj = cc->loaded->slot[cc->rounds--];
-      cc->allocs++;
-    }
+    if (hit) obj = cc->loaded->slot[cc->rounds--];
     plat::irq_restore(s);
     return hit;
   }
@@ -204,7 +205,14 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     if (__builtin_expect(failslab_armed(), 0)) return alloc_failslab(cp, kmflag, type, requested, caller, tag);
   if constexpr (!kTraced) {
     void* obj;
-    if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
+    char* base = cpu_base(cp);
+    if (__builtin_expect(magazine_pop(cp, base, obj), 1)) return obj;
+    // Restartable: the slow path finds cp again from base, so that cp is
+    // dead once base is made, and takes its arguments in the second and
+    // third registers, where kmflag already is and base can be made: the
+    // pop's result is then loaded straight into the return register and
+    // nothing is moved (two instructions fewer on arm64).
+    if constexpr (plat::kRestartable) return alloc_slow_at(nullptr, kmflag, base);
     return alloc_slow(cp, kmflag);
   } else {
     // Interrupts stay on (6): the pop commits by its store of rounds, the
@@ -224,7 +232,6 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     CpuCache* cc = &cp->cpu[plat::cpu_slot()];
     if (__builtin_expect(cc->rounds > 0, 1)) {
       void* obj = cc->loaded->slot[cc->rounds--];
-      cc->allocs++;
       if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
@@ -255,8 +262,13 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
     return free_bad_owner(cp, obj, caller);
   }
   if (!kTraced || (plat::kRestartable && !kmemtrace::enabled())) {  // as in cache_alloc
-    plat::RseqPush r = magazine_push(cp, cpu_base(cp), obj);
+    char* base = cpu_base(cp);
+    plat::RseqPush r = magazine_push(cp, base, obj);
     if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
+    if constexpr (plat::kRestartable) {
+      if (r == plat::kRseqOnTop) return free_twice_at(base, obj, caller);
+      return free_slow_at(base, obj, caller);
+    }
     if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
     return free_slow_entry(cp, obj, caller);
   }

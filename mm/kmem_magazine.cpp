@@ -118,6 +118,7 @@ struct Detached {
 // (kmem_cache.h, CpuCache: what orders another CPU's stores before this).
 Detached cpu_detach(CpuCache* cc) {
   Detached d{cc->loaded, cc->rounds, cc->prev, cc->prounds};
+  cc->extra -= static_cast<uintptr_t>(d.rounds + d.prounds);  // leave without an allocation (kmem_cache.h)
   cc->loaded = cc->prev = nullptr;
   cc->rounds = 0;
   cc->prounds = 0;
@@ -161,7 +162,6 @@ __attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, Cpu
     if (cc->rounds > 0) {
       void* obj = cc->loaded->slot[cc->rounds];
       cc->rounds = cc->rounds - 1;
-      cc->allocs++;
       return obj;
     }
     if (cc->prounds > 0) {  // swap loaded and previous
@@ -179,7 +179,7 @@ __attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, Cpu
     Magazine* full = maglist_pop(cp->full_mags);
     if (!full) {
       g.unlock();
-      cc->allocs++;
+      cc->extra++;  // an allocation from the slab layer (kmem_cache.h)
       *to_slab = true;
       return nullptr;
     }
@@ -196,6 +196,7 @@ __attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, Cpu
     cc->loaded = full;
     cc->rounds = want;
     cc->magsize = want;
+    cc->extra += static_cast<uintptr_t>(want);  // rounds in without a free
   }
 }
 
@@ -242,6 +243,7 @@ __attribute__((always_inline)) inline FreeStep reload_and_push(kmem_cache_t* cp,
     }
     if (cc->prev) maglist_push(cp->full_mags, cc->prev);
     g.unlock();
+    cc->extra -= static_cast<uintptr_t>(cc->prounds);  // rounds out without an allocation
     cc->prev = cc->loaded;
     cc->prounds = cc->loaded ? cc->rounds : int32_t{0};
     cc->loaded = empty;
@@ -271,6 +273,12 @@ unsigned initial_magtype(size_t chunk) {
 uint32_t magtype_rounds(unsigned magtype) { return g_magtypes[magtype].rounds; }
 
 // Slow path of kmem_cache_alloc: the loaded magazine is empty.
+// Tail-calls alloc_slow, whose own tail calls then still see the entry
+// point's caller as their return address.
+__attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
+  return alloc_slow(cache_at(base), kmflag);
+}
+
 __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
 #if !defined(MM_KERNEL)
   // Host, where kmem starts on first use: a thread may have found cp in
@@ -303,14 +311,16 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
 
 void* alloc_unmagazined(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t caller) {
   auto s = plat::irq_save();
-  cp->cpu[plat::cpu_id()].allocs++;
+  cp->cpu[plat::cpu_id()].extra++;  // an allocation from the slab layer (kmem_cache.h)
   plat::irq_restore(s);
   return slab_alloc(cp, kmflag, requested, caller);
 }
 
 void free_unmagazined(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t size) {
   auto s = plat::irq_save();
-  cp->cpu[plat::cpu_id()].frees++;
+  CpuCache& cc = cp->cpu[plat::cpu_id()];
+  cc.frees++;
+  cc.extra--;  // a free to the slab layer
   plat::irq_restore(s);
   slab_free(cp, obj, true, caller, size);
 }
@@ -350,6 +360,7 @@ __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t 
       auto s = plat::irq_save();
       CpuCache* cc = &cp->cpu[plat::cpu_id()];
       cc->frees++;
+      cc->extra--;  // a free to the slab layer
       plat::irq_restore(s);
       step = FreeStep::kToSlab;
     }

@@ -16,6 +16,7 @@
 #include "sysregs.h"
 #include "trap.h"
 
+static_assert(offsetof(PerCpu, index) == PERCPU_INDEX);
 static_assert(offsetof(PerCpu, stack_top) == PERCPU_STACK_TOP);
 static_assert(offsetof(PerCpu, stack_bottom) == PERCPU_STACK_BOTTOM);
 static_assert(offsetof(PerCpu, overflow_top) == PERCPU_OVERFLOW_TOP);

@@ -49,6 +49,8 @@ primary_entry:
     bne     relocate
 linked_entry:
     bl      enter_svc
+    mov     r0, #0
+    mcr     p15, 0, r0, c13, c0, 3      // TPIDRURO: cpu_index(), the boot core is 0 (arch/ops.h)
     mrc     p15, 0, r9, c0, c0, 5       // MPIDR
 
     // Invalidate [__noinit_start, __noinit_end): boot stack and page tables.
@@ -83,6 +85,8 @@ secondary_entry:
     bl      enter_svc
     bl      enable_mmu
     mcr     p15, 0, r8, c13, c0, 4      // TPIDRPRW = PerCpu*
+    ldr     r0, [r8, #PERCPU_INDEX]
+    mcr     p15, 0, r0, c13, c0, 3      // TPIDRURO = its index: cpu_index() (arch/ops.h)
     ldr     sp, [r8, #PERCPU_STACK_TOP]
     mov     fp, #0
     mov     r0, r8

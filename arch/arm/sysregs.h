@@ -39,6 +39,7 @@
 #define DACR_CLIENT 0x55555555
 
 // Offsets in struct PerCpu (checked by static_asserts in arch.cpp).
+#define PERCPU_INDEX 0
 #define PERCPU_STACK_TOP 16
 #define PERCPU_STACK_BOTTOM 88
 #define PERCPU_OVERFLOW_TOP 92

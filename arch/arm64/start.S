@@ -42,6 +42,7 @@ primary_entry:
     b.ne    relocate
 linked_entry:
     bl      drop_to_el1
+    msr     tpidrro_el0, xzr            // cpu_index(): the boot core is 0 (arch/ops.h)
     mrs     x20, mpidr_el1
 
     // Invalidate [__noinit_start, __noinit_end): boot stack and page tables.
@@ -83,6 +84,8 @@ secondary_entry:
     bl      drop_to_el1
     bl      enable_mmu
     msr     tpidr_el1, x19
+    ldr     w0, [x19, #PERCPU_INDEX]
+    msr     tpidrro_el0, x0             // cpu_index() (arch/ops.h)
     ldr     x0, [x19, #PERCPU_STACK_TOP]
     mov     sp, x0
     mov     x29, #0

@@ -19,6 +19,7 @@
 #define TCR_VALUE ((TCR_T0SZ) | (1 << 8) | (1 << 10) | (3 << 12) | (1 << 23))
 
 // Offsets in struct PerCpu (checked by static_asserts in arch.cpp).
+#define PERCPU_INDEX 0
 #define PERCPU_STACK_TOP 16
 #define PERCPU_STACK_BOTTOM 136
 #define PERCPU_OVERFLOW_TOP 144

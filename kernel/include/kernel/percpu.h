@@ -69,7 +69,11 @@ extern unsigned g_cpu_count;        // cores described by the DTB and started
 #include <arch/ops.h>  // arch::this_cpu()
 
 inline PerCpu& this_cpu() { return *arch::this_cpu(); }
+#if defined(ARCH_HAS_CPU_INDEX)
+inline unsigned cpu_id() { return static_cast<unsigned>(arch::cpu_index()); }  // a register that holds it
+#else
 inline unsigned cpu_id() { return arch::this_cpu()->index; }
+#endif
 unsigned cpus_online();
 
 template <typename F>

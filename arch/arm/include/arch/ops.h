@@ -49,6 +49,18 @@ inline PerCpu* this_cpu() {
   return p;
 }
 inline void set_this_cpu(PerCpu* p) { asm volatile("mcr p15, 0, %0, c13, c0, 4" ::"r"(p) : "memory"); }
+// TPIDRURO (PL0 read-only, PL1 read-write) holds this core's index
+// (PerCpu::index), set with TPIDRPRW (start.S for the secondaries, before
+// any C++ runs on them; zero for the boot core as it enters): cpu_index()
+// is one register read where this_cpu()->index is a read and a dependent
+// load, on every fast path that finds its per-CPU slot. No user space
+// runs here to read it.
+#define ARCH_HAS_CPU_INDEX 1
+inline uintptr_t cpu_index() {
+  uintptr_t i;
+  asm("mrc p15, 0, %0, c13, c0, 3" : "=r"(i));  // not volatile: constant for a thread of control
+  return i;
+}
 
 // The generic timer's virtual counter (CNTVCT) and its frequency (CNTFRQ).
 inline uint64_t counter() {

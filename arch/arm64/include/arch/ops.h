@@ -47,6 +47,18 @@ inline PerCpu* this_cpu() {
   return p;
 }
 inline void set_this_cpu(PerCpu* p) { asm volatile("msr tpidr_el1, %0" ::"r"(p) : "memory"); }
+// TPIDRRO_EL0 holds this core's index (PerCpu::index), set with TPIDR_EL1
+// (start.S for the secondaries, before any C++ runs on them; zero for the
+// boot core as it enters): cpu_index() is one register read where
+// this_cpu()->index is a read and a dependent load, on every fast path
+// that finds its per-CPU slot. No user space runs here to read it.
+#define ARCH_HAS_CPU_INDEX 1
+// (Word-sized, so that indexing with it needs no zero-extension.)
+inline uintptr_t cpu_index() {
+  uintptr_t i;
+  asm("mrs %0, tpidrro_el0" : "=r"(i));  // not volatile: constant for a thread of control
+  return i;
+}
 
 // The generic timer's virtual counter and its frequency.
 inline uint64_t counter() {

@@ -74,12 +74,14 @@ inline unsigned highest_bit(unsigned long x) {
 }
 inline void wait_for_interrupt() { asm volatile("wfi" ::: "memory"); }
 
-inline PerCpu* this_cpu() {
-  PerCpu* p;
-  asm("mv %0, tp" : "=r"(p));  // not volatile: constant for a thread of control
-  return p;
-}
-inline void set_this_cpu(PerCpu* p) { asm volatile("mv tp, %0" ::"r"(p) : "memory"); }
+// tp holds this hart's PerCpu (the kernel has no thread-local storage),
+// as a global register variable: GCC then addresses through tp itself
+// (lw a0, 0(tp)) where an asm read costs a move first, on every fast path
+// that finds its per-CPU slot. GCC never allocates tp (the psABI's thread
+// pointer), so nothing else writes it.
+register PerCpu* riscv_this_cpu asm("tp");
+inline PerCpu* this_cpu() { return riscv_this_cpu; }
+inline void set_this_cpu(PerCpu* p) { riscv_this_cpu = p; }
 
 // The time CSR and its frequency. A hart need not implement the CSR: the
 // FU540's U54s (sifive_u) do not, and a read traps to OpenSBI, which

@@ -21,8 +21,14 @@ namespace mm::plat {
 constexpr unsigned kMaxCpus = ::kMaxCpus;
 constexpr unsigned kCpuSlots = kMaxCpus + 1;  // see mm/host/mm_platform.h
 constexpr unsigned kMaxArenas = ::kMaxVmemArenas;  // vmem arenas at once
-inline unsigned cpu_id() { return arch::this_cpu()->index; }
+inline unsigned cpu_id() { return ::cpu_id(); }
+// Word-sized where the arch keeps the index in a register (arch/ops.h,
+// cpu_index), so that a fast path indexes with it directly.
+#if defined(ARCH_HAS_CPU_INDEX)
+inline uintptr_t cpu_slot() { return arch::cpu_index(); }
+#else
 inline unsigned cpu_slot() { return cpu_id(); }
+#endif
 inline unsigned cpu_count() { return g_cpu_count; }
 
 inline void cpu_relax() { arch::cpu_relax(); }
