@@ -820,3 +820,61 @@ TEST(kmem, WhatisOfASlabPageClearedUnderIt) {
   p->flags = static_cast<uint16_t>(p->flags & ~mm::kPageSlab);
   vmem_free(mm::segkmem_default_arena(), span, 4096);
 }
+
+// The per-CPU statistics: frees are counted, allocations derived from
+// them and from what enters and leaves a CPU's magazines without an
+// operation (kmem_cache.h, CpuCache::extra). Every path that moves rounds
+// is taken: magazine hits, swaps and depot trades both ways (bursts larger
+// than two magazines), allocations from and frees to the slab layer, a
+// thread's flush of its magazines at exit, a reap, frees on another
+// thread, and a cache without magazines. The counts must be exact after
+// each phase.
+TEST(kmem, StatisticsCountEveryOperationOnEveryPath) {
+  for (int cflags : {0, KMC_NOMAGAZINE}) {
+    kmem_cache_t* cp = kmem_cache_create("t_counts", 72, 0, nullptr, nullptr, nullptr, nullptr, nullptr, cflags);
+    ASSERT_NE(cp, nullptr);
+    uint64_t allocs = 0, frees = 0;
+    auto check = [&](const char* phase) {
+      mm::KmemCacheStats s = stats_of(cp);
+      EXPECT_EQ(s.allocs, allocs) << phase << (cflags ? " (no magazines)" : "");
+      EXPECT_EQ(s.frees, frees) << phase << (cflags ? " (no magazines)" : "");
+    };
+    std::mt19937 rng(7);
+    std::vector<void*> held;
+    const size_t burst = 4 * stats_of(cp).magazine_size + 50;
+    for (int round = 0; round < 40; round++) {
+      size_t n = 1 + rng() % burst;
+      for (size_t i = 0; i < n; i++, allocs++) held.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+      size_t m = rng() % (held.size() + 1);
+      std::shuffle(held.begin(), held.end(), rng);
+      for (size_t i = 0; i < m; i++, frees++) {
+        kmem_cache_free(cp, held.back());
+        held.pop_back();
+      }
+    }
+    check("bursts");
+    mm::kmem_reap(true);
+    check("after a reap");
+    // Another thread allocates and exits (its magazines are flushed), and
+    // frees what this one holds.
+    std::thread([&] {
+      std::vector<void*> mine;
+      for (int i = 0; i < 500; i++) mine.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+      for (size_t i = 0; i < mine.size() / 2; i++) kmem_cache_free(cp, mine[i]);
+      for (size_t i = mine.size() / 2; i < mine.size(); i++) held.push_back(mine[i]);
+      for (size_t i = 0; i < 100 && !held.empty(); i++) {
+        kmem_cache_free(cp, held.front());
+        held.erase(held.begin());
+      }
+    }).join();
+    allocs += 500;
+    frees += 250 + 100;
+    check("after another thread's operations and its exit");
+    for (void* p : held) kmem_cache_free(cp, p);
+    frees += held.size();
+    held.clear();
+    check("all freed");
+    EXPECT_EQ(stats_of(cp).buf_inuse, 0u);
+    EXPECT_TRUE(kmem_cache_destroy(cp));
+  }
+}
