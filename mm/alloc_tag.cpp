@@ -4,9 +4,10 @@
 //    (file, function, line) that the compiler places in the section
 //    alloc_tags; the linker gathers them between __start_alloc_tags and
 //    __stop_alloc_tags (the kernel's linker script does it explicitly,
-//    under .rodata). Nothing registers at run time: a tag is its index in
-//    the section (a tag's size is its alignment, so the section is an
-//    array). The tags are read-only; their counters are not in them.
+//    under .rodata). Nothing registers at run time: a tag's counter is its
+//    index in the section (a tag's size is its alignment, so the section
+//    is an array), found from its reference (3) as reference - the first
+//    tag's. The tags are read-only; their counters are not in them.
 // 2. Counters: per CPU slot an array of one 64-bit word per tag, live
 //    bytes + live calls * 2^36 (alloc_tag_internal.h, kCallsShift), so that
 //    counting an object is one add; allocated the first time counting is

@@ -54,6 +54,14 @@ inline uintptr_t prof_index(const AllocTag* tag) {
 }
 extern uint32_t g_prof_ref0;
 extern uint32_t g_prof_ntags;
+// The image's references as one word, low half the first, high half
+// their number, and the check a fast path makes with it: is ref one of
+// them? (One load; on arm64 the compare takes the high half as a shifted
+// operand.)
+inline uint64_t prof_refs_pack() { return g_prof_ref0 | uint64_t{g_prof_ntags} << 32; }
+__attribute__((always_inline)) inline bool prof_ref_in(uint32_t ref, uint64_t refs) {
+  return ref - static_cast<uint32_t>(refs) < (refs >> 32);
+}
 // cpu's counter of reference ref is at base + ref * 8, base being this
 // (0 until the counters exist): what the kmem fast paths keep per CPU.
 uintptr_t prof_counter_base(unsigned cpu);

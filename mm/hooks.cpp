@@ -18,7 +18,7 @@ bool g_alloc_switch;  // the switches as last set, under g_lock
 bool g_free_switch;
 }  // namespace
 
-uint32_t g_alloc_hooks_beside_prof;
+uint32_t g_alloc_hooks_beside_prof = 1u << 31;  // profiling does not count yet (note_features)
 uint32_t g_free_hooks_beside_prof;
 
 namespace {
@@ -26,10 +26,14 @@ namespace {
 // (alloc_tag_internal.h), under g_lock: set before a switch is flipped on
 // for them and cleared before it is flipped off, so a hooked path that
 // reads 0 (relaxed) runs while only profiling wants it, give or take the
-// event at the moment of the switch (as kmemtrace's own switch).
+// event at the moment of the switch (as kmemtrace's own switch). The
+// allocation word is also non-zero while profiling does not count (top
+// bit): a tagged call that comes while another feature's switch is being
+// turned off must not take the counting fast path.
 void note_features() {
-  __atomic_store_n(&g_alloc_hooks_beside_prof, g_features & kFeaturesOnAlloc & ~unsigned{kFeatureProfile},
-                   __ATOMIC_RELAXED);
+  unsigned not_counting = (g_features & kFeatureProfile) ? 0u : 1u << 31;
+  __atomic_store_n(&g_alloc_hooks_beside_prof,
+                   (g_features & kFeaturesOnAlloc & ~unsigned{kFeatureProfile}) | not_counting, __ATOMIC_RELAXED);
   __atomic_store_n(&g_free_hooks_beside_prof, g_features & kFeaturesOnFree & ~unsigned{kFeatureProfileFree},
                    __ATOMIC_RELAXED);
 }

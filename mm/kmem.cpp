@@ -223,10 +223,18 @@ void cache_free_struct(kmem_cache_t* cp) {
 // paths (kmem_fastpath.h, 7): only on-slab caches that keep references.
 // Under g_caches_lock, so that a cache created while the counters appear
 // gets them from one side or the other.
+// Not for caches without magazines (a debugged cache among them): their
+// allocations take the slow path anyway, and their frees must go through
+// the hooked copy's exact reference lookup (a debugged cache refuses an
+// interior pointer only after the free path has run).
 void prof_bases_copy(kmem_cache_t* cp) {
   assert_held(g_caches_lock);
-  if (!cp->profiled || cp->offslab) return;
-  for (unsigned c = 0; c < plat::kCpuSlots; c++) cp->cpu[c].prof = prof_counter_base(c);
+  if (!cp->profiled || cp->offslab || (cp->flags & KMC_NOMAGAZINE)) return;
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) {
+    CpuCache& cc = cp->cpu[c];
+    cc.prof_refs = prof_refs_pack();
+    cc.prof = prof_counter_base(c);  // last: the fast paths test it (ordered for them by counters_ready's cross-call)
+  }
 }
 
 void unlink(kmem_cache_t* cp) {
@@ -473,16 +481,21 @@ MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStat
   o.color_max = cp->color_max;
   o.offslab = cp->offslab;
   o.arena = cp->arena_name;
-  uint64_t cpu_rounds = 0, allocs = 0, frees = 0;
+  uint64_t cpu_rounds = 0, frees = 0;
+  // Allocations are derived (kmem_cache.h, CpuCache::extra): frees plus
+  // the sum of every CPU's extra - rounds held, taken modulo the word and
+  // then as signed (allocations minus frees, which a snapshot taken while
+  // a CPU is between two of its stores may catch a little off, either
+  // way, on any one CPU).
+  uintptr_t outstanding = 0;
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
-    cpu_rounds += static_cast<uint64_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds));
-    uintptr_t f = MM_RACY_READ(cc.frees);
-    // Allocations are derived (kmem_cache.h, CpuCache::extra), modulo the word.
-    allocs += static_cast<uintptr_t>(f + MM_RACY_READ(cc.extra) -
-                                     static_cast<uintptr_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds)));
-    frees += f;
+    auto held = static_cast<uintptr_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds));
+    cpu_rounds += held;
+    frees += MM_RACY_READ(cc.frees);
+    outstanding += MM_RACY_READ(cc.extra) - held;
   }
+  uint64_t allocs = frees + static_cast<uint64_t>(static_cast<int64_t>(static_cast<intptr_t>(outstanding)));
   uint64_t depot_rounds = 0;
   {
     Guard<> g(c->depot_lock);
@@ -689,7 +702,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cach
 }
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj,
                                                                                   uintptr_t caller) {
-  if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj);
+  if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
   if (!caller) caller = caller_of_api();
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
@@ -707,7 +720,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int 
 // the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
-    return cache_alloc_prof(cp, kmflag, 0, tag);  // 0: a kmem_cache_alloc (alloc_slow_prof)
+    return cache_alloc_prof(cp, kmflag, 0, tag, MM_ENTRY_CALLER());  // 0: a kmem_cache_alloc (alloc_slow_prof)
   return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

@@ -163,7 +163,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
                                                                                  uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !cp->debug && !free_hooks_beside_prof(), 1))
-    return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf);
+    return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf, caller);
   return kmem_free_hooked(buf, size, caller);
 }
 
@@ -235,7 +235,7 @@ MM_RESTARTABLE_TEXT void* (kmem_zalloc)(size_t size, int kmflag) {
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
-    return cache_alloc_prof(cp, kmflag, size, tag);
+    return cache_alloc_prof(cp, kmflag, size, tag, MM_ENTRY_CALLER());
   return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

@@ -101,9 +101,19 @@ struct alignas(64) CpuCache {
   // reference's counter is at prof + ref * 8 (alloc_tag_internal.h,
   // prof_counter_base), for the profiled fast paths (kmem_fastpath.h, 7);
   // 0 where they may not run: the counters are not there yet, or the
-  // cache keeps no references or is off-slab. Written under g_caches_lock
-  // before counting can reach the cache (kmem_prof_bases_set).
+  // cache keeps no references, is off-slab or has no magazines. Written
+  // under g_caches_lock: by kmem_prof_bases_set for the caches that exist
+  // when the counters appear, before counters_ready's cross-call, which
+  // orders these stores and the zeroed counters before every CPU's later
+  // loads; by cache_create for a later cache, before the cache is
+  // published.
   uintptr_t prof;
+  // The image's references, g_prof_ref0 | g_prof_ntags << 32
+  // (prof_refs_pack), copied here so that the fast allocation checks a
+  // tag with one load: a tag outside the section (a call site in a
+  // template: alloc_tag.h) is then not counted rather than a write outside
+  // the counters.
+  uint64_t prof_refs;
 };
 
 struct MagList {
@@ -391,7 +401,7 @@ void magazine_init();
 unsigned initial_magtype(size_t chunk);
 uint32_t magtype_rounds(unsigned magtype);
 void* alloc_slow(kmem_cache_t* cp, int kmflag);
-// The same for the cache whose CpuCache of this CPU is at base -
+// The same for the cache whose CpuCache of this CPU is at base +
 // offsetof(kmem_cache, cpu) (kmem_fastpath.h, cpu_base); the first
 // argument is unused (kmem_fastpath.h, cache_alloc, says why).
 void* alloc_slow_at(void*, int kmflag, char* base);

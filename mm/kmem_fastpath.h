@@ -307,19 +307,32 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
 // (four arguments, so that 32-bit ARM passes them all in registers and
 // can jump there).
 [[gnu::noinline]] void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, size_t requested, const AllocTag* tag);
+// caller: MM_ENTRY_CALLER() of the entry point (0 in the kernel, where
+// every cold path is a tail call and takes its own return address; the
+// host passes the entry point's).
 __attribute__((always_inline)) inline void* cache_alloc_prof(kmem_cache_t* cp, int kmflag, size_t requested,
-                                                             const AllocTag* tag) {
+                                                             const AllocTag* tag, uintptr_t caller) {
   char* base = cpu_base(cp);
   void* obj;
-  if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) return alloc_slow_prof(cp, kmflag, requested, tag);
-  uintptr_t counters = reinterpret_cast<CpuCache*>(base + kCpuOff)->prof;
-  if (__builtin_expect(!counters, 0)) return alloc_stamp(cp, obj, 0, tag);
+  if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) {
+    if (caller)  // the host: alloc_slow_prof could not take it in four registers' worth of arguments
+      return alloc_slow_traced(cp, kmflag, requested ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache,
+                               requested ? requested : cp->bufsize, caller, tag);
+    return alloc_slow_prof(cp, kmflag, requested, tag);
+  }
+  // The slot's fields as base + their offset (as the sections address
+  // them): GCC then folds each offset into its load.
+  uintptr_t counters = *reinterpret_cast<const uintptr_t*>(base + kCpuOff + offsetof(CpuCache, prof));
+  if (__builtin_expect(!counters, 0)) return alloc_stamp(cp, obj, caller, tag);
+  // A tag that is not one of this image's (a call site in a template, or
+  // none) is not counted, as by the hooked stamp (prof_charge_masked).
+  uintptr_t ref = prof_index(tag);
+  uint64_t refs = *reinterpret_cast<const uint64_t*>(base + kCpuOff + offsetof(CpuCache, prof_refs));
+  if (__builtin_expect(!prof_ref_in(static_cast<uint32_t>(ref), refs), 0))
+    return alloc_stamp(cp, obj, caller, tag);
   auto a = reinterpret_cast<uintptr_t>(obj);
   uint32_t* tags = onslab_header(a)->tags;
   if (__builtin_expect(!tags, 0)) return obj;  // a slab refused its references: not counted (prof_refless_slabs)
-  // The tag is the call site's MM_ALLOC_TAG, one of this image's (the
-  // tagged entry points take no other): its reference names a counter.
-  uintptr_t ref = prof_index(tag);
   tags[(a & (kPageBytes - 1)) >> cp->prof_shift] = static_cast<uint32_t>(ref);
   plat::cpu_add_indexed(counters, ref, cp->prof_delta);
   return obj;
@@ -327,26 +340,27 @@ __attribute__((always_inline)) inline void* cache_alloc_prof(kmem_cache_t* cp, i
 
 // The free: the owner check, the reference taken off (a buffer without
 // one, allocated while profiling was off or freed twice, goes to the
-// hooked copy's free_unstamp, which reports it), then the push.
+// hooked copy's free_unstamp, which reports it), then the push. caller as
+// for cache_alloc_prof.
 template <uint8_t kType>
-__attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, void* obj) {
+__attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   char* base = cpu_base(cp);
   uintptr_t counters = reinterpret_cast<CpuCache*>(base + kCpuOff)->prof;
-  if (__builtin_expect(!counters, 0)) return free_unstamp(cp, obj, kType, 0);
+  if (__builtin_expect(!counters, 0)) return free_unstamp(cp, obj, kType, caller);
   auto a = reinterpret_cast<uintptr_t>(obj);
   Slab* sp = onslab_header(a);  // counters: an on-slab cache
-  if (__builtin_expect(sp->cache != cp, 0)) return free_bad_owner(cp, obj, 0);
+  if (__builtin_expect(sp->cache != cp, 0)) return free_bad_owner(cp, obj, caller);
   if (uint32_t* tags = sp->tags) {
     uint32_t* slot = &tags[(a & (kPageBytes - 1)) >> cp->prof_shift];
     uint32_t ref = *slot;
-    if (__builtin_expect(!ref, 0)) return free_unstamp(cp, obj, kType, 0);
+    if (__builtin_expect(!ref, 0)) return free_unstamp(cp, obj, kType, caller);
     *slot = 0;
     plat::cpu_add_indexed<true>(counters, ref, cp->prof_delta);
   }
   plat::RseqPush r = magazine_push(cp, base, obj);
   if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
-  if (r == plat::kRseqOnTop) return free_twice(cp, obj, 0);
-  return free_slow_entry(cp, obj, 0);
+  if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
+  return free_slow_entry(cp, obj, caller);
 }
 
 }  // namespace mm

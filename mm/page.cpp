@@ -126,8 +126,10 @@ struct alignas(64) PageCache {
   uintptr_t direct_frees;   // frees to the buddy lists
   // Allocation profiling's counters of this CPU, biased (kmem_cache.h,
   // CpuCache::prof), for the profiled fast paths; 0 until they exist.
-  // Written by page_prof_bases_set before counting can start.
+  // Written by page_prof_bases_set before counting can start, with the
+  // image's references (as kmem's CpuCache::prof_ref0 and prof_nrefs).
   uintptr_t prof;
+  uint64_t prof_refs;
   CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
 };
 static_assert((sizeof(PageCache) & (sizeof(PageCache) - 1)) == 0, "a CPU's cache by a shift (page.h, kPageCacheSize)");
@@ -808,14 +810,17 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
 // the hooked copies, unless its reference is already off (then to the
 // untraced validated free, since nothing else is hooked).
 constexpr int64_t kPageDelta = prof_delta(kPageBytes);
-inline uintptr_t pcp_prof() { return g_pcp[plat::cpu_slot()].prof; }
 // False: pa is not the hot bank's, or the counters are not there yet
 // (prof_alloc's turn, out of line: the tagged entry points stay frameless).
 __attribute__((always_inline)) inline bool prof_alloc_fast(uint64_t pa, const AllocTag* tag) {
-  uintptr_t counters = pcp_prof();
+  const PageCache& c = g_pcp[plat::cpu_slot()];
+  uintptr_t counters = c.prof;
   uint64_t i = hot_index(pa);
   if (__builtin_expect(!counters || i >= g.hot.frames, 0)) return false;  // counters: the tags exist (page_prof_bases_set)
-  uintptr_t ref = prof_index(tag);  // the call site's: one of this image's tags
+  uintptr_t ref = prof_index(tag);
+  // Not one of this image's tags (a call site in a template): prof_alloc
+  // does not count it.
+  if (__builtin_expect(!prof_ref_in(static_cast<uint32_t>(ref), c.prof_refs), 0)) return false;
   g.hot.tags[i] = static_cast<uint32_t>(ref);
   plat::cpu_add_indexed(counters, ref, kPageDelta);
   return true;
@@ -831,7 +836,7 @@ __attribute__((noinline)) void* prof_alloc_va(uint64_t pa, const AllocTag* tag) 
 // 1: freed; 0: nothing done (the hooked free's turn); -1: the reference is
 // off and counted, the page still the caller's (the cache was full).
 __attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
-  uintptr_t counters = pcp_prof();
+  uintptr_t counters = g_pcp[plat::cpu_slot()].prof;
   uint64_t i = hot_index(pa);
   if (__builtin_expect(!counters || i >= load_relaxed(g_fast_frames), 0)) return 0;
   Page* p = g.hot.pages + static_cast<size_t>(i);
@@ -910,7 +915,10 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* page_alloc_va_tagged(unsigned order, int 
 
 void page_prof_bases_set() {
   if (!g.hot.tags) return;  // never: no references, so no fast path
-  for (unsigned c = 0; c < plat::kCpuSlots; c++) store_relaxed(g_pcp[c].prof, prof_counter_base(c));
+  for (unsigned c = 0; c < plat::kCpuSlots; c++) {
+    g_pcp[c].prof_refs = prof_refs_pack();
+    store_relaxed(g_pcp[c].prof, prof_counter_base(c));  // last (ordered for the fast paths by counters_ready's cross-call)
+  }
 }
 
 // The functions themselves (mm/page.h): calls that do not go through the

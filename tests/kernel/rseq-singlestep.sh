@@ -8,8 +8,9 @@
 # instruction per block lets it land anywhere. Two boots: the untraced
 # fast paths, then allocation profiling on from boot (the profiled fast
 # paths and their counter sections: the test then also checks the counts
-# at its call sites). Passes when both runs report the test passed, with
-# no failure, no panic, and the shell reached poweroff.
+# at its call sites, and the run that profiling is on). Passes when both
+# runs report the test passed, with no failure, no panic, and the shell
+# reached poweroff.
 #
 #   rseq-singlestep.sh QEMU_RUN BOARD BUILD_DIR [QEMU-RUN OPTIONS...]
 set -uo pipefail
@@ -30,7 +31,7 @@ fails=0
 bad() { echo "rseq-singlestep: $*"; fails=1; }
 for args in "" "sysctl.vm.mem_profiling=1"; do
   what=${args:-"untraced"}
-  printf 'test rseq_magazines_survive_interrupts_that_allocate\npoweroff\n' |
+  printf 'sysctl vm.mem_profiling\ntest rseq_magazines_survive_interrupts_that_allocate\npoweroff\n' |
     "$run" "$board" --build-dir "$build" --timeout 240 --append "$args" "$@" -- "${one[@]}" >"$log" 2>&1
   status=$?
   sed -i 's/\r$//' "$log"
@@ -40,6 +41,9 @@ for args in "" "sysctl.vm.mem_profiling=1"; do
   grep -q 'FAIL' "$log" && bad "$what: a check failed"
   grep -q '^1 passed, 0 failed, 0 skipped' "$log" || bad "$what: the test did not pass"
   grep -q '^powering off' "$log" || bad "$what: the shell did not reach poweroff"
+  want=0
+  [[ -n $args ]] && want=1
+  grep -q "^vm.mem_profiling = $want" "$log" || bad "$what: profiling is not $want"
 done
 [[ $fails -eq 0 ]] && echo "rseq-singlestep: PASS"
 exit $fails
