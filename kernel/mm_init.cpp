@@ -96,7 +96,9 @@ void init() {
   allocinfo_boot::setup();  // sysctl.vm.mem_profiling=: before the page allocator's banks
   if (!mm::page_init(banks, nb, reserved, g_boot.reserved_count)) panic("mm: no usable RAM for the page allocator");
   arch::set_table_allocator([]() -> uintptr_t {
-    void* p = mm::page_alloc_va(0, KM_NOSLEEP | KM_PUSHPAGE);
+    // At a tag of mm's own (internal): allocinfo --totals counts page
+    // tables as allocator metadata (page_table_pages), not as a caller's.
+    void* p = mm::page_alloc_va_site(0, KM_NOSLEEP | KM_PUSHPAGE, MM_ALLOC_TAG_AS(kPage, true));
     if (!p) return 0;
     __atomic_fetch_add(&g_table_pages, 1, __ATOMIC_RELAXED);
     __builtin_memset(p, 0, mm::kPageBytes);
