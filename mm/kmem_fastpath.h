@@ -353,9 +353,15 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
   if (uint32_t* tags = sp->tags) {
     uint32_t* slot = &tags[(a & (kPageBytes - 1)) >> cp->prof_shift];
     uint32_t ref = *slot;
-    if (__builtin_expect(!ref, 0)) return free_unstamp(cp, obj, kType, caller);
-    *slot = 0;
-    plat::cpu_add_indexed<true>(counters, ref, cp->prof_delta);
+    if (__builtin_expect(ref != 0, 1)) {
+      *slot = 0;
+      plat::cpu_add_indexed<true>(counters, ref, cp->prof_delta);
+    } else if (prof_counting()) {
+      // Allocated while profiling was off (or freed twice): the hooked
+      // copy reports it. While profiling is off there is nothing to
+      // subtract (every object allocated since has no reference).
+      return free_unstamp(cp, obj, kType, caller);
+    }
   }
   plat::RseqPush r = magazine_push(cp, base, obj);
   if (__builtin_expect(r == plat::kRseqPushed, 1)) return;

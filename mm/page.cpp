@@ -843,9 +843,14 @@ __attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
   if (__builtin_expect(!is_order0_head(p), 0)) return 0;
   uint32_t* slot = &g.hot.tags[i];
   uint32_t ref = *slot;
-  if (__builtin_expect(!ref, 0)) return 0;  // allocated while profiling was off: reported there
-  *slot = 0;
-  plat::cpu_add_indexed<true>(counters, ref, kPageDelta);
+  if (__builtin_expect(ref != 0, 1)) {
+    *slot = 0;
+    plat::cpu_add_indexed<true>(counters, ref, kPageDelta);
+  } else if (prof_counting()) {
+    return 0;  // allocated while profiling was off (or freed twice): the hooked free reports it
+  } else {
+    return cache_push(p, pa) ? 1 : 0;  // profiling is off: nothing to subtract
+  }
   return cache_push(p, pa) ? 1 : -1;
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {

@@ -163,6 +163,14 @@ TEST_F(allocinfo, SwitchingKeepsTheBooksRight) {
   kmem_free(on, 200);
   EXPECT_EQ(at(line).calls, 0u);
   EXPECT_EQ(at(line).bytes, 0);
+  // Off (the frees still hooked): objects allocated now have no reference,
+  // and their frees are neither counted nor reported; a page likewise.
+  void* later = kmem_alloc(200, KM_SLEEP);
+  uint64_t later_pa = mm::page_alloc(0, KM_SLEEP);
+  ASSERT_TRUE(later && later_pa);
+  kmem_free(later, 200);
+  mm::page_free(later_pa, 0);
+  EXPECT_EQ(mm::prof_untagged_frees(), untagged + 1);
   ASSERT_TRUE(mm::prof_set(true));
 }
 
