@@ -88,11 +88,9 @@ __attribute__((weak)) void kmem_prof_bases_set();
 // The same for the page allocator's per-CPU caches (page.cpp).
 void page_prof_bases_set();
 
-// Counts an object of bytes at tag on this CPU; returns the reference the
-// object keeps, or 0 if tag is not one of this image's (then nothing was
-// counted). The kernel's counters are each CPU's own and updated with
-// interrupts masked, plain adds; the host's last slot is shared by threads
-// beyond kMaxCpus, so its adds are atomic.
+// Adds delta to this CPU's counter of ref. The kernel's counters are each
+// CPU's own and updated with interrupts masked, plain adds; the host's last
+// slot is shared by threads beyond kMaxCpus, so its adds are atomic.
 __attribute__((always_inline)) inline void prof_add_masked(uint32_t ref, int64_t delta) {
   int64_t& c = g_prof_counters[plat::cpu_slot()][ref - g_prof_ref0];
 #if defined(MM_KERNEL)
@@ -101,6 +99,9 @@ __attribute__((always_inline)) inline void prof_add_masked(uint32_t ref, int64_t
   __atomic_fetch_add(&c, delta, __ATOMIC_RELAXED);
 #endif
 }
+// Counts an object of bytes at tag on this CPU; returns the reference the
+// object keeps, or 0 if tag is not one of this image's (then nothing was
+// counted).
 __attribute__((always_inline)) inline uint32_t prof_charge_masked(const AllocTag* tag, uint64_t bytes) {
   uint32_t ref = prof_ref(tag);
   if (__builtin_expect(ref - g_prof_ref0 >= g_prof_ntags, 0)) return 0;  // null, or not a tag of this image

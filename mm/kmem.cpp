@@ -613,9 +613,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp
 }
 __attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, size_t requested,
                                                 const AllocTag* tag) {
-  if (!requested)  // a kmem_cache_alloc: its size is not loaded on the fast path
-    return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_api(), tag);
-  return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeKmalloc, requested, caller_of_api(), tag);
+  return alloc_slow_prof_from(cp, kmflag, requested, tag, caller_of_api());
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {

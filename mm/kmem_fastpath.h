@@ -215,10 +215,10 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     if constexpr (plat::kRestartable) return alloc_slow_at(nullptr, kmflag, base);
     return alloc_slow(cp, kmflag);
   } else {
-    // Interrupts stay on (6): the pop commits by its store of rounds, the
-    // count by its own store; an interrupt inside either rewinds it.
-    // Hooked, the same while kmemtrace does not record (kmemleak,
-    // profiling: their stamps come after the pop anyway).
+    // Interrupts stay on (6): the pop commits by its store of rounds; an
+    // interrupt inside it rewinds it. Hooked, the same while kmemtrace
+    // does not record (kmemleak, profiling: their stamps come after the
+    // pop anyway).
     if (plat::kRestartable && !kmemtrace::enabled()) {
       void* obj;
       if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) {
@@ -307,6 +307,13 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
 // (four arguments, so that 32-bit ARM passes them all in registers and
 // can jump there).
 [[gnu::noinline]] void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, size_t requested, const AllocTag* tag);
+// What alloc_slow_prof does, with the caller given.
+inline void* alloc_slow_prof_from(kmem_cache_t* cp, int kmflag, size_t requested, const AllocTag* tag,
+                                  uintptr_t caller) {
+  if (!requested)  // a kmem_cache_alloc: its size is not loaded on the fast path
+    return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller, tag);
+  return alloc_slow_traced(cp, kmflag, kmemtrace::kTypeKmalloc, requested, caller, tag);
+}
 // caller: MM_ENTRY_CALLER() of the entry point (0 in the kernel, where
 // every cold path is a tail call and takes its own return address; the
 // host passes the entry point's).
@@ -316,8 +323,7 @@ __attribute__((always_inline)) inline void* cache_alloc_prof(kmem_cache_t* cp, i
   void* obj;
   if (__builtin_expect(!magazine_pop(cp, base, obj), 0)) {
     if (caller)  // the host: alloc_slow_prof could not take it in four registers' worth of arguments
-      return alloc_slow_traced(cp, kmflag, requested ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache,
-                               requested ? requested : cp->bufsize, caller, tag);
+      return alloc_slow_prof_from(cp, kmflag, requested, tag, caller);
     return alloc_slow_prof(cp, kmflag, requested, tag);
   }
   // The slot's fields as base + their offset (as the sections address

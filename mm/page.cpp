@@ -127,7 +127,7 @@ struct alignas(64) PageCache {
   // Allocation profiling's counters of this CPU, biased (kmem_cache.h,
   // CpuCache::prof), for the profiled fast paths; 0 until they exist.
   // Written by page_prof_bases_set before counting can start, with the
-  // image's references (as kmem's CpuCache::prof_ref0 and prof_nrefs).
+  // image's references (as kmem's CpuCache::prof_refs).
   uintptr_t prof;
   uint64_t prof_refs;
   CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
@@ -843,14 +843,12 @@ __attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
   if (__builtin_expect(!is_order0_head(p), 0)) return 0;
   uint32_t* slot = &g.hot.tags[i];
   uint32_t ref = *slot;
-  if (__builtin_expect(ref != 0, 1)) {
-    *slot = 0;
-    plat::cpu_add_indexed<true>(counters, ref, kPageDelta);
-  } else if (prof_counting()) {
-    return 0;  // allocated while profiling was off (or freed twice): the hooked free reports it
-  } else {
+  if (__builtin_expect(ref == 0, 0)) {
+    if (prof_counting()) return 0;  // allocated while profiling was off (or freed twice): the hooked free reports it
     return cache_push(p, pa) ? 1 : 0;  // profiling is off: nothing to subtract
   }
+  *slot = 0;
+  plat::cpu_add_indexed<true>(counters, ref, kPageDelta);
   return cache_push(p, pa) ? 1 : -1;
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) uint64_t alloc_traced(unsigned order, int kmflag, void* caller, const AllocTag* tag) {

@@ -70,9 +70,9 @@ using arch::rseq_pop_pair;
 using arch::rseq_push_pair;
 #endif  // otherwise mm/platform_norseq.h
 
-// Adds d (subtracts it: kSub) to the 64-bit word at base + 8 * index, this CPU's (allocation
-// profiling's counters): a restartable section where the arch has one for
-// it, else with interrupts masked.
+// Adds d (subtracts it: kSub) to this CPU's 64-bit word at base + 8 *
+// index (allocation profiling's counters): a restartable section where the
+// arch has one for it, else with interrupts masked.
 template <bool kSub = false>
 __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
 #if defined(ARCH_HAS_RSEQ)
