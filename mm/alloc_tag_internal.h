@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mm/alloc_tag.h>
+#include <mm/hooks.h>
 #include <mm/platform_inline.h>
 
 struct vmem;
@@ -70,15 +71,29 @@ uintptr_t prof_counter_base(unsigned cpu);
 // and takes its profiled fast path (kmem_fastpath.h, 7).
 extern uint32_t g_alloc_hooks_beside_prof;
 extern uint32_t g_free_hooks_beside_prof;
+// The allocation word's bit for "profiling does not count" (low, so that
+// kAllocTraceOnly is a compare's immediate on every arch).
+constexpr uint32_t kNotCounting = 1u << 8;
+static_assert(kNotCounting > kFeatureProfileFree);  // above every feature's bit
+// Their values while kmemtrace is the only feature that wants the hooks
+// (profiling neither counts, kNotCounting in the allocation word, nor
+// subtracts, bit 30 of the free word): the traced copies then take
+// kmemtrace's fast paths (kmem_fastpath.h, 8).
+constexpr uint32_t kAllocTraceOnly = kFeatureKmemtrace | kNotCounting;
+constexpr uint32_t kFreeTraceOnly = kFeatureKmemtrace;
 // Kernel: plain loads of an aligned word (single-copy atomic on every arch),
 // which GCC folds into one load where an __atomic one takes an address
 // add first; the host's are relaxed atomics.
 #if defined(MM_KERNEL)
 inline bool alloc_hooks_beside_prof() { return g_alloc_hooks_beside_prof != 0; }
 inline bool free_hooks_beside_prof() { return g_free_hooks_beside_prof != 0; }
+inline bool alloc_trace_only() { return g_alloc_hooks_beside_prof == kAllocTraceOnly; }
+inline bool free_trace_only() { return g_free_hooks_beside_prof == kFreeTraceOnly; }
 #else
 inline bool alloc_hooks_beside_prof() { return __atomic_load_n(&g_alloc_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
 inline bool free_hooks_beside_prof() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
+inline bool alloc_trace_only() { return __atomic_load_n(&g_alloc_hooks_beside_prof, __ATOMIC_RELAXED) == kAllocTraceOnly; }
+inline bool free_trace_only() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED) == kFreeTraceOnly; }
 #endif
 
 // Sets every cache's per-CPU copies of those bases (kmem.cpp), once the

@@ -7,6 +7,7 @@
 // cores, which may want the lock with interrupts masked), so a caller loops
 // until both match the mask it left.
 #include <mm/hooks.h>
+#include "alloc_tag_internal.h"
 #include <mm/platform.h>
 #include "lock.h"
 
@@ -18,7 +19,7 @@ bool g_alloc_switch;  // the switches as last set, under g_lock
 bool g_free_switch;
 }  // namespace
 
-uint32_t g_alloc_hooks_beside_prof = 1u << 31;  // profiling does not count yet (note_features)
+uint32_t g_alloc_hooks_beside_prof = kNotCounting;  // profiling does not count yet (note_features)
 uint32_t g_free_hooks_beside_prof;
 
 namespace {
@@ -27,15 +28,19 @@ namespace {
 // for them and cleared before it is flipped off, so a hooked path that
 // reads 0 (relaxed) runs while only profiling wants it, give or take the
 // event at the moment of the switch (as kmemtrace's own switch). The
-// allocation word is also non-zero while profiling does not count (top
-// bit): a tagged call that comes while another feature's switch is being
+// allocation word is also non-zero while profiling does not count
+// (kNotCounting): a tagged call that comes while another feature's switch is being
 // turned off must not take the counting fast path.
 void note_features() {
-  unsigned not_counting = (g_features & kFeatureProfile) ? 0u : 1u << 31;
+  unsigned not_counting = (g_features & kFeatureProfile) ? 0u : kNotCounting;
   __atomic_store_n(&g_alloc_hooks_beside_prof,
                    (g_features & kFeaturesOnAlloc & ~unsigned{kFeatureProfile}) | not_counting, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_free_hooks_beside_prof, g_features & kFeaturesOnFree & ~unsigned{kFeatureProfileFree},
-                   __ATOMIC_RELAXED);
+  // Bit 30 of the free word: profiling subtracts, beside another feature
+  // (so that the word is kFreeTraceOnly only while nothing else wants the
+  // frees: alloc_tag_internal.h).
+  unsigned beside = g_features & kFeaturesOnFree & ~unsigned{kFeatureProfileFree};
+  unsigned subtracting = beside && (g_features & kFeatureProfileFree) ? 1u << 30 : 0u;
+  __atomic_store_n(&g_free_hooks_beside_prof, beside | subtracting, __ATOMIC_RELAXED);
 }
 }  // namespace
 

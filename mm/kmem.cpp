@@ -624,6 +624,22 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
   if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
   return obj;
 }
+#if defined(ARCH_HAS_RSEQ_RECORD)
+__attribute__((noinline, cold)) void* alloc_trace_full(void* obj, uint8_t type, uintptr_t caller, size_t requested,
+                                                       size_t allocated, int kmflag) {
+  kmemtrace::detail::record_full_alloc(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
+                                       requested, allocated, static_cast<uint32_t>(kmflag));
+  return obj;
+}
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_trace_full(kmem_cache_t* cp, void* obj, uint8_t type,
+                                                                         uintptr_t caller) {
+  kmemtrace::detail::record_full_free(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+  char* base = cpu_base(cp);
+  plat::RseqPush r = magazine_push(cp, base, obj);
+  if (r == plat::kRseqOnTop) return free_twice_at(base, obj, caller);
+  if (r == plat::kRseqFull) return free_slow_at(base, obj, caller);
+}
+#endif
 
 }  // namespace mm
 
@@ -715,14 +731,32 @@ void cache_free_hooked(kmem_cache_t* cp, void* obj, uintptr_t caller) {
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj,
                                                                                   uintptr_t caller) {
   if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
+#if defined(ARCH_HAS_RSEQ_RECORD)
+  if (__builtin_expect(free_trace_only(), 1))  // kmemtrace alone (kmem_fastpath.h, 8)
+    return cache_free_trace(cp, obj, kmemtrace::kTypeCache, caller ? caller : caller_of_leaf());
+#endif
   return cache_free_hooked(cp, obj, caller);
 }
+#if defined(ARCH_HAS_RSEQ_RECORD)
+// kmemtrace alone (kmem_fastpath.h, 8): the entry points tail-call it
+// with caller 0 (the kernel's MM_ENTRY_CALLER).
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* cache_alloc_trace_only(kmem_cache_t* cp,
+                                                                                       int kmflag,
+                                                                                       const AllocTag* tag) {
+  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_leaf(), tag);
+}
+#endif
 }  // namespace
 
 // The Solaris name, for calls that do not go through the macro (mm/kmem.h):
 // counted at this function's own tag.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
-  if (kmemtrace::on()) return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  if (kmemtrace::on()) {
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    if (__builtin_expect(alloc_trace_only(), 1)) return cache_alloc_trace_only(cp, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
+#endif
+    return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  }
   return cache_alloc(cp, kmflag);
 }
 
@@ -732,6 +766,9 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, 0, tag, MM_ENTRY_CALLER());  // 0: a kmem_cache_alloc (alloc_slow_prof)
+#if defined(ARCH_HAS_RSEQ_RECORD)
+  if (__builtin_expect(alloc_trace_only(), 1)) return cache_alloc_trace_only(cp, kmflag, tag);
+#endif
   return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

@@ -164,8 +164,23 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !cp->debug && !free_hooks_beside_prof(), 1))
     return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf, caller);
+#if defined(ARCH_HAS_RSEQ_RECORD)
+  // kmemtrace alone (kmem_fastpath.h, 8): debugged classes are kFeatureDebug's.
+  if (__builtin_expect(cp != nullptr && free_trace_only(), 1))
+    return cache_free_trace(cp, buf, kmemtrace::kTypeKmalloc, caller ? caller : caller_of_leaf());
+#endif
   return kmem_free_hooked(buf, size, caller);
 }
+
+#if defined(ARCH_HAS_RSEQ_RECORD)
+// kmemtrace alone, on a size cache (kmem_fastpath.h, 8): the entry points
+// tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER).
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(kmem_cache_t* cp, size_t size,
+                                                                                      int kmflag,
+                                                                                      const AllocTag* tag) {
+  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_leaf(), tag);
+}
+#endif
 
 }  // namespace
 
@@ -214,7 +229,14 @@ using namespace mm;
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  if (kmemtrace::on()) {
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    kmem_cache_t* cp = size_cache(size);
+    if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1))
+      return kmem_alloc_trace_only(cp, size, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
+#endif
+    return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  }
   return kmem_alloc_body(size, kmflag);
 }
 
@@ -236,6 +258,9 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, size, tag, MM_ENTRY_CALLER());
+#if defined(ARCH_HAS_RSEQ_RECORD)
+  if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1)) return kmem_alloc_trace_only(cp, size, kmflag, tag);
+#endif
   return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }
 

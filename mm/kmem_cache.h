@@ -296,6 +296,22 @@ void report(const char* kind, const char* where, const void* addr, uintptr_t cal
 inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
+// The same in a frameless function whose every call is a tail call, where
+// the link register holds the return address throughout: on arm64 one
+// move, where __builtin_return_address adds an xpaclri (it strips a
+// pointer authentication code, from x30 in place, so x30 is saved and
+// restored around it). Return addresses are never signed here: the
+// kernel is built without -mbranch-protection, and a frameless function
+// signs nothing.
+__attribute__((always_inline)) inline uintptr_t caller_of_leaf() {
+#if defined(MM_KERNEL) && defined(__aarch64__)
+  uintptr_t r;
+  asm("mov %0, x30" : "=r"(r));
+  return r;
+#else
+  return caller_of_api();
+#endif
+}
 // kmem_init is done: stored with release by kmem_init after everything it
 // set up (arenas, magazine and size caches, hooks), loaded with acquire
 // (kmem_ready and the entry points' checks). kmem.cpp.

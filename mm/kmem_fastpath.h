@@ -67,6 +67,19 @@
 //    check that the pointer is a buffer's start, as the magazine path does
 //    not (3): an interior pointer takes the reference of the buffer it
 //    points into (or of the next), before the slab layer reports it.
+// 8. kmemtrace's fast paths (the top of the traced cache_alloc and
+//    cache_free): while kmemtrace is the only feature with the hooks on
+//    (alloc_trace_only, free_trace_only: the same words as 7) and the arch
+//    has the restartable ring write (trace/record.h, 2), the traced copies
+//    run the magazine pop and push above, untouched, and record the event
+//    in a section of its own: after the pop (the buffer is ours: nothing
+//    another CPU or an interrupt does can involve it before we return it),
+//    before the push (once pushed, an interrupt could allocate it and
+//    record that first). So a free refused by the push (the buffer on top
+//    of the magazine: freed twice in a row) has been recorded, as one
+//    refused by the slab layer always was. A miss goes to the traced slow
+//    path, which records after the fact (allocation) or is reached after
+//    the record (free: free_slow_at records nothing).
 #pragma once
 #include <cstddef>
 #include <mm/failslab.h>
@@ -374,5 +387,51 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
   if (r == plat::kRseqOnTop) return free_twice(cp, obj, caller);
   return free_slow_entry(cp, obj, caller);
 }
+
+#if defined(ARCH_HAS_RSEQ_RECORD)
+// kmemtrace's fast paths (8), for frameless out-of-line copies that the
+// entry points tail-call while alloc_trace_only() / free_trace_only():
+// every call below is a tail call. caller: the entry point's caller.
+// The record's cold path when the ring had no room: the masked write,
+// then obj back to the caller.
+[[gnu::cold, gnu::noinline]] void* alloc_trace_full(void* obj, uint8_t type, uintptr_t caller, size_t requested,
+                                                    size_t allocated, int kmflag);
+// The same for a free, then the free itself (the untraced push and its
+// slow paths).
+[[gnu::cold, gnu::noinline]] void free_trace_full(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
+
+__attribute__((always_inline)) inline void* cache_alloc_trace(kmem_cache_t* cp, int kmflag, uint8_t type,
+                                                              size_t requested, uintptr_t caller,
+                                                              const AllocTag* tag) {
+  void* obj;
+  if (__builtin_expect(!magazine_pop(cp, cpu_base(cp), obj), 0))
+    return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);  // records after the fact
+  if (__builtin_expect(kmemtrace::detail::alloc_rseq(kmemtrace::Ring::alloc_tag(type), caller,
+                                                     reinterpret_cast<uintptr_t>(obj), requested, cp->chunk,
+                                                     static_cast<uint32_t>(kmflag)) == arch::kRecordFull,
+                       0))
+    return alloc_trace_full(obj, type, caller, requested, cp->chunk, kmflag);
+  return obj;
+}
+
+// The owner check as cache_free's, the record, then the push.
+__attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj, uint8_t type,
+                                                            uintptr_t caller) {
+  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
+    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
+  } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
+    return free_bad_owner(cp, obj, caller);
+  }
+  if (__builtin_expect(kmemtrace::detail::free_rseq(kmemtrace::Ring::free_tag(type), caller,
+                                                    reinterpret_cast<uintptr_t>(obj)) == arch::kRecordFull,
+                       0))
+    return free_trace_full(cp, obj, type, caller);
+  char* base = cpu_base(cp);
+  plat::RseqPush r = magazine_push(cp, base, obj);
+  if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
+  if (r == plat::kRseqOnTop) return free_twice_at(base, obj, caller);
+  return free_slow_at(base, obj, caller);
+}
+#endif
 
 }  // namespace mm

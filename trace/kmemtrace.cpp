@@ -11,16 +11,14 @@ namespace kmemtrace {
 
 namespace plat = mm::plat;
 
-constinit bool g_enabled = false;
-
-// g_rings first: the recording path reaches both through one address.
-// (Visible to trace/record.h's inline recorders.)
 namespace detail {
-constinit Ring g_rings[plat::kMaxCpus];
-constinit std::atomic<uint32_t> g_seq{0};  // the ABI's sequence number
+constinit Recorder g_rec;
 }  // namespace detail
-using detail::g_rings;
-using detail::g_seq;
+
+namespace {
+Ring (&g_rings)[plat::kMaxCpus] = detail::g_rec.rings;
+std::atomic<uint32_t>& g_seq = detail::g_rec.seq;
+}  // namespace
 
 namespace {
 // One consumer at a time. Its acquire/release also carries init_cpu()'s
@@ -65,6 +63,23 @@ void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   plat::irq_restore(s);
 }
 
+#if defined(ARCH_HAS_RSEQ_RECORD)
+// The restartable write found no room (trace/record.h, 2): the masked
+// write refreshes the limit from the consumer, or counts the drop.
+void detail::record_full_alloc(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
+                        uint32_t flags) {
+  auto s = plat::irq_save();
+  if (enabled()) detail::alloc_masked(tag, caller, ptr, requested, allocated, flags);
+  plat::irq_restore(s);
+}
+
+void detail::record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
+  auto s = plat::irq_save();
+  if (enabled()) detail::free_masked(tag, caller, ptr);
+  plat::irq_restore(s);
+}
+#endif
+
 // --- Set-up ------------------------------------------------------------------
 
 unsigned max_cpus() { return plat::kMaxCpus; }
@@ -84,8 +99,8 @@ void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXE
 // The switch orders nothing (its readers use a plain load: kmemtrace.h),
 // hence relaxed. What orders the rings' set-up before recording is in
 // kmemtrace.h, 5.
-void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELAXED); }
-void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELAXED); }
+void enable() { __atomic_store_n(&detail::g_rec.enabled, true, __ATOMIC_RELAXED); }
+void disable() { __atomic_store_n(&detail::g_rec.enabled, false, __ATOMIC_RELAXED); }
 
 // The caller has made sure no CPU is still recording (kmemtrace.h): the
 // last head_ store of each producer is ordered before our stores by

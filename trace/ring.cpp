@@ -4,6 +4,9 @@
 namespace kmemtrace {
 
 bool Ring::init(void* mem, size_t bytes) {
+  static_assert(offsetof(Ring, head_) == kOffHead && offsetof(Ring, limit_) == kOffLimit &&
+                offsetof(Ring, buf_) == kOffBuf && offsetof(Ring, mask_) == kOffMask);
+  static_assert(sizeof(head_) == 4 && sizeof(limit_) == 4 && sizeof(mask_) == sizeof(void*));
   uintptr_t p = reinterpret_cast<uintptr_t>(mem);
   uintptr_t aligned = (p + 7) & ~uintptr_t{7};
   size_t usable = mem && bytes >= aligned - p ? bytes - (aligned - p) : 0;

@@ -31,8 +31,15 @@
 // (the site_* functions), so a lost add would leave a site's count off.
 // Each site must count exactly the buffers the handlers still hold, then
 // zero once they are freed.
+// With no allocator hook on, two more runs record with kmemtrace (masked,
+// then alone, through its fast paths and restartable ring writes:
+// mm/kmem_fastpath.h, 8): no test operation may go unrecorded (rings and
+// drops hold at least that many events), and every pointer's history in
+// the part of the trace where no CPU dropped anything alternates between
+// allocation and free (check_histories).
 #include <kernel/arch.h>
 #include <kernel/console.h>
+#include <kernel/kmemtrace.h>
 #include <kernel/ktest.h>
 #include <kernel/percpu.h>
 #include <kernel/rseq.h>
@@ -42,6 +49,7 @@
 #include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <trace/kmemtrace.h>
 #include <atomic>
 
 namespace {
@@ -63,6 +71,7 @@ std::atomic<unsigned> g_done{0};
 std::atomic<uint64_t> g_twice{0};    // a buffer found in use when handed out
 std::atomic<uint64_t> g_allocs{0};   // test cache operations that succeeded
 std::atomic<uint64_t> g_frees{0};
+std::atomic<uint64_t> g_page_ops{0};  // pages the hammering allocated and freed (each counted once)
 std::atomic<unsigned> g_masked_cores{0};  // hammering cores that found interrupts masked
 bool g_masked;  // the reference run: hammer with interrupts masked per operation
 
@@ -188,7 +197,7 @@ void hammer(void* arg) {
   Buf* a[kBurst];
   Buf* b[kBurst];
   Buf* pg[kBurst];
-  uint64_t allocs = 0, frees = 0;
+  uint64_t allocs = 0, frees = 0, page_ops = 0;
   uint32_t x = 0x9e3779b9u * (cpu_id() + 1);
   while (!g_stop.load(std::memory_order_relaxed)) {
     if (cpu_id() == 0 ? time_to_stop(plan) : smp::another_call_waits()) {
@@ -205,7 +214,7 @@ void hammer(void* arg) {
       });
       take(a[i]);
       take(b[i]);
-      if (pg[i]) take(pg[i]);
+      if (pg[i]) take(pg[i]), page_ops++;
       allocs++;
     }
     bool reverse = x & 1;
@@ -224,6 +233,7 @@ void hammer(void* arg) {
   }
   g_allocs.fetch_add(allocs);
   g_frees.fetch_add(frees);
+  g_page_ops.fetch_add(page_ops);
   if (cpu_id() != 0) g_done.fetch_add(1, std::memory_order_release);
 }
 
@@ -233,9 +243,110 @@ uint64_t restarts_total() {
   return n;
 }
 
-// One run; returns the rewinds it saw.
-uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
+// Every CPU's events: committed (unconsumed) and dropped.
+uint64_t trace_events() {
+  uint64_t n = 0;
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++) {
+    kmemtrace::CpuStats st;
+    if (kmemtrace::stats(cpu, st)) n += st.ring.events + st.ring.dropped_events;
+  }
+  return n;
+}
+
+// The recorded histories of every pointer: the events of all CPUs with a
+// sequence number below the cutoff, where every CPU's committed events
+// are complete (the smallest of the CPUs' last numbers: a full ring drops
+// what comes later), merged by sequence number (each CPU's are in order).
+// Per type and pointer they must alternate between allocation and free:
+// an event recorded twice (a section rewound after its commit), lost (a
+// commit undone) or recorded out of order (a free after the push that
+// let another CPU allocate the buffer again) breaks that. Returns the
+// breaks; checks that enough events were compared for it to mean much.
+// Consumes the rings.
+uint64_t check_histories() {
+  struct Rec {
+    uint32_t seq;  // relative to the first event's
+    uint8_t id, type;
+    uint64_t ptr;
+  };
+  constexpr unsigned kCpus = 8;
+  unsigned ncpu = g_cpu_count < kCpus ? g_cpu_count : kCpus;
+  uint64_t total = 0;
+  for (unsigned c = 0; c < ncpu; c++) {
+    kmemtrace::CpuStats st;
+    if (kmemtrace::stats(c, st)) total += st.ring.committed - st.ring.consumed;  // bytes: a bound on events / 24
+  }
+  size_t max_recs = total / kmemtrace::kFreeSize + 1;
+  auto* recs = static_cast<Rec*>(kmem_alloc(max_recs * sizeof(Rec), KM_SLEEP));
+  size_t chunk = 4096;
+  auto* buf = static_cast<uint8_t*>(kmem_alloc(chunk, KM_SLEEP));
+  size_t start[kCpus + 1] = {}, n = 0;
+  bool have_first = false;
+  uint32_t first = 0, cutoff = ~0u;
+  for (unsigned c = 0; c < ncpu; c++) {
+    start[c] = n;
+    size_t got;
+    while ((got = kmemtrace::read(c, buf, chunk)) != 0) {
+      for (size_t pos = 0; pos + kmemtrace::kHeaderSize <= got;) {
+        const uint8_t* e = buf + pos;
+        uint16_t size;
+        uint32_t seq;
+        uint64_t ptr;
+        __builtin_memcpy(&size, e + kmemtrace::kOffSize, 2);
+        __builtin_memcpy(&seq, e + kmemtrace::kOffSeq, 4);
+        __builtin_memcpy(&ptr, e + kmemtrace::kOffPtr, 8);
+        if (!have_first) first = seq, have_first = true;
+        if (n < max_recs) recs[n++] = Rec{seq - first, e[kmemtrace::kOffEventId], e[kmemtrace::kOffTypeId], ptr};
+        pos += size ? size : got;
+      }
+    }
+    if (n > start[c] && recs[n - 1].seq < cutoff) cutoff = recs[n - 1].seq;
+  }
+  start[ncpu] = n;
+  kmem_free(buf, chunk);
+  // Merge by sequence number, events below the cutoff only; the state of
+  // each (type, pointer) in a small open-addressed table.
+  struct Slot {
+    uint64_t key;  // ptr | type (pointers are 8-aligned), 0: empty
+    bool live;
+  };
+  size_t nslots = 1;
+  while (nslots < 2 * n + 2) nslots <<= 1;
+  auto* slots = static_cast<Slot*>(kmem_zalloc(nslots * sizeof(Slot), KM_SLEEP));
+  size_t at[kCpus];
+  for (unsigned c = 0; c < ncpu; c++) at[c] = start[c];
+  uint64_t breaks = 0, compared = 0;
+  for (;;) {
+    unsigned best = kCpus;
+    for (unsigned c = 0; c < ncpu; c++)
+      if (at[c] < start[c + 1] && recs[at[c]].seq < cutoff && (best == kCpus || recs[at[c]].seq < recs[at[best]].seq))
+        best = c;
+    if (best == kCpus) break;
+    const Rec& r = recs[at[best]++];
+    if (r.id > kmemtrace::kEventFree || r.type >= kmemtrace::kTypeVmem) continue;
+    uint64_t key = r.ptr | r.type | 0x8000000000000000ull;
+    size_t i = (key * 0x9e3779b97f4a7c15ull) >> 20 & (nslots - 1);
+    while (slots[i].key && slots[i].key != key) i = (i + 1) & (nslots - 1);
+    bool alloc = r.id == kmemtrace::kEventAlloc;
+    if (slots[i].key && slots[i].live == alloc) breaks++;  // two allocations or two frees in a row
+    slots[i].key = key;
+    slots[i].live = alloc;
+    compared++;
+  }
+  kmem_free(slots, nslots * sizeof(Slot));
+  kmem_free(recs, max_recs * sizeof(Rec));
+  kprintf("    traced: %llu events below the cutoff compared, %llu out of turn\n", (unsigned long long)compared,
+          (unsigned long long)breaks);
+  KEXPECT(compared >= 1000);
+  return breaks;
+}
+
+// One run; returns the rewinds it saw. traced: with kmemtrace recording
+// (alone: its fast paths, mm/kmem_fastpath.h, 8), which must record each
+// operation exactly once, in rings or as a drop.
+uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds, bool traced = false) {
   g_masked = masked;
+  g_page_ops.store(0);
   g_twice.store(0);
   g_allocs.store(0);
   g_frees.store(0);
@@ -253,6 +364,10 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
     KEXPECT(g_cache != nullptr);
     return 0;
   }
+  if (traced) {
+    kmemtrace::clear();
+    kmemtrace::start();
+  }
   timer::set_test_hook(tick, 20);
   Plan plan{timer::now_ns(), ms * 1000000, restarts0, want_rewinds};
   g_stop.store(false);
@@ -265,6 +380,7 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   // masking here keeps this core's, and the others' stashes are read after
   // their next tick saw the hook gone: wait two normal periods.
   timer::delay_us(30000);
+  if (traced) kmemtrace::stop();
 
   uint64_t held = 0, irq_allocs = 0, irq_frees = 0, interrupts = 0;
   for (unsigned c = 0; c < g_cpu_count; c++) {
@@ -292,6 +408,20 @@ uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds) {
   KEXPECT_EQ(st.allocs - st.frees, held + failed);
   KEXPECT_EQ(st.buf_inuse, held);
   if (profiling()) expect_site_counts(held);
+  if (traced) {
+    // An alloc and a free event each: the cache's and kmem_alloc's
+    // operations, the handlers' pages (one per operation) and the
+    // hammering's.
+    uint64_t want = 2 * (allocs + frees) + irq_allocs + irq_frees + 2 * g_page_ops.load();
+    uint64_t got = trace_events();
+    kprintf("    traced: %llu events recorded or dropped, %llu expected, %llu dropped\n",
+            (unsigned long long)got, (unsigned long long)want, (unsigned long long)kmemtrace::total_overruns());
+    // Internal allocations (magazines, slabs) are recorded too: at least
+    // the test's own. Exactness comes from the histories below.
+    KEXPECT(got >= want);
+    KEXPECT_EQ(check_histories(), 0u);
+    kmemtrace::clear();
+  }
   for (unsigned c = 0; c < g_cpu_count; c++) {
     Stash& s = g_stash[c];
     for (unsigned i = 0; i < s.n; i++) {
@@ -330,4 +460,10 @@ KTEST(rseq_magazines_survive_interrupts_that_allocate) {
   if (restartable) KEXPECT(rewinds > 0);
   uint64_t reference = run(true, 150, 0);
   KEXPECT_EQ(reference, 0u);
+  // kmemtrace alone: its ring writes are sections too (trace/record.h, 2).
+  if (mm::alloc_hooks_features() == 0 && kmemtrace::ring_capacity() != 0 && !kmemtrace::enabled()) {
+    run(true, 100, 0, true);
+    uint64_t traced = run(false, 150, restartable ? 20 : 0, true);
+    if (restartable) KEXPECT(traced > 0);
+  }
 }

@@ -1,7 +1,31 @@
-// Recording from code that already runs with interrupts masked on this CPU
-// (the allocators' traced paths, inside their own masked region): the ring
-// write of kmemtrace::record_*_slow, inline, without masking again. Only
-// while tracing is enabled (the caller tested kmemtrace::enabled()).
+// The recording paths inlined into the allocators' traced copies.
+//
+// 1. Masked (alloc_masked, free_masked): for code that already runs with
+//    interrupts masked on this CPU (the allocators' traced paths where the
+//    platform has no restartable sections, inside their own masked region,
+//    and the slow paths): the ring write of kmemtrace::record_*_slow,
+//    inline, without masking again. Only while tracing is enabled (the
+//    caller tested kmemtrace::enabled()).
+// 2. Restartable (alloc_rseq, free_rseq; the kernel, where the arch has
+//    restartable sections: kernel/rseq.h): the whole record is one section
+//    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
+//    rseq_record_*): it loads the ring's head and limit (no room: the
+//    masked path, which refreshes the limit or counts the drop, if tracing
+//    is still on), takes the sequence number, writes the event above
+//    the head, where no reader looks, and commits by its release store of
+//    the new head (the ring's publication: ring.h, 5). An interrupt inside
+//    it rewinds it: the handler's own events (an allocation in interrupt
+//    context) go into the ring first, and the rerun writes after them with
+//    a later sequence number. A sequence number taken by a rewound run is
+//    lost, so the numbers of a CPU's events rise but may skip; readers
+//    order by them and need no run without gaps (trace/reader.h).
+//    The section does not read the switch: only kmemtrace's fast paths
+//    use it (mm/kmem_fastpath.h, 8), reached while the allocators' hooks
+//    word says kmemtrace alone, which it says only between enable() and
+//    disable() (kmemtrace::start and stop set the hooks inside them), give
+//    or take the event at the moment of the switch. reset() comes after a
+//    cross-call that every secondary core takes from its idle loop, so no
+//    core is inside a section then (kmemtrace.h, reset).
 #pragma once
 #include <atomic>
 #include <mm/platform_inline.h>
@@ -9,29 +33,59 @@
 
 namespace kmemtrace::detail {
 
-// Defined in trace/kmemtrace.cpp.
-extern Ring g_rings[mm::plat::kMaxCpus];
-// The ABI's sequence number, shared by every CPU. Relaxed is enough: all
-// read-modify-writes of one atomic fall into a single order, so numbers
-// are unique; and when one event causes another on another CPU (a free on
-// CPU A, then CPU B allocating the same buffer), the allocator's own
-// synchronisation between them (a lock, a release/acquire handover) makes
-// A's fetch_add happen before B's, which coherence then orders first: B's
-// number is larger. No other memory is published by it. The ring write
-// that follows is ordered by the ring (ring.h, 5).
-extern std::atomic<uint32_t> g_seq;
+// The ABI's sequence number (g_rec.seq) is shared by every CPU. Relaxed is
+// enough: all read-modify-writes of one atomic fall into a single order,
+// so numbers are unique; and when one event causes another on another CPU
+// (a free on CPU A, then CPU B allocating the same buffer), the
+// allocator's own synchronisation between them (a lock, a release/acquire
+// handover) makes A's fetch_add happen before B's, which coherence then
+// orders first: B's number is larger. No other memory is published by it.
+// The ring write that follows is ordered by the ring (ring.h, 5).
 
 // Interrupts are masked (kernel) or the thread is its CPU (host), so
 // cpu_id() is stable and this ring has one producer: us.
 __attribute__((always_inline)) inline void alloc_masked(uint32_t tag, uintptr_t caller, uintptr_t ptr,
                                                         size_t requested, size_t allocated, uint32_t flags) {
-  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
-  g_rings[mm::plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, kSameCpu);
+  uint32_t seq = g_rec.seq.fetch_add(1, std::memory_order_relaxed);
+  g_rec.rings[mm::plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, kSameCpu);
 }
 
 __attribute__((always_inline)) inline void free_masked(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
-  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
-  g_rings[mm::plat::cpu_id()].put_free(tag, seq, caller, ptr);
+  uint32_t seq = g_rec.seq.fetch_add(1, std::memory_order_relaxed);
+  g_rec.rings[mm::plat::cpu_id()].put_free(tag, seq, caller, ptr);
 }
+
+#if defined(ARCH_HAS_RSEQ_RECORD)
+constexpr size_t kRecSeq = offsetof(Recorder, seq);
+
+// Records an allocation of this CPU's: the section (2),
+// from the functions in .text.rseq only (MM_RESTARTABLE_TEXT).
+// arch::kRecordFull: the ring had no room, nothing is recorded yet: the
+// caller goes on to record_full_alloc (masked), out of line.
+__attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, uintptr_t caller, uintptr_t ptr,
+                                                      size_t requested, size_t allocated, uint32_t flags) {
+  char* base = reinterpret_cast<char*>(&g_rec);
+  char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
+  // flags, then the target CPU: this one (kSameCpu, all ones).
+  uint64_t last = uint64_t{flags} | uint64_t{static_cast<uint32_t>(kSameCpu)} << 32;
+  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr,
+                                                                                       requested, allocated, last);
+}
+
+// Records a free of this CPU's: as alloc_rseq.
+__attribute__((always_inline)) inline arch::RseqRecord free_rseq(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
+  char* base = reinterpret_cast<char*>(&g_rec);
+  char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
+  return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr);
+}
+
+// The masked write for a record that found no room: the limit refreshed
+// from the consumer, or the drop counted; the switch read again first (an
+// interrupt between the section and the mask may have been reset's
+// cross-call).
+void record_full_alloc(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
+                       uint32_t flags);
+void record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr);
+#endif
 
 }  // namespace kmemtrace::detail

@@ -134,6 +134,14 @@ class Ring {
     return true;
   }
 
+  // Where the producer's fields are, for the restartable ring write
+  // (trace/record.h): head_ and limit_ side by side at 0 and 4 (one pair
+  // load), then buf_ and mask_ (another).
+  static constexpr size_t kOffHead = 0;
+  static constexpr size_t kOffLimit = 4;
+  static constexpr size_t kOffBuf = 8;
+  static constexpr size_t kOffMask = 8 + sizeof(void*);
+
   // Any pre-encoded event (features included): n bytes (at most kSlack),
   // its size field equal to n. Keep n a multiple of 8 (pad with zeros, see
   // abi.h) so that later events stay aligned.

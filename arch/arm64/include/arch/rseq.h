@@ -178,4 +178,81 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory");
 }
 
+// kmemtrace's restartable ring write (trace/record.h, 2). rec: the
+// recorder (its sequence number at rec + kSeq); ring: this CPU's ring (its
+// head and limit, two words, at ring, its buffer and mask at ring + kBuf
+// and ring + kMask). If the event (kBytes) fits under the limit, it goes
+// at buffer + (head & mask) and head + kBytes is committed with a release
+// store (stlr: the event's stores are seen before it by the reader's
+// acquire of head): kRecorded. Else kRecordFull, nothing committed. The
+// sequence number is a fetch-and-add (ldxr/stxr) inside the section: a
+// rewind after it loses that number (the rerun takes another). The first
+// word of the event is tag | seq << 32 (little-endian: the event's first
+// four bytes, then the sequence number).
+#define ARCH_RSEQ_RECORD_HEAD(n)                                                      \
+  "1: ldp   %w[h], %w[u], [%[ring]]\n"  /* head, limit */                            \
+  "   add   %w[t], %w[h], #" #n "\n"                                                 \
+  "   cmp   %w[u], %w[t]\n"               /* limit - end < 0: no room */              \
+  "   b.mi  %l[full]\n"                                                               \
+  "   ldp   %[p], %[u], [%[ring], %[bo]]\n" /* buffer, mask */                        \
+  "   and   %[h], %[h], %[u]\n"                                                       \
+  "   add   %[p], %[p], %[h]\n"                                                       \
+  "   add   %[u], %[rec], %[so]\n"                                                    \
+  "3: ldxr  %w[s], [%[u]]\n"                                                          \
+  "   add   %w[h], %w[s], #1\n"                                                       \
+  "   stxr  %w[v], %w[h], [%[u]]\n"                                                   \
+  "   cbnz  %w[v], 3b\n"                                                              \
+  "   orr   %[s], %[tag], %[s], lsl #32\n"                                            \
+  "   stp   %[s], %[caller], [%[p]]\n"                                                \
+  "   str   %[ptr], [%[p], #16]\n"
+
+#define ARCH_HAS_RSEQ_RECORD 1
+enum RseqRecord { kRecorded, kRecordFull };
+
+template <size_t kSeq, size_t kBuf, size_t kMask>
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uint64_t tag,
+                                                                  uintptr_t caller, uintptr_t ptr) {
+  static_assert(kMask == kBuf + 8);
+  uint64_t h, u, t, p, s, v;
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(24)
+      "   stlr  %w[t], [%[ring]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s), [v] "=&r"(v)
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+        [so] "i"(kSeq), [bo] "i"(kBuf)
+      : "memory", "cc"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+
+// The same for an allocation: then requested, allocated and last (the
+// flags, then the target CPU) at 24, 32 and 40.
+template <size_t kSeq, size_t kBuf, size_t kMask>
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
+                                                                   uintptr_t caller, uintptr_t ptr,
+                                                                   uint64_t requested, uint64_t allocated,
+                                                                   uint64_t last) {
+  static_assert(kMask == kBuf + 8);
+  uint64_t h, u, t, p, s, v;
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(48)
+      "   stp   %[rq], %[al], [%[p], #24]\n"
+      "   str   %[la], [%[p], #40]\n"
+      "   stlr  %w[t], [%[ring]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s), [v] "=&r"(v)
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(last), [so] "i"(kSeq),
+        [bo] "i"(kBuf)
+      : "memory", "cc"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+#undef ARCH_RSEQ_RECORD_HEAD
+
 }  // namespace arch

@@ -169,4 +169,77 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory");
 }
 
+// kmemtrace's restartable ring write (trace/record.h, 2), with the
+// contract of arch/arm64/include/arch/rseq.h's rseq_record_free. The
+// sequence number is one amoadd.w inside the section (a rewind after it
+// loses that number); the commit is the head's store after a fence rw,w
+// (a release store: the event's stores are seen before it by the reader's
+// acquire of head).
+#define ARCH_RSEQ_RECORD_HEAD(n)                                 \
+  "1: lwu   %[h], 0(%[ring])\n"  /* head */                      \
+  "   lw    %[u], 4(%[ring])\n"  /* limit */                     \
+  "   addiw %[t], %[h], " #n "\n"                                \
+  "   subw  %[u], %[u], %[t]\n"                                  \
+  "   bltz  %[u], %l[full]\n" /* limit - end < 0: no room */     \
+  "   ld    %[p], %[bo](%[ring])\n"                              \
+  "   ld    %[u], %[mo](%[ring])\n"                              \
+  "   and   %[h], %[h], %[u]\n"                                  \
+  "   add   %[p], %[p], %[h]\n"                                  \
+  "   addi  %[u], %[rec], %[so]\n"                               \
+  "   li    %[h], 1\n"                                           \
+  "   amoadd.w %[s], %[h], (%[u])\n"                             \
+  "   slli  %[s], %[s], 32\n"                                    \
+  "   or    %[s], %[s], %[tag]\n"                                \
+  "   sd    %[s], 0(%[p])\n"                                     \
+  "   sd    %[caller], 8(%[p])\n"                                \
+  "   sd    %[ptr], 16(%[p])\n"
+
+#define ARCH_HAS_RSEQ_RECORD 1
+enum RseqRecord { kRecorded, kRecordFull };
+
+template <size_t kSeq, size_t kBuf, size_t kMask>
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uint64_t tag,
+                                                                  uintptr_t caller, uintptr_t ptr) {
+  uint64_t h, u, t, p, s;
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(24)
+      "   fence rw, w\n"
+      "   sw    %[t], 0(%[ring])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+        [so] "i"(kSeq), [bo] "i"(kBuf), [mo] "i"(kMask)
+      : "memory"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+
+template <size_t kSeq, size_t kBuf, size_t kMask>
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
+                                                                   uintptr_t caller, uintptr_t ptr,
+                                                                   uint64_t requested, uint64_t allocated,
+                                                                   uint64_t last) {
+  uint64_t h, u, t, p, s;
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(48)
+      "   sd    %[rq], 24(%[p])\n"
+      "   sd    %[al], 32(%[p])\n"
+      "   sd    %[la], 40(%[p])\n"
+      "   fence rw, w\n"
+      "   sw    %[t], 0(%[ring])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(last), [so] "i"(kSeq),
+        [bo] "i"(kBuf), [mo] "i"(kMask)
+      : "memory"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+#undef ARCH_RSEQ_RECORD_HEAD
+
 }  // namespace arch
