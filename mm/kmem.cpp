@@ -79,11 +79,14 @@
 //        or after an operation. No masking on the magazine-hit paths;
 //      - interrupts masked everywhere else. Where a section cannot be made
 //        restartable, masking stays: the hooked copies while kmemtrace
-//        records (its record is written into its ring inside the same
-//        critical section as the pop or push, so that it is there before
-//        the buffer can change hands, and a ring write is more than one
-//        store; with only kmemleak or profiling on, the hooked copies run
-//        the restartable sections and stamp afterwards), the slow paths (kmem_magazine.cpp: swaps and
+//        records beside another hook, or on 32-bit ARM (the record is
+//        written inside the same critical section as the pop or push, so
+//        that it is there before the buffer can change hands; while
+//        kmemtrace alone has the hooks on, arm64 and riscv64 write it as a
+//        restartable section of its own, after the pop and before the
+//        push: kmem_fastpath.h, 8, and trace/record.h; with only kmemleak
+//        or profiling on, the hooked copies run the restartable sections
+//        and stamp afterwards), the slow paths (kmem_magazine.cpp: swaps and
 //        depot trades change several words and take the depot lock), the
 //        unmagazined counters (alloc_unmagazined, free_unmagazined: off
 //        the fast path), cpu_flush's detach, and the host (no interrupts:

@@ -10,6 +10,9 @@
 //    record_*_slow masks interrupts, takes the next sequence number (one
 //    atomic add on a global counter, the ABI's cross-CPU order), writes the
 //    event into this CPU's ring and publishes it. No locks, no allocation.
+//    The kmem fast paths record inline instead (trace/record.h): masked
+//    inside their own critical section, or, while kmemtrace alone has the
+//    allocators' hooks on, as a restartable section (arm64, riscv64).
 // 3. Interrupts. record_* mask interrupts around the ring write, so a
 //    record from an interrupt handler on the same CPU (an allocation in an
 //    interrupt) waits until the interrupted one is done: the ring has one

@@ -6,8 +6,8 @@
 //    and the slow paths): the ring write of kmemtrace::record_*_slow,
 //    inline, without masking again. Only while tracing is enabled (the
 //    caller tested kmemtrace::enabled()).
-// 2. Restartable (alloc_rseq, free_rseq; the kernel, where the arch has
-//    restartable sections: kernel/rseq.h): the whole record is one section
+// 2. Restartable (alloc_rseq, free_rseq; the kernel on arm64 and riscv64,
+//    ARCH_HAS_RSEQ_RECORD): the whole record is one section
 //    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
 //    rseq_record_*): it loads the ring's head and limit (no room: the
 //    masked path, which refreshes the limit or counts the drop, if tracing
@@ -26,6 +26,9 @@
 //    or take the event at the moment of the switch. reset() comes after a
 //    cross-call that every secondary core takes from its idle loop, so no
 //    core is inside a section then (kmemtrace.h, reset).
+//    32-bit ARM keeps the masked write: an allocation event's section
+//    would need its eight inputs and six scratch registers at once, more
+//    than the thirteen it has, and masking costs it three instructions.
 #pragma once
 #include <atomic>
 #include <mm/platform_inline.h>
