@@ -174,10 +174,12 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 // kmemtrace alone, on a size cache (kmem_fastpath.h, 8): the entry points
-// tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER).
-MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(kmem_cache_t* cp, size_t size,
-                                                                                      int kmflag,
-                                                                                      const AllocTag* tag) {
+// tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER). The entry
+// point's own arguments first, in their registers, so that the call moves
+// only cp.
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(size_t size, int kmflag,
+                                                                                      const AllocTag* tag,
+                                                                                      kmem_cache_t* cp) {
   return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_leaf(), tag);
 }
 #endif
@@ -229,14 +231,9 @@ using namespace mm;
 // The Solaris names, for calls that do not go through the macros
 // (mm/kmem.h): counted at these functions' own tags.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
-  if (kmemtrace::on()) {
-#if defined(ARCH_HAS_RSEQ_RECORD)
-    kmem_cache_t* cp = size_cache(size);
-    if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1))
-      return kmem_alloc_trace_only(cp, size, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
-#endif
-    return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
-  }
+  // (kmemtrace alone takes the hooked copy here: the size lookup for its
+  // fast path, on this branch, cost the untraced path a move on riscv64.)
+  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
   return kmem_alloc_body(size, kmflag);
 }
 
@@ -259,7 +256,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, size, tag, MM_ENTRY_CALLER());
 #if defined(ARCH_HAS_RSEQ_RECORD)
-  if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1)) return kmem_alloc_trace_only(cp, size, kmflag, tag);
+  if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1)) return kmem_alloc_trace_only(size, kmflag, tag, cp);
 #endif
   return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }

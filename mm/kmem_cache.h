@@ -297,16 +297,21 @@ inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));
 }
 // The same in a frameless function whose every call is a tail call, where
-// the link register holds the return address throughout: on arm64 one
-// move, where __builtin_return_address adds an xpaclri (it strips a
-// pointer authentication code, from x30 in place, so x30 is saved and
-// restored around it). Return addresses are never signed here: the
-// kernel is built without -mbranch-protection, and a frameless function
-// signs nothing.
+// the link register holds the return address throughout (BOARD/frameless
+// checks that nothing in such a function writes it): one move, where
+// __builtin_return_address costs a save and a restore of the link
+// register (arm64: its xpaclri strips a pointer authentication code from
+// x30 in place; riscv64: GCC saves ra whenever it is read). Return
+// addresses are never signed here: the arm64 kernel is built with
+// -mbranch-protection=none.
 __attribute__((always_inline)) inline uintptr_t caller_of_leaf() {
 #if defined(MM_KERNEL) && defined(__aarch64__)
   uintptr_t r;
   asm("mov %0, x30" : "=r"(r));
+  return r;
+#elif defined(MM_KERNEL) && defined(__riscv)
+  uintptr_t r;
+  asm("mv %0, ra" : "=r"(r));
   return r;
 #else
   return caller_of_api();

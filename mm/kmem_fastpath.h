@@ -76,8 +76,8 @@
 //    another CPU or an interrupt does can involve it before we return it),
 //    before the push (once pushed, an interrupt could allocate it and
 //    record that first). So a free refused by the push (the buffer on top
-//    of the magazine: freed twice in a row) has been recorded, as one
-//    refused by the slab layer always was. A miss goes to the traced slow
+//    of the magazine: freed twice in a row) has been recorded, as the
+//    masked path (4) records it, and one refused by the slab layer. A miss goes to the traced slow
 //    path, which records after the fact (allocation) or is reached after
 //    the record (free: free_slow_at records nothing).
 #pragma once
@@ -261,9 +261,9 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 // The magazine layer's free. Always inlined into the public entry points:
 // the cold paths' tail calls then still return to their caller. kTraced:
 // record the free (type, caller) inside the masked region, before the
-// object can be handed out again. A free refused on the magazine path
-// (wrong owner, freed twice in a row) records nothing; one refused by the
-// slab layer has been recorded.
+// object can be handed out again. A free refused for its owner records
+// nothing; one of the buffer on top of the magazine (freed twice in a
+// row) and one refused by the slab layer have been recorded.
 template <bool kTraced = false, bool kProf = kTraced>
 __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
                                                       uintptr_t caller = 0) {
@@ -290,6 +290,9 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
     Magazine* m = cc->loaded;
     if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
+      // Recorded, as kmemtrace's fast path records it (8): the call was made.
+      if (kTracing || kmemtrace::enabled())
+        kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
       plat::irq_restore(s);
       return free_twice(cp, obj, caller);
     }

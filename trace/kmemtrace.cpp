@@ -11,6 +11,8 @@ namespace kmemtrace {
 
 namespace plat = mm::plat;
 
+constinit bool g_enabled = false;
+
 namespace detail {
 constinit Recorder g_rec;
 }  // namespace detail
@@ -99,8 +101,8 @@ void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXE
 // The switch orders nothing (its readers use a plain load: kmemtrace.h),
 // hence relaxed. What orders the rings' set-up before recording is in
 // kmemtrace.h, 5.
-void enable() { __atomic_store_n(&detail::g_rec.enabled, true, __ATOMIC_RELAXED); }
-void disable() { __atomic_store_n(&detail::g_rec.enabled, false, __ATOMIC_RELAXED); }
+void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELAXED); }
+void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELAXED); }
 
 // The caller has made sure no CPU is still recording (kmemtrace.h): the
 // last head_ store of each producer is ordered before our stores by

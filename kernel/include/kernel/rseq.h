@@ -7,9 +7,13 @@
 //    anything visible, and ends with ONE store, its commit: before it,
 //    nothing it did counts; after it, everything does. A store before the
 //    commit is allowed only where it is invisible until the commit (a
-//    magazine slot above the top). Registers: a section reads its inputs
-//    and writes only its own outputs (early-clobber), so it can run again
-//    from its first instruction with the same inputs.
+//    magazine slot above the top, an event above a kmemtrace ring's
+//    head). An atomic read-modify-write of a shared word may come before
+//    the commit where doing it again on each rerun is harmless
+//    (kmemtrace's sequence number: a rewound record takes a new number and
+//    leaves a gap). Registers: a section reads its inputs and writes only
+//    its own outputs (early-clobber), so it can run again from its first
+//    instruction with the same inputs.
 // 2. Each section lists itself as {start, end, restart} in the .rseq_table
 //    section (end: the address after the commit store; restart: where to
 //    go back to, its start for every section so far). The functions that

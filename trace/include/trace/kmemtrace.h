@@ -49,16 +49,19 @@
 
 namespace kmemtrace {
 
+// The switch. Read on every allocation: keep it alone, not in a struct
+// (not on the line of the sequence number, which every event writes); set
+// it only through enable()/disable().
+extern bool g_enabled;
+
 namespace detail {
 // The recorder's state, in one place so that the restartable ring write
-// (trace/record.h) reaches the switch, the sequence number and this CPU's
-// ring from one address: the rings (128 bytes each), then the ABI's
-// sequence number (one counter for every CPU: record.h says why relaxed).
-// The switch beside them: set it only through enable()/disable().
+// (trace/record.h) reaches the sequence number and this CPU's ring from
+// one address: the rings (128 bytes each), then the ABI's sequence number
+// (one counter for every CPU: record.h says why relaxed).
 struct Recorder {
   Ring rings[mm::plat::kMaxCpus];
   std::atomic<uint32_t> seq{0};
-  bool enabled = false;
 };
 extern Recorder g_rec;
 }  // namespace detail
@@ -80,7 +83,7 @@ __attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uint
 // written whole on every target; ThreadSanitizer reports the read against
 // enable()/disable() all the same (tests/host/stress_trace_tsan.cpp
 // suppresses that one report).
-inline bool enabled() { return __builtin_expect(detail::g_rec.enabled, 0); }
+inline bool enabled() { return __builtin_expect(g_enabled, 0); }
 
 // The recording hooks. `type` is a TypeId; `flags` the caller's KM_*/VM_*;
 // `ptr` an address or a vmem span's base.

@@ -60,6 +60,9 @@ __attribute__((always_inline)) inline void free_masked(uint32_t tag, uintptr_t c
 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 constexpr size_t kRecSeq = offsetof(Recorder, seq);
+// The sections add it to the recorder's address as an immediate (riscv64:
+// 12 bits signed; arm64: 12 bits).
+static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: address the sequence number otherwise");
 
 // Records an allocation of this CPU's: the section (2),
 // from the functions in .text.rseq only (MM_RESTARTABLE_TEXT).
@@ -69,10 +72,10 @@ __attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, 
                                                       size_t requested, size_t allocated, uint32_t flags) {
   char* base = reinterpret_cast<char*>(&g_rec);
   char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
-  // flags, then the target CPU: this one (kSameCpu, all ones).
-  uint64_t last = uint64_t{flags} | uint64_t{static_cast<uint32_t>(kSameCpu)} << 32;
-  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr,
-                                                                                       requested, allocated, last);
+  // The target CPU: this one (kSameCpu), which the section writes.
+  static_assert(kSameCpu == -1);
+  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr, requested,
+                                                                         allocated, flags);
 }
 
 // Records a free of this CPU's: as alloc_rseq.

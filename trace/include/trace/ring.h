@@ -19,7 +19,10 @@
 // 3. Producer (put_*): exactly one writer at a time, the owning CPU with its
 //    interrupts masked (kmemtrace::record_* mask them; a ring used by a
 //    host thread needs nothing). Not re-entrant: an interrupt must not
-//    record into the ring it interrupted. It writes the event into free
+//    record into the ring it interrupted while put_* runs. (The kernel's
+//    restartable ring write, trace/record.h, 2, is the other producer: an
+//    interrupt may record into the ring it interrupted, because the write
+//    it interrupted is rewound and redone after it.) It writes the event into free
 //    space, then publishes it by storing head_ with release, so a reader
 //    that loads head_ with acquire sees whole events only (never a torn
 //    one). Free space is checked against limit_, the producer's own copy

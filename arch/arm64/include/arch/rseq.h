@@ -228,14 +228,15 @@ full:
   return kRecordFull;
 }
 
-// The same for an allocation: then requested, allocated and last (the
-// flags, then the target CPU) at 24, 32 and 40.
+// The same for an allocation: then requested and allocated at 24 and 32,
+// flags at 40 and the target CPU, -1 (this one), at 44.
 template <size_t kSeq, size_t kBuf, size_t kMask>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
                                                                    uintptr_t caller, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
-                                                                   uint64_t last) {
+                                                                   uint32_t flags) {
   static_assert(kMask == kBuf + 8);
+  uint64_t last = uint64_t{flags} | 0xffffffff00000000ull;  // one orr
   uint64_t h, u, t, p, s, v;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(48)

@@ -172,7 +172,8 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // kmemtrace's restartable ring write (trace/record.h, 2), with the
 // contract of arch/arm64/include/arch/rseq.h's rseq_record_free. The
 // sequence number is one amoadd.w inside the section (a rewind after it
-// loses that number); the commit is the head's store after a fence rw,w
+// loses that number), stored beside the tag as two words (no shift and
+// or); the commit is the head's store after a fence rw,w
 // (a release store: the event's stores are seen before it by the reader's
 // acquire of head).
 #define ARCH_RSEQ_RECORD_HEAD(n)                                 \
@@ -188,9 +189,8 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
   "   addi  %[u], %[rec], %[so]\n"                               \
   "   li    %[h], 1\n"                                           \
   "   amoadd.w %[s], %[h], (%[u])\n"                             \
-  "   slli  %[s], %[s], 32\n"                                    \
-  "   or    %[s], %[s], %[tag]\n"                                \
-  "   sd    %[s], 0(%[p])\n"                                     \
+  "   sw    %[tag], 0(%[p])\n"                                   \
+  "   sw    %[s], 4(%[p])\n"                                     \
   "   sd    %[caller], 8(%[p])\n"                                \
   "   sd    %[ptr], 16(%[p])\n"
 
@@ -216,23 +216,27 @@ full:
   return kRecordFull;
 }
 
+// (flags and the target CPU, -1, as two words: building the 64-bit word
+// would take five instructions.)
 template <size_t kSeq, size_t kBuf, size_t kMask>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
                                                                    uintptr_t caller, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
-                                                                   uint64_t last) {
+                                                                   uint32_t flags) {
   uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(48)
       "   sd    %[rq], 24(%[p])\n"
       "   sd    %[al], 32(%[p])\n"
-      "   sd    %[la], 40(%[p])\n"
+      "   sw    %[la], 40(%[p])\n"
+      "   li    %[h], -1\n"
+      "   sw    %[h], 44(%[p])\n"
       "   fence rw, w\n"
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
       : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
-        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(last), [so] "i"(kSeq),
+        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(flags), [so] "i"(kSeq),
         [bo] "i"(kBuf), [mo] "i"(kMask)
       : "memory"
       : full);
