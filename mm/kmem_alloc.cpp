@@ -15,7 +15,12 @@
 //    owner check of the cache it names (the buffer belongs to another
 //    cache), a large size by segkmem's check of the span.
 // 4. Before kmem_init (on the host, the first call) the tables are empty:
-//    kmem_alloc takes its large path, which brings kmem up and retries.
+//    kmem_alloc takes its large path, which brings kmem up and retries. In
+//    the kernel, where kmem_init runs at boot before any allocation, they
+//    name g_no_class instead of nothing: a cache with no magazines, whose
+//    fast paths miss and whose slow paths refuse the call with a report.
+//    The fast path then needs no null test of the entry (one instruction
+//    per call).
 //    The tables are read plainly on the kernel's fast path, with relaxed
 //    loads on the host's (size_cache). kmem_alloc_init fills
 //    them with release stores, so a thread that reads a cache pointer
@@ -27,6 +32,19 @@
 #include "kmem_fastpath.h"
 
 namespace mm {
+
+#if defined(MM_KERNEL)
+// (4) Zeroed per-CPU caches: no magazine, rounds and magsize 0, so every
+// pop and push misses into alloc_slow / free_slow, which know it. No owner
+// check: a free goes straight to its push. (Every other member is zero:
+// designated initializers leave them value-initialised.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+constinit kmem_cache g_no_class = {.owner_check = kOwnerNone};
+#pragma GCC diagnostic pop
+kmem_cache_t* kmem_no_class() { return &g_no_class; }
+#endif
+
 namespace {
 
 // kmem_alloc's size ladder.
@@ -39,10 +57,25 @@ constexpr size_t kSmallMax = 1024;   // table step 8 up to here
 constexpr size_t kAllocMax = 16384;  // table step 1024 up to here
 kmem_cache_t* g_alloc_caches[kAllocCaches];
 
-// Size -> cache. Null until kmem_init: kmem_alloc then takes its large
-// path, which brings kmem up on first use (host) and retries.
+// Size -> cache. Until kmem_init, null on the host (kmem_alloc then takes
+// its large path, which brings kmem up on first use and retries) and
+// g_no_class in the kernel (4).
+#if defined(MM_KERNEL)
+template <size_t N>
+struct NoClassTable {
+  kmem_cache_t* e[N];
+  consteval NoClassTable() : e() {
+    for (auto& p : e) p = &g_no_class;
+  }
+};
+constinit NoClassTable<kSmallMax / 8> g_small{};
+constinit NoClassTable<kAllocMax / 1024> g_large{};
+kmem_cache_t* (&g_small_table)[kSmallMax / 8] = g_small.e;     // (size - 1) >> 3
+kmem_cache_t* (&g_large_table)[kAllocMax / 1024] = g_large.e;  // (size - 1) >> 10
+#else
 kmem_cache_t* g_small_table[kSmallMax / 8];     // (size - 1) >> 3
 kmem_cache_t* g_large_table[kAllocMax / 1024];  // (size - 1) >> 10
+#endif
 
 // An entry is written once, by kmem_alloc_init's release store, and what
 // it points to is reached through the loaded address (4). Host: a relaxed
@@ -52,7 +85,9 @@ kmem_cache_t* g_large_table[kAllocMax / 1024];  // (size - 1) >> 10
 // instructions fewer on the pair than the atomic form.
 inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
 #if defined(MM_KERNEL)
-  return *e;
+  kmem_cache_t* cp = *e;
+  if (!cp) __builtin_unreachable();  // g_no_class until kmem_init (4)
+  return cp;
 #else
   return __atomic_load_n(e, __ATOMIC_RELAXED);
 #endif

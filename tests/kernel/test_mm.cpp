@@ -728,6 +728,25 @@ void cache_events(uint64_t& allocs, uint64_t& frees) {
 }
 }  // namespace
 
+// Before kmem_init, kmem_alloc's size tables name a cache that refuses
+// every call (mm/kmem_alloc.cpp, 4), so that its fast path needs no null
+// test: an allocation from it fails with a report, a free is refused with
+// one and changes nothing.
+KTEST(kmem_alloc_before_kmem_init_is_refused_with_a_report) {
+  if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): it may fail the allocation before the slow path");
+  kmem_cache_t* cp = mm::kmem_no_class();
+  uint64_t errors = mm::error_count();
+  KEXPECT((kmem_cache_alloc)(cp, KM_NOSLEEP) == nullptr);
+  KEXPECT_EQ(mm::error_count(), errors + 1);
+  void* buf = kmem_alloc(64, KM_SLEEP);
+  KASSERT(buf);
+  (kmem_cache_free)(cp, buf);
+  KEXPECT_EQ(mm::error_count(), errors + 2);
+  KEXPECT((kmem_cache_alloc)(cp, KM_NOSLEEP) == nullptr);  // still nothing to hand out
+  KEXPECT_EQ(mm::error_count(), errors + 3);
+  kmem_free(buf, 64);
+}
+
 KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   if (kmemtrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
   if (mm::alloc_hooks_features() & ~unsigned{mm::kFeatureKmemtrace})
