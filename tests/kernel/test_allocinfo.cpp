@@ -8,6 +8,7 @@
 #include <arch/ops.h>
 #include <kernel/allocinfo.h>
 #include <kernel/arch.h>
+#include <kernel/kmemtrace.h>
 #include <kernel/ktest.h>
 #include <kernel/string.h>
 #include <mm/alloc_tag.h>
@@ -16,6 +17,7 @@
 #include <mm/page.h>
 #include <mm/vmem.h>
 #include <mm/whatis.h>
+#include <trace/kmemtrace.h>
 #include "../../kernel/mm_accounting.h"
 
 namespace {
@@ -206,6 +208,53 @@ KTEST(allocinfo_books_balance) {
   KEXPECT_EQ(t2.sum(), static_cast<int64_t>(t2.ram));
   KEXPECT_EQ(t2.tagged, t0.tagged);
   KEXPECT_EQ(t2.untagged, t0.untagged);
+}
+
+// Once profiling has been on, frees subtract for good (mm/alloc_tag.cpp,
+// 4), with kmemtrace on as well: kmemtrace then is not "alone" on the
+// frees (the hooks' free word says so, mm/hooks.cpp), so its fast path,
+// which takes no reference off a buffer, must not run them. Buffers
+// allocated while profiling counts, freed while it is off and kmemtrace
+// records, leave their tags at zero; and the frees are recorded.
+KTEST(allocinfo_frees_while_kmemtrace_records_still_subtract) {
+  if (mm::prof_mode() == mm::ProfMode::kNever) KSKIP("booted with sysctl.vm.mem_profiling=never");
+  if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): some slabs may have no tag references");
+  KASSERT(kmemtrace::ring_capacity() != 0 && !kmemtrace::enabled());  // no suite boots with kmemtrace on
+  bool was_on = mm::prof_mode() == mm::ProfMode::kOn;
+  KASSERT(was_on || mm::prof_set(true));
+  kmem_cache_t* cp = kmem_cache_create("test_prof_trace", 100, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  void* a[6];
+  void* c[6];
+  const uint32_t la = __LINE__ + 1;
+  for (auto& p : a) p = kmem_alloc(64, KM_SLEEP);
+  const uint32_t lc = __LINE__ + 1;
+  for (auto& p : c) p = kmem_cache_alloc(cp, KM_SLEEP);
+  KEXPECT_EQ(at(la).calls, 6u);
+  KEXPECT_EQ(at(lc).calls, 6u);
+  mm::prof_set(false);  // the frees stay hooked: they subtract
+  kmemtrace::clear();
+  kmemtrace::start();
+  for (auto p : a) kmem_free(p, 64);
+  for (auto p : c) kmem_cache_free(cp, p);
+  kmemtrace::stop();
+  mm::AllocTagCounts ta = at(la), tc = at(lc);
+  KEXPECT_EQ(ta.calls, 0u);
+  KEXPECT_EQ(ta.bytes, 0);
+  KEXPECT_EQ(tc.calls, 0u);
+  KEXPECT_EQ(tc.bytes, 0);
+  uint64_t kmalloc_frees = 0, cache_frees = 0;
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++) {
+    kmemtrace::TypeCounts tcounts;
+    if (!kmemtrace::count_types(cpu, tcounts)) continue;
+    kmalloc_frees += tcounts.frees[kmemtrace::kTypeKmalloc];
+    cache_frees += tcounts.frees[kmemtrace::kTypeCache];
+  }
+  KEXPECT(kmalloc_frees >= 6);  // ours, and any the kernel made meanwhile
+  KEXPECT(cache_frees >= 6);
+  kmemtrace::clear();
+  KEXPECT(kmem_cache_destroy(cp));
+  if (was_on) mm::prof_set(true);
 }
 
 // Page tables are allocator metadata in allocinfo --totals (the arch's
