@@ -198,7 +198,16 @@ namespace kmemtrace {
 void start() {
   smp::call_on_all([](void*) {}, nullptr);
   enable();
+  // Each core's first clock anchor (trace/abi.h, 3), so that a reader
+  // places every core on the clock from the start.
+  if constexpr (mm::plat::kTraceClock)
+    smp::call_on_all([](void*) { clock_anchor(mm::plat::trace_clock(), mm::plat::trace_clock_hz()); }, nullptr);
   mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);
+}
+
+void tick() {
+  if constexpr (mm::plat::kTraceClock)
+    if (enabled()) clock_tick(mm::plat::trace_clock(), mm::plat::trace_clock_hz());
 }
 void stop() {
   mm::alloc_hooks_set(mm::kFeatureKmemtrace, false);

@@ -1,5 +1,6 @@
 // Monotonic clock from the arch counter, and a periodic tick on every core.
 #include <kernel/arch.h>
+#include <kernel/kmemtrace.h>
 #include <kernel/percpu.h>
 #include <kernel/timer.h>
 #include <arch/ops.h>
@@ -20,6 +21,7 @@ std::atomic<uint64_t> g_test_period{0};
 void timer_interrupt() {
   // A statistic (cpus, tests): it publishes nothing, so relaxed.
   this_cpu().ticks.fetch_add(1, std::memory_order_relaxed);
+  kmemtrace::tick();
   if (void (*hook)() = g_test_hook.load(std::memory_order_acquire)) {
     // Armed after the hook, and at least four times what the hook took:
     // however slow the core runs (QEMU on a busy host), the interrupted

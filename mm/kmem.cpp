@@ -735,8 +735,8 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace
                                                                                   uintptr_t caller) {
   if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
 #if defined(ARCH_HAS_RSEQ_RECORD)
-  if (__builtin_expect(free_trace_only(), 1))  // kmemtrace alone (kmem_fastpath.h, 8)
-    return cache_free_trace(cp, obj, kmemtrace::kTypeCache, caller ? caller : caller_of_leaf());
+  if (__builtin_expect(free_trace_only(), 1))  // kmemtrace alone (kmem_fastpath.h, 8); caller 0 here
+    return cache_free_trace(cp, obj, kmemtrace::kTypeCache);
 #endif
   return cache_free_hooked(cp, obj, caller);
 }
@@ -746,7 +746,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* cache_alloc_trace_only(kmem_cache_t* cp,
                                                                                        int kmflag,
                                                                                        const AllocTag* tag) {
-  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller_of_leaf(), tag);
+  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, tag);
 }
 #endif
 }  // namespace

@@ -201,8 +201,8 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
     return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf, caller);
 #if defined(ARCH_HAS_RSEQ_RECORD)
   // kmemtrace alone (kmem_fastpath.h, 8): debugged classes are kFeatureDebug's.
-  if (__builtin_expect(cp != nullptr && free_trace_only(), 1))
-    return cache_free_trace(cp, buf, kmemtrace::kTypeKmalloc, caller ? caller : caller_of_leaf());
+  if (__builtin_expect(cp != nullptr && free_trace_only(), 1))  // (caller 0 here)
+    return cache_free_trace(cp, buf, kmemtrace::kTypeKmalloc);
 #endif
   return kmem_free_hooked(buf, size, caller);
 }
@@ -215,7 +215,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(size_t size, int kmflag,
                                                                                       const AllocTag* tag,
                                                                                       kmem_cache_t* cp) {
-  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller_of_leaf(), tag);
+  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeKmalloc, size, tag);
 }
 #endif
 

@@ -403,37 +403,40 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
 // slow paths).
 [[gnu::cold, gnu::noinline]] void free_trace_full(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
 
+// The caller of the entry point is the link register throughout (these
+// run in frameless functions that the entry points tail-call, and make
+// only tail calls): the record takes it from there (trace/record.h), the
+// slow paths as caller_of_leaf().
 __attribute__((always_inline)) inline void* cache_alloc_trace(kmem_cache_t* cp, int kmflag, uint8_t type,
-                                                              size_t requested, uintptr_t caller,
-                                                              const AllocTag* tag) {
+                                                              size_t requested, const AllocTag* tag) {
   void* obj;
+  size_t chunk = cp->chunk;  // before the pop, so that cp is dead after it (obj lands in the return register)
   if (__builtin_expect(!magazine_pop(cp, cpu_base(cp), obj), 0))
-    return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);  // records after the fact
-  if (__builtin_expect(kmemtrace::detail::alloc_rseq(kmemtrace::Ring::alloc_tag(type), caller,
-                                                     reinterpret_cast<uintptr_t>(obj), requested, cp->chunk,
-                                                     static_cast<uint32_t>(kmflag)) == arch::kRecordFull,
+    return alloc_slow_traced(cp, kmflag, type, requested, caller_of_leaf(), tag);  // records after the fact
+  if (__builtin_expect(kmemtrace::detail::alloc_rseq(kmemtrace::Ring::alloc_tag(type), reinterpret_cast<uintptr_t>(obj),
+                                                     requested, chunk, static_cast<uint32_t>(kmflag)) ==
+                           arch::kRecordFull,
                        0))
-    return alloc_trace_full(obj, type, caller, requested, cp->chunk, kmflag);
+    return alloc_trace_full(obj, type, caller_of_leaf(), requested, chunk, kmflag);
   return obj;
 }
 
 // The owner check as cache_free's, the record, then the push.
-__attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj, uint8_t type,
-                                                            uintptr_t caller) {
+__attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj, uint8_t type) {
   if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
-    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
+    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, 0);
   } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
-    return free_bad_owner(cp, obj, caller);
+    return free_bad_owner(cp, obj, 0);
   }
-  if (__builtin_expect(kmemtrace::detail::free_rseq(kmemtrace::Ring::free_tag(type), caller,
-                                                    reinterpret_cast<uintptr_t>(obj)) == arch::kRecordFull,
+  if (__builtin_expect(kmemtrace::detail::free_rseq(kmemtrace::Ring::free_tag(type), reinterpret_cast<uintptr_t>(obj)) ==
+                           arch::kRecordFull,
                        0))
-    return free_trace_full(cp, obj, type, caller);
+    return free_trace_full(cp, obj, type, caller_of_leaf());
   char* base = cpu_base(cp);
   plat::RseqPush r = magazine_push(cp, base, obj);
   if (__builtin_expect(r == plat::kRseqPushed, 1)) return;
-  if (r == plat::kRseqOnTop) return free_twice_at(base, obj, caller);
-  return free_slow_at(base, obj, caller);
+  if (r == plat::kRseqOnTop) return free_twice_at(base, obj, 0);  // 0: they take their own return address
+  return free_slow_at(base, obj, 0);
 }
 #endif
 

@@ -19,7 +19,6 @@ constinit Recorder g_rec;
 
 namespace {
 Ring (&g_rings)[plat::kMaxCpus] = detail::g_rec.rings;
-std::atomic<uint32_t>& g_seq = detail::g_rec.seq;
 }  // namespace
 
 namespace {
@@ -54,7 +53,7 @@ void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t req
 void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
                               size_t allocated, uint32_t flags, int32_t target_cpu) {
   auto s = plat::irq_save();
-  uint32_t seq = g_seq.fetch_add(1, std::memory_order_relaxed);
+  uint32_t seq = detail::next_seq();
   g_rings[plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, target_cpu);
   plat::irq_restore(s);
 }
@@ -81,6 +80,35 @@ void detail::record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   plat::irq_restore(s);
 }
 #endif
+
+// --- Clock anchors (abi.h, 3) -------------------------------------------------
+
+namespace {
+// Each CPU's last anchor (0: none since tracing started), written by its
+// CPU with interrupts masked, and by reset() while nobody records.
+constinit uint64_t g_anchor[plat::kMaxCpus] = {};
+constexpr uint64_t kAnchorTicks = uint64_t{1} << 30;  // well inside the 2^32 a reader can unwrap
+
+void anchor_masked(uint64_t now, uint64_t hz) {
+  unsigned cpu = plat::cpu_id();
+  EventHeader h{kEventClock, 0, static_cast<uint16_t>(kClockSize), static_cast<uint32_t>(now), hz, now};
+  if (g_rings[cpu].put(&h, sizeof h)) g_anchor[cpu] = now;  // dropped: the next tick tries again
+}
+}  // namespace
+
+void clock_anchor(uint64_t now, uint64_t hz) {
+  auto s = plat::irq_save();
+  if (enabled()) anchor_masked(now, hz);
+  plat::irq_restore(s);
+}
+
+void clock_tick(uint64_t now, uint64_t hz) {
+  if (!enabled()) return;
+  auto s = plat::irq_save();
+  uint64_t last = g_anchor[plat::cpu_id()];
+  if (enabled() && (last == 0 || now - last >= kAnchorTicks)) anchor_masked(now, hz);
+  plat::irq_restore(s);
+}
 
 // --- Set-up ------------------------------------------------------------------
 
@@ -110,8 +138,10 @@ void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELAXED); }
 // is done, our acquire when we see that).
 void reset() {
   ReaderGuard g;
-  for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++)  // init() zeroes the counters too
+  for (unsigned cpu = 0; cpu < plat::kMaxCpus; cpu++) {  // init() zeroes the counters too
     g_has_ring[cpu] = g_rings[cpu].init(g_ring_mem[cpu], g_ring_bytes[cpu]);
+    g_anchor[cpu] = 0;
+  }
 }
 
 // --- Readers -----------------------------------------------------------------

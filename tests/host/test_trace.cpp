@@ -89,7 +89,8 @@ TEST(TraceAbi, EncodersWriteTheReferenceLayout) {
   Bytes want_free = {0x01, 0x02, 0x18, 0x00, 7, 0, 0, 0, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
                      0x00, 0x20, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(Bytes(buf, buf + 24), want_free);
-  EXPECT_EQ(kAbiVersion, 2u);  // version 1 + the vmem type id
+  EXPECT_EQ(kAbiVersion, 3u);  // version 1 + the vmem type id (2) + the clock anchor (3)
+  EXPECT_EQ(kOldestAbiVersion, 2u);
   EXPECT_STREQ(type_name(kTypeVmem), "vmem");
 }
 
@@ -224,6 +225,69 @@ TEST(TraceMerge, SequenceWrapsAround) {
   for (auto& e : t.events) ptrs.push_back(e.ptr);
   EXPECT_EQ(ptrs, (std::vector<uint64_t>{1, 4, 2, 5, 6, 3, 7}));
   for (size_t i = 1; i < t.events.size(); i++) EXPECT_EQ(t.events[i].order, t.events[i - 1].order + 1);
+}
+
+// A clock anchor (ABI version 3): the whole clock in the pointer field.
+Bytes hand_clock(uint64_t now, uint64_t hz = 62500000) {
+  EventHeader h{kEventClock, 0, static_cast<uint16_t>(kClockSize), static_cast<uint32_t>(now), hz, now};
+  Bytes b(sizeof h);
+  std::memcpy(b.data(), &h, sizeof h);
+  return b;
+}
+
+TEST(TraceMerge, ClockAnchorsPlaceEveryCpuOnOneTimeLine) {
+  // The low 32 bits of a 62.5 MHz clock wrap every 68 s: CPU 1 is idle for
+  // more than that between its events, CPU 0 records all along. Only the
+  // anchors can say how many times the low bits wrapped.
+  const uint64_t t0 = 0x1fffffff00ull;  // a while after boot, just below a wrap
+  Bytes c0, c1;
+  append(c0, hand_clock(t0));
+  append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x10), 0, 1));
+  append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x40000000), 0, 3));   // past the wrap
+  append(c0, hand_clock(t0 + 0x40000100));
+  append(c0, hand_clock(t0 + 0x80000200));
+  append(c0, hand_clock(t0 + 0xc0000300));
+  append(c0, hand_clock(t0 + 0x100000400));                                   // more than 2^32 later
+  append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x100000500), 0, 5));
+  append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x08), 0, 0));          // before CPU 1's first anchor
+  append(c1, hand_clock(t0 + 0x20));
+  append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x30), 0, 2));
+  append(c1, hand_clock(t0 + 0x100000000));                                   // 68 s later
+  append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x100000450), 0, 4));
+  Trace t = read_raw({{1, c1}, {0, c0}}, Endian::kLittle);
+  ASSERT_EQ(t.events.size(), 6u);  // the anchors taken out...
+  EXPECT_EQ(t.clock_events, (std::map<uint16_t, uint64_t>{{0, 5}, {1, 2}}));  // ...and counted
+  EXPECT_EQ(t.parse.unknown_events, 0u);
+  std::vector<uint64_t> ptrs;
+  for (auto& e : t.events) ptrs.push_back(e.ptr);
+  EXPECT_EQ(ptrs, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(t.events[0].order, static_cast<int64_t>(t0 + 0x08));
+  EXPECT_EQ(t.events[4].order, static_cast<int64_t>(t0 + 0x100000450));
+  EXPECT_EQ(t.events[5].order, static_cast<int64_t>(t0 + 0x100000500));
+}
+
+TEST(TraceMerge, EventsOfOneClockTickGoInTheOrderTheirPointersAllow) {
+  // Within one tick CPU 1 allocated 0x1000 and handed it to CPU 0, which
+  // freed it, and CPU 0 freed 0x2000, which CPU 1 then allocated: the
+  // lowest CPU first would put each free before its allocation.
+  const uint64_t t0 = 5000;
+  Bytes c0, c1;
+  append(c0, hand_clock(t0));
+  append(c0, hand_alloc(kTypeCache, static_cast<uint32_t>(t0), 0, 0x2000, 64, 64, 0, kSameCpu));  // live before the tick
+  append(c0, hand_free(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x1000));
+  append(c0, hand_free(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x2000));
+  append(c1, hand_clock(t0));
+  append(c1, hand_alloc(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x1000, 64, 64, 0, kSameCpu));
+  append(c1, hand_alloc(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x2000, 64, 64, 0, kSameCpu));
+  Trace t = read_raw({{0, c0}, {1, c1}}, Endian::kLittle);
+  ASSERT_EQ(t.events.size(), 5u);
+  std::vector<std::pair<uint8_t, uint64_t>> got;
+  for (auto& e : t.events) got.push_back({e.event_id, e.ptr});
+  EXPECT_EQ(got, (std::vector<std::pair<uint8_t, uint64_t>>{{kEventAlloc, 0x2000},
+                                                             {kEventAlloc, 0x1000},
+                                                             {kEventFree, 0x1000},
+                                                             {kEventFree, 0x2000},
+                                                             {kEventAlloc, 0x2000}}));
 }
 
 // --- Frames ------------------------------------------------------------------
@@ -438,7 +502,7 @@ TEST(TraceFrame, OtherAbiVersionIsRejected) {
   frame::Header h;
   h.kind = frame::kData;
   h.cpu = 0;
-  h.abi_version = 3;
+  h.abi_version = kAbiVersion + 1;  // newer than this reader; older than kOldestAbiVersion likewise
   Bytes payload = hand_free(0, 1, 2, 3);
   h.payload_len = static_cast<uint16_t>(payload.size());
   std::string cap = "boot\n" + encode_frame(h, payload);
@@ -451,7 +515,7 @@ TEST(TraceFrame, OtherAbiVersionIsRejected) {
   Trace t = r.assemble();
   EXPECT_FALSE(t.have_frames);
   EXPECT_EQ(t.capture.rejected_frames, 2u);
-  EXPECT_EQ(t.capture.rejected_versions, std::set<unsigned>{3});
+  EXPECT_EQ(t.capture.rejected_versions, std::set<unsigned>{kAbiVersion + 1});
   EXPECT_EQ(t.capture.rejected_formats, std::set<unsigned>{9});
   EXPECT_EQ(t.capture.bad_frames, 0u);
 }

@@ -183,7 +183,7 @@ TEST(Kmtrace, SummaryJsonIsExact) {
   Result r = run("summary --json " + path);
   ASSERT_EQ(r.status, 0) << last_stderr();
   const std::string& j = r.out;
-  EXPECT_EQ(json_num(j, "abi_version"), 2);
+  EXPECT_EQ(json_num(j, "abi_version"), 3);
   EXPECT_EQ(json_num(j, "events"), 10);
   EXPECT_EQ(json_num(j, "allocs"), 6);
   EXPECT_EQ(json_num(j, "frees"), 4);
@@ -262,7 +262,7 @@ TEST(Kmtrace, BadInputExitStatus2) {
   EXPECT_TRUE(r.out.empty());
   // Frames of another ABI version: rejected with a clear message.
   frame::Header h;
-  h.abi_version = 3;
+  h.abi_version = 4;
   h.cpu = 0;
   h.payload_len = 24;
   Sink sink;
@@ -271,9 +271,9 @@ TEST(Kmtrace, BadInputExitStatus2) {
   uint8_t ev[24] = {1, 0, 24, 0};
   e.put(ev, 24);
   e.end();
-  Result v = run("summary " + write_temp("kmt_v3.log", "x\n" + sink.out));
+  Result v = run("summary " + write_temp("kmt_v4.log", "x\n" + sink.out));
   EXPECT_EQ(v.status, 2);
-  EXPECT_NE(last_stderr().find("abi_version 3 (this kmtrace reads 2)"), std::string::npos) << last_stderr();
+  EXPECT_NE(last_stderr().find("abi_version 4 (this kmtrace reads 2 to 3)"), std::string::npos) << last_stderr();
   // Usage errors and unreadable files.
   EXPECT_EQ(run("").status, 2);
   EXPECT_EQ(run("frobnicate x").status, 2);

@@ -773,6 +773,16 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   cache_events(a, f);
   KEXPECT_EQ(a, 1u);
   KEXPECT_EQ(f, 1u);
+  // Where sequence numbers are a clock, every online core recorded its
+  // anchor when tracing started (trace/include/trace/abi.h, 3; count_types
+  // counts them among the other events); where they are a counter, none.
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++) {
+    kmemtrace::TypeCounts tc;
+    if (!kmemtrace::count_types(cpu, tc)) continue;
+    bool online = cpu < g_cpu_count && g_percpu[cpu].online.load(std::memory_order_relaxed);
+    if (!mm::plat::kTraceClock || !online) KEXPECT_EQ(tc.other, 0u);
+    else KEXPECT(tc.other >= 1);
+  }
 
   kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
   cache_events(a, f);

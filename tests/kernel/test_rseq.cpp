@@ -49,6 +49,7 @@
 #include <mm/hooks.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
+#include <mm/platform.h>
 #include <trace/kmemtrace.h>
 #include <atomic>
 
@@ -328,6 +329,15 @@ uint64_t check_histories() {
   auto* slots = static_cast<Slot*>(kmem_zalloc(nslots * sizeof(Slot), KM_SLEEP));
   size_t at[kCpus];
   for (unsigned c = 0; c < ncpu; c++) at[c] = start[c];
+  // The pointer's slot; empty (key 0) until its first event, whose turn is
+  // unknown (the buffer may be older than the trace).
+  auto slot_of = [&](const Rec& r) {
+    uint64_t key = r.ptr | r.type | 0x8000000000000000ull;
+    size_t i = (key * 0x9e3779b97f4a7c15ull) >> 20 & (nslots - 1);
+    while (slots[i].key && slots[i].key != key) i = (i + 1) & (nslots - 1);
+    return i;
+  };
+  auto counted = [](const Rec& r) { return r.id <= kmemtrace::kEventFree && r.type < kmemtrace::kTypeVmem; };
   uint64_t breaks = 0, compared = 0;
   for (;;) {
     unsigned best = kCpus;
@@ -335,14 +345,24 @@ uint64_t check_histories() {
       if (at[c] < start[c + 1] && recs[at[c]].seq < cutoff && (best == kCpus || recs[at[c]].seq < recs[at[best]].seq))
         best = c;
     if (best == kCpus) break;
+    // Where numbers come from a clock, two CPUs' events may share one (a
+    // tick, trace/abi.h 3): take the first that its pointer allows, as
+    // readers do (trace/reader.h, 4).
+    for (unsigned c = best; c < ncpu; c++) {
+      if (at[c] >= start[c + 1] || recs[at[c]].seq != recs[at[best]].seq) continue;
+      const Rec& h = recs[at[c]];
+      const Slot* sl = counted(h) ? &slots[slot_of(h)] : nullptr;
+      if (!sl || !sl->key || sl->live != (h.id == kmemtrace::kEventAlloc)) {
+        best = c;
+        break;
+      }
+    }
     const Rec& r = recs[at[best]++];
-    if (r.id > kmemtrace::kEventFree || r.type >= kmemtrace::kTypeVmem) continue;
-    uint64_t key = r.ptr | r.type | 0x8000000000000000ull;
-    size_t i = (key * 0x9e3779b97f4a7c15ull) >> 20 & (nslots - 1);
-    while (slots[i].key && slots[i].key != key) i = (i + 1) & (nslots - 1);
+    if (!counted(r)) continue;
+    size_t i = slot_of(r);
     bool alloc = r.id == kmemtrace::kEventAlloc;
     if (slots[i].key && slots[i].live == alloc) breaks++;  // two allocations or two frees in a row
-    slots[i].key = key;
+    slots[i].key = r.ptr | r.type | 0x8000000000000000ull;
     slots[i].live = alloc;
     compared++;
   }
@@ -480,7 +500,14 @@ KTEST(rseq_magazines_survive_interrupts_that_allocate) {
   // kmemtrace alone: its ring writes are sections too (trace/record.h, 2).
   if (mm::alloc_hooks_features() == 0 && kmemtrace::ring_capacity() != 0 && !kmemtrace::enabled()) {
     run(true, 100, 0, true);
-    uint64_t traced = run(false, 150, restartable ? 20 : 0, true);
-    if (restartable) KEXPECT(traced > 0);
+    // Rewinds are due only where kmemtrace's ring write is a section
+    // (arm64, riscv64); elsewhere the traced paths mask.
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    constexpr bool kRecordRestartable = true;
+#else
+    constexpr bool kRecordRestartable = false;
+#endif
+    uint64_t traced = run(false, 150, restartable && kRecordRestartable ? 20 : 0, true);
+    if (restartable && kRecordRestartable) KEXPECT(traced > 0);
   }
 }

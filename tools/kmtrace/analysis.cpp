@@ -87,6 +87,11 @@ Summary summarize(const kmemtrace::Trace& t) {
         }
       },
       &s.replaced_allocs);
+  for (auto& [cpu, n] : t.clock_events) {  // what each CPU's ring holds, as the kernel counts it
+    s.per_cpu[cpu] += n;
+    s.events += n;
+    s.clock_events += n;
+  }
   return s;
 }
 
@@ -198,7 +203,9 @@ std::vector<std::string> damage_report(const kmemtrace::Trace& t) {
     std::string f;
     for (unsigned x : c.rejected_formats) f += (f.empty() ? "" : ", ") + std::to_string(x);
     std::string what = std::to_string(c.rejected_frames) + " frame(s) rejected:";
-    if (!v.empty()) what += " abi_version " + v + " (this kmtrace reads " + std::to_string(kmemtrace::kAbiVersion) + ")";
+    if (!v.empty())
+      what += " abi_version " + v + " (this kmtrace reads " + std::to_string(kmemtrace::kOldestAbiVersion) + " to " +
+              std::to_string(kmemtrace::kAbiVersion) + ")";
     if (!f.empty()) what += " frame format " + f + " (this kmtrace reads " + std::to_string(kmemtrace::frame::kFormat) + ")";
     out.push_back(what);
   }

@@ -23,7 +23,8 @@ struct TypeCounts {
 };
 
 struct Summary {
-  uint64_t events = 0, allocs = 0, frees = 0;
+  uint64_t events = 0, allocs = 0, frees = 0;  // events: allocs, frees and clock anchors
+  uint64_t clock_events = 0;  // kEventClock anchors (ABI version 3): in events and per_cpu
   std::array<TypeCounts, kTypeCount> by_type{};
   uint64_t bytes_requested = 0, bytes_allocated = 0;
   uint64_t live_objects = 0, live_bytes = 0;

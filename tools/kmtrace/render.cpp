@@ -128,6 +128,7 @@ std::string summary_json(const Summary& s, const kmemtrace::Trace& t) {
   kv("events", s.events);
   kv("allocs", s.allocs);
   kv("frees", s.frees);
+  kv("clock_events", s.clock_events);
   o += "  \"by_type\": {";
   for (unsigned k = 0; k < kTypeCount; k++)
     o += std::string(k ? ", " : "") + "\"" + type_name(k) + "\": {\"allocs\": " + num(s.by_type[k].allocs) +
@@ -171,8 +172,10 @@ std::string summary_json(const Summary& s, const kmemtrace::Trace& t) {
 std::string summary_text(const Summary& s, const kmemtrace::Trace& t) {
   char b[256];
   std::string o;
-  snprintf(b, sizeof b, "events %" PRIu64 ": %" PRIu64 " allocs, %" PRIu64 " frees\n", s.events, s.allocs, s.frees);
+  snprintf(b, sizeof b, "events %" PRIu64 ": %" PRIu64 " allocs, %" PRIu64 " frees", s.events, s.allocs, s.frees);
   o += b;
+  if (s.clock_events) o += ", " + num(s.clock_events) + " clock anchors";
+  o += "\n";
   for (unsigned k = 0; k < kTypeCount; k++) {
     snprintf(b, sizeof b, "  %-8s %10" PRIu64 " allocs %10" PRIu64 " frees\n", type_name(k), s.by_type[k].allocs,
              s.by_type[k].frees);

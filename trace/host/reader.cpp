@@ -2,6 +2,7 @@
 // out of streams. Design: trace/include/trace/reader.h.
 #include <trace/crc32.h>
 #include <trace/reader.h>
+#include <unordered_set>
 
 #include <algorithm>
 #include <cstring>
@@ -85,6 +86,19 @@ void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint6
       return;
     }
     pos += size;
+    if (id == kEventClock) {  // an anchor: its 64-bit clock in the pointer field
+      Event ev;
+      ev.event_id = id;
+      ev.size = static_cast<uint16_t>(size);
+      ev.seq = rd32(e + kOffSeq, endian);
+      ev.caller = rd64(e + kOffCaller, endian);  // the clock's frequency
+      ev.ptr = rd64(e + kOffPtr, endian);
+      ev.cpu = cpu;
+      ev.offset = offset + (e - p);
+      st.clock_events++;
+      out.push_back(ev);
+      continue;
+    }
     if (id != kEventAlloc && id != kEventFree) {
       st.unknown_events++;
       continue;
@@ -127,31 +141,135 @@ void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint6
   }
 }
 
-void merge_by_sequence(std::vector<Event>& events) {
+namespace {
+
+// A pointer's state while events are put in order (the key of analysis'
+// live set: type and address).
+struct LiveKey {
+  uint8_t type;
+  uint64_t ptr;
+  bool operator==(const LiveKey& o) const = default;
+};
+struct LiveHash {
+  size_t operator()(const LiveKey& k) const { return std::hash<uint64_t>()(k.ptr * 31 + k.type); }
+};
+using LiveSet = std::unordered_set<LiveKey, LiveHash>;
+
+// Could e happen now, given which buffers are live? (An event that does not
+// name a buffer always could.)
+bool in_turn(const Event& e, const LiveSet& live) {
+  if (e.ptr == 0 || (e.event_id != kEventAlloc && e.event_id != kEventFree)) return true;
+  bool is_live = live.count(LiveKey{e.type_id, e.ptr}) != 0;
+  return e.event_id == kEventAlloc ? !is_live : is_live;
+}
+void take_turn(const Event& e, LiveSet& live) {
+  if (e.ptr == 0) return;
+  if (e.event_id == kEventAlloc) live.insert(LiveKey{e.type_id, e.ptr});
+  else if (e.event_id == kEventFree) live.erase(LiveKey{e.type_id, e.ptr});
+}
+
+}  // namespace
+
+void merge_by_sequence(std::vector<Event>& events, std::map<uint16_t, uint64_t>* clocks) {
   if (events.empty()) return;
-  // Unwrap each CPU's sequence numbers: the first event of a CPU is placed
-  // nearest to a common reference (the first event's), each later one
-  // nearest to its predecessor on the same CPU.
-  const uint32_t ref = events.front().seq;
-  std::map<uint16_t, std::pair<int64_t, uint32_t>> last;  // cpu -> (order, seq)
-  // Events arrive grouped by CPU in stream order (assemble()); keep that
-  // order per CPU by walking them as they are.
-  for (Event& e : events) {
-    auto it = last.find(e.cpu);
-    int64_t order;
-    if (it == last.end()) {
-      order = static_cast<int64_t>(ref) + static_cast<int32_t>(e.seq - ref);
-      last[e.cpu] = {order, e.seq};
-    } else {
-      order = it->second.first + static_cast<int32_t>(e.seq - it->second.second);
-      it->second = {order, e.seq};
+  // Each CPU's events, in stream order (assemble() gives them grouped by
+  // CPU, each group in order).
+  std::map<uint16_t, std::vector<size_t>> by_cpu;
+  for (size_t i = 0; i < events.size(); i++) by_cpu[events[i].cpu].push_back(i);
+  bool anchored = false;
+  uint64_t first_anchor = 0;
+  for (const Event& e : events)
+    if (e.event_id == kEventClock) {
+      if (!anchored || e.ptr < first_anchor) first_anchor = e.ptr;
+      anchored = true;
     }
-    e.order = order;
+  if (anchored) {
+    // The 64-bit clock: forward from each anchor (a CPU's clock only rises:
+    // the unsigned distance), backward from its first one.
+    for (auto& [cpu, idx] : by_cpu) {
+      size_t a0 = idx.size();
+      for (size_t k = 0; k < idx.size(); k++)
+        if (events[idx[k]].event_id == kEventClock) {
+          a0 = k;
+          break;
+        }
+      uint64_t t;
+      size_t from;
+      if (a0 < idx.size()) {
+        t = events[idx[a0]].ptr;
+        for (size_t k = a0; k-- > 0;) {
+          Event& e = events[idx[k]];
+          t -= static_cast<uint32_t>(static_cast<uint32_t>(t) - e.seq);
+          e.order = static_cast<int64_t>(t);
+        }
+        t = events[idx[a0]].ptr;
+        from = a0;
+      } else {  // no anchor of its own: nearest the first one seen
+        uint32_t s0 = events[idx[0]].seq;
+        t = first_anchor + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(s0 - static_cast<uint32_t>(first_anchor))));
+        from = 0;
+      }
+      for (size_t k = from; k < idx.size(); k++) {
+        Event& e = events[idx[k]];
+        if (e.event_id == kEventClock) t = e.ptr;
+        else t += static_cast<uint32_t>(e.seq - static_cast<uint32_t>(t));
+        e.order = static_cast<int64_t>(t);
+      }
+    }
+  } else {
+    // Unwrap each CPU's sequence numbers: the first event of a CPU is placed
+    // nearest to a common reference (the first event's), each later one
+    // nearest to its predecessor on the same CPU.
+    const uint32_t ref = events.front().seq;
+    for (auto& [cpu, idx] : by_cpu) {
+      int64_t order = static_cast<int64_t>(ref) + static_cast<int32_t>(events[idx[0]].seq - ref);
+      uint32_t last = events[idx[0]].seq;
+      for (size_t i : idx) {
+        order += static_cast<int32_t>(events[i].seq - last);
+        last = events[i].seq;
+        events[i].order = order;
+      }
+    }
   }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    if (a.order != b.order) return a.order < b.order;
-    return a.cpu < b.cpu;
-  });
+  // Merge: the smallest number first; among CPUs whose next events share
+  // it, the lowest CPU whose event is in turn (its pointer allows it), or
+  // the lowest CPU. Each CPU's own order is kept.
+  std::vector<Event> out;
+  out.reserve(events.size());
+  std::vector<std::pair<uint16_t, std::vector<size_t>*>> heads;
+  for (auto& [cpu, idx] : by_cpu) heads.push_back({cpu, &idx});
+  std::vector<size_t> at(heads.size(), 0);
+  // Only a clock gives ties (a counter gives every event its own number),
+  // so only then is the live set kept.
+  LiveSet live;
+  for (;;) {
+    size_t best = heads.size();
+    int64_t min = 0;
+    for (size_t h = 0; h < heads.size(); h++) {
+      if (at[h] == heads[h].second->size()) continue;
+      int64_t o = events[(*heads[h].second)[at[h]]].order;
+      if (best == heads.size() || o < min) best = h, min = o;
+    }
+    if (best == heads.size()) break;
+    if (anchored) {
+      for (size_t h = best; h < heads.size(); h++) {  // a tie: the first in turn
+        if (at[h] == heads[h].second->size()) continue;
+        const Event& e = events[(*heads[h].second)[at[h]]];
+        if (e.order == min && in_turn(e, live)) {
+          best = h;
+          break;
+        }
+      }
+    }
+    Event& e = events[(*heads[best].second)[at[best]++]];
+    if (e.event_id == kEventClock) {
+      if (clocks) (*clocks)[e.cpu]++;
+      continue;
+    }
+    if (anchored) take_turn(e, live);
+    out.push_back(e);
+  }
+  events.swap(out);
 }
 
 // --- Frames ----------------------------------------------------------------
@@ -261,7 +379,7 @@ void CaptureReader::line(const uint8_t* p, size_t n) {
 
 void CaptureReader::frame(const frame::Header& h, std::vector<uint8_t>&& payload) {
   using namespace frame;
-  if (h.format != kFormat || h.abi_version != kAbiVersion) {
+  if (h.format != kFormat || h.abi_version < kOldestAbiVersion || h.abi_version > kAbiVersion) {
     stats_.rejected_frames++;
     if (h.format != kFormat)
       stats_.rejected_formats.insert(h.format);
@@ -381,7 +499,7 @@ Trace CaptureReader::assemble() const {
       parse_stream(seg.bytes.data(), seg.bytes.size(), t.endian, cpu, seg.offset, t.events, t.parse);
     }
   }
-  merge_by_sequence(t.events);
+  merge_by_sequence(t.events, &t.clock_events);
   return t;
 }
 
@@ -392,7 +510,7 @@ Trace read_raw(const std::vector<std::pair<uint16_t, std::vector<uint8_t>>>& cpu
     t.stream_bytes[cpu] += bytes.size();
     parse_stream(bytes.data(), bytes.size(), endian, cpu, 0, t.events, t.parse);
   }
-  merge_by_sequence(t.events);
+  merge_by_sequence(t.events, &t.clock_events);
   return t;
 }
 

@@ -63,6 +63,11 @@
 //                                         the page allocator's per-CPU stack of
 //                                         16-byte {pointer, value} entries
 //                                         (page.cpp, 4), the same way
+//   constexpr bool kTraceClock;           kmemtrace's sequence numbers from
+//   uint64_t trace_clock();                 trace_clock(), a clock every CPU
+//   uint64_t trace_clock_hz();              reads alike, read after what came
+//                                         before it (trace/abi.h, 3); false:
+//                                         one atomic counter
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   uint64_t ticks();                     timer ticks since boot (kmemleak's
 //                                         "jiffies"; kernel: kTimerHz a second;

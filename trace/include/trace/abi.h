@@ -11,7 +11,7 @@
 //        1   1   type id      kTypeKmalloc .. kTypeVmem / unknown (skip)
 //        2   2   event size   whole event, features included; a reader
 //                             skips bytes it does not know by this size
-//        4   4   sequence     one counter for all CPUs; wraps
+//        4   4   sequence     orders events across CPUs; wraps (see 3)
 //        8   8   caller       return address into the caller of the API
 //       16   8   pointer      the memory (or vmem span base); may be 0
 //     alloc only:
@@ -29,9 +29,28 @@
 //      2  Magpie: type 3, kTypeVmem, vmem_alloc/vmem_xalloc spans
 //         (requested = the size asked for, allocated = the span's size,
 //         flags = VM_*).
+//      3  Magpie: event 2, kEventClock (3), header only: type 0, caller =
+//         the clock's frequency in Hz, pointer = the whole 64-bit clock
+//         value whose low 32 bits are its sequence number.
 //    No feature ids are defined yet; readers skip every feature record.
+//    A version-3 reader reads version-2 streams (they lack only event 2).
 //
-// 3. Reader rules (what trace/host/reader.cpp does): unknown event ids and
+// 3. Sequence numbers. Either one counter for all CPUs, taken by an atomic
+//    add per event (no two events share a number; riscv64, the host), or
+//    the low 32 bits of a clock every CPU reads alike (the ARM generic
+//    timer's virtual counter, read after an isb: arm64, arm), which needs
+//    no shared write. Both rise along every chain of events one CPU hands
+//    to another (a free, then the allocation of that buffer elsewhere), the
+//    clock perhaps by 0: two CPUs' events may share a number (a tick:
+//    16 ns at QEMU virt's 62.5 MHz, 52 ns on the Pi 3), and a reader breaks
+//    such ties by what the events do (a buffer is freed before it is
+//    allocated again). The clock's low 32 bits wrap in a minute or so
+//    (68 s at 62.5 MHz), so each CPU records a kEventClock with the whole
+//    value when tracing starts and at least every 2^30 clock ticks while
+//    it is on: a reader unwraps each CPU's numbers from its anchors, and
+//    places every CPU on one time line. Without kEventClock events in a
+//    stream, its numbers are the counter's.
+// 4. Reader rules (what trace/host/reader.cpp does): unknown event ids and
 //    types are skipped by their size; a size below the fields its event id
 //    needs is damage (the stream cannot be trusted past it); bytes past the
 //    known fields and features are ignored; a feature size below 3 ends the
@@ -42,12 +61,15 @@
 
 namespace kmemtrace {
 
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kOldestAbiVersion = 2;  // the oldest a reader reads
 
 enum EventId : uint8_t {
   kEventAlloc = 0,
   kEventFree = 1,
+  kEventClock = 2,  // ABI version 3: a CPU's clock anchor (3)
 };
+inline constexpr size_t kClockSize = 24;  // header only
 
 enum TypeId : uint8_t {
   kTypeKmalloc = 0,  // kmem_alloc / kmem_free

@@ -7,8 +7,9 @@
 //    capture of it.
 // 2. Cost. Disabled (the default), a recording call is an inline test of
 //    one global flag and a branch not taken. Enabled, the out-of-line
-//    record_*_slow masks interrupts, takes the next sequence number (one
-//    atomic add on a global counter, the ABI's cross-CPU order), writes the
+//    record_*_slow masks interrupts, takes the next sequence number (a
+//    clock read on ARM, an atomic add on a global counter elsewhere: the
+//    ABI's cross-CPU order, abi.h 3), writes the
 //    event into this CPU's ring and publishes it. No locks, no allocation.
 //    The kmem fast paths record inline instead (trace/record.h): masked
 //    inside their own critical section, or, while kmemtrace alone has the
@@ -109,6 +110,15 @@ __attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t c
 __attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t caller, const void* ptr) {
   record_free(type, caller, reinterpret_cast<uintptr_t>(ptr));
 }
+
+// Clock anchors (abi.h, 3), where the platform's sequence numbers come
+// from a clock (plat::kTraceClock): the kernel calls clock_anchor on every
+// CPU once tracing is on, and clock_tick from every CPU's timer tick,
+// which records one when 2^30 clock ticks have passed since the CPU's
+// last. now: the whole clock value; hz: its frequency. Each masks
+// interrupts around its ring write, and records only while enabled.
+void clock_anchor(uint64_t now, uint64_t hz);
+void clock_tick(uint64_t now, uint64_t hz);
 
 // --- Set-up and control --------------------------------------------------
 // CPUs that can have a ring (the platform's kMaxCpus).

@@ -22,9 +22,22 @@
 //    (truncated) and dropped, a size too small to be an event stops the
 //    segment (damage: nothing after it can be trusted).
 // 4. merge_by_sequence() orders all CPUs' events by the 32-bit sequence
-//    number, unwrapped per CPU (events of one CPU are in sequence order) and
-//    aligned across CPUs by serial-number arithmetic (RFC 1982), so a trace
-//    that crosses 2^32 merges correctly.
+//    number (abi.h, 3), unwrapped per CPU (events of one CPU are in
+//    sequence order):
+//    - with clock anchors (kEventClock, ABI version 3) each CPU's numbers
+//      are placed on the whole 64-bit clock: forward from each anchor,
+//      backward before a CPU's first one (a CPU without any lands nearest
+//      the first anchor seen). Exact while no two consecutive events of a
+//      CPU are 2^32 clock ticks apart, which the anchors (every 2^30 while
+//      tracing is on) ensure unless a full ring drops them meanwhile;
+//    - without, aligned across CPUs by serial-number arithmetic (RFC 1982)
+//      from the first event, so a trace that crosses 2^32 merges correctly.
+//    Events of several CPUs with the same number (a clock tick) are put in
+//    an order their pointers allow: a free of a live buffer, or an
+//    allocation of one that is not live, before one that could not have
+//    happened yet (the lowest CPU first when several could, or none).
+//    The anchors are then taken out of the events (Trace::clock_events
+//    counts them per CPU).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +79,7 @@ struct ParseStats {
   uint64_t truncated_bytes = 0;
   uint64_t damaged = 0;  // sizes too small to be an event: segment abandoned
   uint64_t damaged_bytes = 0;
+  uint64_t clock_events = 0;  // kEventClock anchors read (kept until the merge)
 };
 
 // Parses n bytes of one CPU's stream that start on an event boundary at
@@ -74,8 +88,9 @@ void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint6
                   std::vector<Event>& out, ParseStats& st);
 
 // Orders events of all CPUs (each CPU's in stream order) by sequence number
-// and sets Event::order.
-void merge_by_sequence(std::vector<Event>& events);
+// and sets Event::order (the unwrapped number, or the 64-bit clock); takes
+// the kEventClock anchors out, counting them per CPU in *clocks (if given).
+void merge_by_sequence(std::vector<Event>& events, std::map<uint16_t, uint64_t>* clocks = nullptr);
 
 struct CaptureStats {
   uint64_t bytes = 0;
@@ -120,6 +135,7 @@ struct Trace {
   uint64_t missing_bytes = 0;
   std::map<uint16_t, CpuEndStats> cpu_stats;  // empty without a kEnd frame
   std::map<uint16_t, uint64_t> stream_bytes;  // per CPU: bytes received
+  std::map<uint16_t, uint64_t> clock_events;  // per CPU: kEventClock anchors (not in events)
   uint32_t boot_id = 0;
   Endian endian = Endian::kLittle;
   bool have_frames = false;  // some frame of ours was found

@@ -11,13 +11,14 @@
 //    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
 //    rseq_record_*): it loads the ring's head and limit (no room: the
 //    masked path, which refreshes the limit or counts the drop, if tracing
-//    is still on), takes the sequence number, writes the event above
+//    is still on), takes the sequence number (reads the clock, arm64; an
+//    atomic add, riscv64), writes the event above
 //    the head, where no reader looks, and commits by its release store of
 //    the new head (the ring's publication: ring.h, 5). An interrupt inside
 //    it rewinds it: the handler's own events (an allocation in interrupt
 //    context) go into the ring first, and the rerun writes after them with
-//    a later sequence number. A sequence number taken by a rewound run is
-//    lost, so the numbers of a CPU's events rise but may skip; readers
+//    a later sequence number. A number the atomic add gave a rewound run
+//    is lost, so the numbers of a CPU's events rise but may skip; readers
 //    order by them and need no run without gaps (trace/reader.h).
 //    The section does not read the switch: only kmemtrace's fast paths
 //    use it (mm/kmem_fastpath.h, 8), reached while the allocators' hooks
@@ -36,25 +37,36 @@
 
 namespace kmemtrace::detail {
 
-// The ABI's sequence number (g_rec.seq) is shared by every CPU. Relaxed is
-// enough: all read-modify-writes of one atomic fall into a single order,
-// so numbers are unique; and when one event causes another on another CPU
-// (a free on CPU A, then CPU B allocating the same buffer), the
-// allocator's own synchronisation between them (a lock, a release/acquire
-// handover) makes A's fetch_add happen before B's, which coherence then
-// orders first: B's number is larger. No other memory is published by it.
-// The ring write that follows is ordered by the ring (ring.h, 5).
+// The ABI's sequence number (abi.h, 3), one of two kinds:
+//  - the platform's trace clock (plat::kTraceClock: ARM's virtual counter),
+//    its low 32 bits. No shared write. When one event causes another on
+//    another CPU (a free on CPU A, then CPU B allocating the same buffer),
+//    the allocator's own synchronisation between them (a lock, a
+//    release/acquire handover) comes after A's read, which feeds a store
+//    A makes before its release (the event's), and before B's, which the
+//    clock read's isb keeps after B's acquire: B's number is A's or more
+//    (the same within a tick; readers break such ties, abi.h, 3);
+//  - else one counter for every CPU (g_rec.seq), taken by an atomic add.
+//    Relaxed is enough: all read-modify-writes of one atomic fall into a
+//    single order, so numbers are unique, and the same synchronisation
+//    makes A's add happen before B's, which coherence then orders first.
+// Neither publishes other memory. The ring write that follows is ordered
+// by the ring (ring.h, 5).
+__attribute__((always_inline)) inline uint32_t next_seq() {
+  if constexpr (mm::plat::kTraceClock) return static_cast<uint32_t>(mm::plat::trace_clock());
+  return g_rec.seq.fetch_add(1, std::memory_order_relaxed);
+}
 
 // Interrupts are masked (kernel) or the thread is its CPU (host), so
 // cpu_id() is stable and this ring has one producer: us.
 __attribute__((always_inline)) inline void alloc_masked(uint32_t tag, uintptr_t caller, uintptr_t ptr,
                                                         size_t requested, size_t allocated, uint32_t flags) {
-  uint32_t seq = g_rec.seq.fetch_add(1, std::memory_order_relaxed);
+  uint32_t seq = next_seq();
   g_rec.rings[mm::plat::cpu_id()].put_alloc(tag, seq, caller, ptr, requested, allocated, flags, kSameCpu);
 }
 
 __attribute__((always_inline)) inline void free_masked(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
-  uint32_t seq = g_rec.seq.fetch_add(1, std::memory_order_relaxed);
+  uint32_t seq = next_seq();
   g_rec.rings[mm::plat::cpu_id()].put_free(tag, seq, caller, ptr);
 }
 
@@ -64,25 +76,28 @@ constexpr size_t kRecSeq = offsetof(Recorder, seq);
 // 12 bits signed; arm64: 12 bits).
 static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: address the sequence number otherwise");
 
-// Records an allocation of this CPU's: the section (2),
-// from the functions in .text.rseq only (MM_RESTARTABLE_TEXT).
-// arch::kRecordFull: the ring had no room, nothing is recorded yet: the
-// caller goes on to record_full_alloc (masked), out of line.
-__attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, uintptr_t caller, uintptr_t ptr,
-                                                      size_t requested, size_t allocated, uint32_t flags) {
+// Records an allocation of this CPU's: the section (2), from the
+// functions in .text.rseq only (MM_RESTARTABLE_TEXT), and only from
+// frameless ones whose every call is a tail call, entered by a tail call
+// from the allocator's entry point: the event's caller is the link
+// register as it is (arch/<a>/include/arch/rseq.h). arch::kRecordFull:
+// the ring had no room, nothing is recorded yet: the caller goes on to
+// record_full_alloc (masked), out of line.
+__attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, uintptr_t ptr, size_t requested,
+                                                                  size_t allocated, uint32_t flags) {
   char* base = reinterpret_cast<char*>(&g_rec);
   char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
   // The target CPU: this one (kSameCpu), which the section writes.
   static_assert(kSameCpu == -1);
-  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr, requested,
-                                                                         allocated, flags);
+  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, ptr, requested, allocated,
+                                                                         flags);
 }
 
 // Records a free of this CPU's: as alloc_rseq.
-__attribute__((always_inline)) inline arch::RseqRecord free_rseq(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
+__attribute__((always_inline)) inline arch::RseqRecord free_rseq(uint32_t tag, uintptr_t ptr) {
   char* base = reinterpret_cast<char*>(&g_rec);
   char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
-  return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, caller, ptr);
+  return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, ptr);
 }
 
 // The masked write for a record that found no room: the limit refreshed

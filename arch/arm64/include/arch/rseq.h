@@ -185,10 +185,15 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // at buffer + (head & mask) and head + kBytes is committed with a release
 // store (stlr: the event's stores are seen before it by the reader's
 // acquire of head): kRecorded. Else kRecordFull, nothing committed. The
-// sequence number is a fetch-and-add (ldxr/stxr) inside the section: a
-// rewind after it loses that number (the rerun takes another). The first
-// word of the event is tag | seq << 32 (little-endian: the event's first
-// four bytes, then the sequence number).
+// sequence number is the virtual counter's low 32 bits (trace/record.h,
+// next_seq: isb, then mrs; a rerun reads it again), rec and kSeq unused
+// (riscv64's add to a shared counter uses them). The first word of the
+// event is tag | seq << 32 (little-endian: the event's first four bytes,
+// then the sequence number). The caller field is x30 as it is: only for
+// frameless functions whose every call is a tail call, entered from the
+// allocator's entry point by a tail call (kmem_fastpath.h, 8), where x30 is
+// the entry point's caller throughout (BOARD/frameless checks that nothing
+// in them writes it); saves the move of it into another register.
 #define ARCH_RSEQ_RECORD_HEAD(n)                                                      \
   "1: ldp   %w[h], %w[u], [%[ring]]\n"  /* head, limit */                            \
   "   add   %w[t], %w[h], #" #n "\n"                                                 \
@@ -197,30 +202,27 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
   "   ldp   %[p], %[u], [%[ring], %[bo]]\n" /* buffer, mask */                        \
   "   and   %[h], %[h], %[u]\n"                                                       \
   "   add   %[p], %[p], %[h]\n"                                                       \
-  "   add   %[u], %[rec], %[so]\n"                                                    \
-  "3: ldxr  %w[s], [%[u]]\n"                                                          \
-  "   add   %w[h], %w[s], #1\n"                                                       \
-  "   stxr  %w[v], %w[h], [%[u]]\n"                                                   \
-  "   cbnz  %w[v], 3b\n"                                                              \
+  "   isb\n"                                                                          \
+  "   mrs   %[s], cntvct_el0\n"                                                       \
   "   orr   %[s], %[tag], %[s], lsl #32\n"                                            \
-  "   stp   %[s], %[caller], [%[p]]\n"                                                \
+  "   stp   %[s], x30, [%[p]]\n" /* the caller: the link register (above) */         \
   "   str   %[ptr], [%[p], #16]\n"
 
 #define ARCH_HAS_RSEQ_RECORD 1
 enum RseqRecord { kRecorded, kRecordFull };
 
 template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uint64_t tag,
-                                                                  uintptr_t caller, uintptr_t ptr) {
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char*, char* ring, uint64_t tag,
+                                                                  uintptr_t ptr) {
   static_assert(kMask == kBuf + 8);
-  uint64_t h, u, t, p, s, v;
+  uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(24)
       "   stlr  %w[t], [%[ring]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s), [v] "=&r"(v)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
-        [so] "i"(kSeq), [bo] "i"(kBuf)
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
+      : [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
+        [bo] "i"(kBuf)
       : "memory", "cc"
       : full);
   return kRecorded;
@@ -231,22 +233,22 @@ full:
 // The same for an allocation: then requested and allocated at 24 and 32,
 // flags at 40 and the target CPU, -1 (this one), at 44.
 template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
-                                                                   uintptr_t caller, uintptr_t ptr,
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char*, char* ring, uint64_t tag,
+                                                                   uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
                                                                    uint32_t flags) {
   static_assert(kMask == kBuf + 8);
   uint64_t last = uint64_t{flags} | 0xffffffff00000000ull;  // one orr
-  uint64_t h, u, t, p, s, v;
+  uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(48)
       "   stp   %[rq], %[al], [%[p], #24]\n"
       "   str   %[la], [%[p], #40]\n"
       "   stlr  %w[t], [%[ring]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s), [v] "=&r"(v)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
-        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(last), [so] "i"(kSeq),
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
+      : [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
+        [rq] "r"(requested), [al] "r"(allocated), [la] "r"(last),
         [bo] "i"(kBuf)
       : "memory", "cc"
       : full);

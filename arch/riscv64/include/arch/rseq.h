@@ -175,7 +175,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // loses that number), stored beside the tag as two words (no shift and
 // or); the commit is the head's store after a fence rw,w
 // (a release store: the event's stores are seen before it by the reader's
-// acquire of head).
+// acquire of head). The caller field is ra as it is, as arm64's x30.
 #define ARCH_RSEQ_RECORD_HEAD(n)                                 \
   "1: lwu   %[h], 0(%[ring])\n"  /* head */                      \
   "   lw    %[u], 4(%[ring])\n"  /* limit */                     \
@@ -191,7 +191,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
   "   amoadd.w %[s], %[h], (%[u])\n"                             \
   "   sw    %[tag], 0(%[p])\n"                                   \
   "   sw    %[s], 4(%[p])\n"                                     \
-  "   sd    %[caller], 8(%[p])\n"                                \
+  "   sd    ra, 8(%[p])\n" /* the caller (above) */              \
   "   sd    %[ptr], 16(%[p])\n"
 
 #define ARCH_HAS_RSEQ_RECORD 1
@@ -199,7 +199,7 @@ enum RseqRecord { kRecorded, kRecordFull };
 
 template <size_t kSeq, size_t kBuf, size_t kMask>
 __attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uint64_t tag,
-                                                                  uintptr_t caller, uintptr_t ptr) {
+                                                                  uintptr_t ptr) {
   uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(24)
@@ -207,7 +207,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, cha
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
         [so] "i"(kSeq), [bo] "i"(kBuf), [mo] "i"(kMask)
       : "memory"
       : full);
@@ -220,7 +220,7 @@ full:
 // would take five instructions.)
 template <size_t kSeq, size_t kBuf, size_t kMask>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
-                                                                   uintptr_t caller, uintptr_t ptr,
+                                                                   uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
                                                                    uint32_t flags) {
   uint64_t h, u, t, p, s;
@@ -235,7 +235,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, ch
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [caller] "r"(caller), [ptr] "r"(ptr),
+      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
         [rq] "r"(requested), [al] "r"(allocated), [la] "r"(flags), [so] "i"(kSeq),
         [bo] "i"(kBuf), [mo] "i"(kMask)
       : "memory"

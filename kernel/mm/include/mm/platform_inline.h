@@ -84,6 +84,19 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 #endif
 }
 
+// kmemtrace's sequence numbers from a clock every CPU reads alike, where
+// the arch has one cheap enough (trace/include/trace/abi.h, 3); elsewhere
+// one counter for all CPUs.
+#if defined(ARCH_HAS_TRACE_CLOCK)
+constexpr bool kTraceClock = true;
+inline uint64_t trace_clock() { return arch::counter(); }
+inline uint64_t trace_clock_hz() { return arch::counter_frequency(); }
+#else
+constexpr bool kTraceClock = false;
+inline uint64_t trace_clock() { return 0; }
+inline uint64_t trace_clock_hz() { return 0; }
+#endif
+
 using Lock = SpinLock;
 
 inline uint64_t cycles() { return arch::cycles(); }

@@ -52,6 +52,12 @@ extern bool g_alloc_hooks, g_free_hooks;
 __attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(g_alloc_hooks, 0); }
 __attribute__((always_inline)) inline bool free_hooks_on() { return __builtin_expect(g_free_hooks, 0); }
 
+// kmemtrace's sequence numbers: one counter for every thread on the host
+// (trace/include/trace/abi.h, 3).
+constexpr bool kTraceClock = false;
+inline uint64_t trace_clock() { return 0; }
+inline uint64_t trace_clock_hz() { return 0; }
+
 uint64_t cycles_fallback();  // mm/host/platform.cpp
 uint64_t ticks_from_clock();  // mm/host/platform.cpp: CLOCK_MONOTONIC, 100 a second
 inline uint64_t ticks() { return ticks_from_clock(); }
