@@ -196,19 +196,15 @@ namespace kmemtrace {
 // site before its resynchronising call arrives, and its loads of the ring
 // would then not be ordered after our stores.
 void start() {
-  smp::call_on_all([](void*) {}, nullptr);
+  // The call also writes each core's first clock anchor (trace/abi.h, 3),
+  // before the switch, so that it comes before every event of the session
+  // in the core's ring (nothing records while the switch is off).
+  smp::call_on_all([](void*) { clock_anchor(); }, nullptr);
   enable();
-  // Each core's first clock anchor (trace/abi.h, 3), so that a reader
-  // places every core on the clock from the start.
-  if constexpr (mm::plat::kTraceClock)
-    smp::call_on_all([](void*) { clock_anchor(mm::plat::trace_clock(), mm::plat::trace_clock_hz()); }, nullptr);
   mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);
 }
 
-void tick() {
-  if constexpr (mm::plat::kTraceClock)
-    if (enabled()) clock_tick(mm::plat::trace_clock(), mm::plat::trace_clock_hz());
-}
+void tick() { clock_tick(); }
 void stop() {
   mm::alloc_hooks_set(mm::kFeatureKmemtrace, false);
   disable();

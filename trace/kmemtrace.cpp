@@ -84,29 +84,35 @@ void detail::record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
 // --- Clock anchors (abi.h, 3) -------------------------------------------------
 
 namespace {
-// Each CPU's last anchor (0: none since tracing started), written by its
-// CPU with interrupts masked, and by reset() while nobody records.
+// Each CPU's last anchor (0: none, or the last one was dropped), written by
+// its CPU with interrupts masked, and by reset() while nobody records.
 constinit uint64_t g_anchor[plat::kMaxCpus] = {};
-constexpr uint64_t kAnchorTicks = uint64_t{1} << 30;  // well inside the 2^32 a reader can unwrap
+constexpr uint64_t kAnchorTicks = uint64_t{1} << 30;  // well inside the 2^31 a reader unwraps by
 
-void anchor_masked(uint64_t now, uint64_t hz) {
+// The clock is read here, masked, so that nothing this CPU records can
+// come between the read and the anchor's place in the ring.
+void anchor_masked() {
   unsigned cpu = plat::cpu_id();
-  EventHeader h{kEventClock, 0, static_cast<uint16_t>(kClockSize), static_cast<uint32_t>(now), hz, now};
-  if (g_rings[cpu].put(&h, sizeof h)) g_anchor[cpu] = now;  // dropped: the next tick tries again
+  uint64_t now = plat::trace_clock();
+  EventHeader h{kEventClock, 0, static_cast<uint16_t>(kClockSize), static_cast<uint32_t>(now),
+                plat::trace_clock_hz(), now};
+  g_anchor[cpu] = g_rings[cpu].put(&h, sizeof h) ? now : 0;  // dropped: the next tick tries again
 }
 }  // namespace
 
-void clock_anchor(uint64_t now, uint64_t hz) {
+void clock_anchor() {
+  if constexpr (!plat::kTraceClock) return;
   auto s = plat::irq_save();
-  if (enabled()) anchor_masked(now, hz);
+  anchor_masked();
   plat::irq_restore(s);
 }
 
-void clock_tick(uint64_t now, uint64_t hz) {
+void clock_tick() {
+  if constexpr (!plat::kTraceClock) return;
   if (!enabled()) return;
   auto s = plat::irq_save();
   uint64_t last = g_anchor[plat::cpu_id()];
-  if (enabled() && (last == 0 || now - last >= kAnchorTicks)) anchor_masked(now, hz);
+  if (enabled() && (last == 0 || plat::trace_clock() - last >= kAnchorTicks)) anchor_masked();
   plat::irq_restore(s);
 }
 

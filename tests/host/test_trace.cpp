@@ -290,6 +290,18 @@ TEST(TraceMerge, EventsOfOneClockTickGoInTheOrderTheirPointersAllow) {
                                                              {kEventAlloc, 0x2000}}));
 }
 
+TEST(TraceMerge, TiesWithoutAnchorsAreBrokenTheSameWay) {
+  // A window of a clock-stamped trace that holds no anchor (a short stream
+  // read): the same numbers, the same rule.
+  Bytes c0, c1;
+  append(c0, hand_free(kTypeCache, 77, 0, 0x1000));
+  append(c1, hand_alloc(kTypeCache, 77, 0, 0x1000, 64, 64, 0, kSameCpu));
+  Trace t = read_raw({{0, c0}, {1, c1}}, Endian::kLittle);
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].event_id, kEventAlloc);
+  EXPECT_EQ(t.events[1].event_id, kEventFree);
+}
+
 // --- Frames ------------------------------------------------------------------
 
 struct StringSink {

@@ -46,8 +46,10 @@ for f in kmem_cache_alloc kmem_cache_free kmem_alloc kmem_free cache_free_traced
     # whose first operand is the link register (arm64 ldp: either of two).
     lr_writes=$(awk -F'\t' 'NF >= 3 {
         split($2, m, /[ \t]/); op = m[1]; args = $3; gsub(/ /, "", args); n = split(args, a, ",")
-        if (op ~ /^(st|cmp|cmn|tst|cb|tb|b|bl|ret|br|j|jr|fence|xpaclri|s[bhwd]$)/) next
-        if (op ~ /^(ld|ldr|ldp)$/ && args ~ /\[sp|\(sp\)/) next   # a saved value reloaded
+        if (op ~ /^(st[a-z0-9]*|s[bhwd]|cmp|cmn|tst|b|b\.[a-z]+|bl|blr|br|ret|cbz|cbnz|tbz|tbnz|j|jr|fence|xpaclri|nop|beq|bne|blt|bge|bltu|bgeu|beqz|bnez|bltz|bgez|blez|bgtz|bgt|ble|bgtu|bleu)$/) next
+        # The link register reloaded from where the function saved it.
+        if ((op == "ldr" && a[1] == "x30" && args ~ /^x30,\[sp/) || (op == "ldp" && a[2] == "x30" && args ~ /\[sp/) ||
+            (op == "ld" && a[1] == "ra" && args ~ /\(sp\)$/)) next
         if (a[1] == "x30" || a[1] == "ra" || (op == "ldp" && a[2] == "x30")) print }' <<<"$dis")
   fi
   if [[ -n $calls ]]; then

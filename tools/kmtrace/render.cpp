@@ -124,7 +124,7 @@ std::string summary_json(const Summary& s, const kmemtrace::Trace& t) {
   auto kv = [&](const char* k, uint64_t v, bool comma = true) {
     o += std::string("  \"") + k + "\": " + num(v) + (comma ? ",\n" : "\n");
   };
-  o += "  \"abi_version\": " + num(kmemtrace::kAbiVersion) + ",\n";
+  o += "  \"abi_version\": " + num(t.abi_version) + ",\n";
   kv("events", s.events);
   kv("allocs", s.allocs);
   kv("frees", s.frees);
@@ -291,7 +291,7 @@ std::string live_json(const std::vector<Site>& sites, const SymbolMap& syms, siz
 
 std::string timeline_perfetto(const Timeline& tl, const kmemtrace::Trace& t, const SymbolMap& syms) {
   std::string o = "{\"displayTimeUnit\": \"ns\", \"otherData\": {\"generator\": \"kmtrace\", \"abi_version\": " +
-                  num(kmemtrace::kAbiVersion) + ", \"boot_id\": " + num(t.boot_id) +
+                  num(t.abi_version) + ", \"boot_id\": " + num(t.boot_id) +
                   ", \"time\": \"1 us = 1 event in sequence order\"},\n\"traceEvents\": [\n";
   o += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"kmemtrace\"}}";
   for (size_t i = 0; i < tl.x.size(); i++) {

@@ -2,6 +2,7 @@
 // out of streams. Design: trace/include/trace/reader.h.
 #include <trace/crc32.h>
 #include <trace/reader.h>
+#include <queue>
 #include <unordered_set>
 
 #include <algorithm>
@@ -183,9 +184,16 @@ void merge_by_sequence(std::vector<Event>& events, std::map<uint16_t, uint64_t>*
       if (!anchored || e.ptr < first_anchor) first_anchor = e.ptr;
       anchored = true;
     }
+  // Each event's place, nearest to its predecessor on the same CPU (the
+  // distance as a signed 32-bit number: a CPU's anchors come at least every
+  // 2^30 clock ticks, and a small step back, an event stamped just before
+  // an anchor and written after it, lands right).
+  auto near = [](uint64_t t, uint32_t seq) {
+    return t + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(seq - static_cast<uint32_t>(t))));
+  };
   if (anchored) {
-    // The 64-bit clock: forward from each anchor (a CPU's clock only rises:
-    // the unsigned distance), backward from its first one.
+    // The 64-bit clock: from each anchor forward, and back from a CPU's
+    // first one.
     for (auto& [cpu, idx] : by_cpu) {
       size_t a0 = idx.size();
       for (size_t k = 0; k < idx.size(); k++)
@@ -194,79 +202,83 @@ void merge_by_sequence(std::vector<Event>& events, std::map<uint16_t, uint64_t>*
           break;
         }
       uint64_t t;
-      size_t from;
+      size_t from = 0;
       if (a0 < idx.size()) {
         t = events[idx[a0]].ptr;
         for (size_t k = a0; k-- > 0;) {
           Event& e = events[idx[k]];
-          t -= static_cast<uint32_t>(static_cast<uint32_t>(t) - e.seq);
+          t = near(t, e.seq);
           e.order = static_cast<int64_t>(t);
         }
         t = events[idx[a0]].ptr;
         from = a0;
       } else {  // no anchor of its own: nearest the first one seen
-        uint32_t s0 = events[idx[0]].seq;
-        t = first_anchor + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(s0 - static_cast<uint32_t>(first_anchor))));
-        from = 0;
+        t = first_anchor;
       }
       for (size_t k = from; k < idx.size(); k++) {
         Event& e = events[idx[k]];
-        if (e.event_id == kEventClock) t = e.ptr;
-        else t += static_cast<uint32_t>(e.seq - static_cast<uint32_t>(t));
+        t = e.event_id == kEventClock ? e.ptr : near(t, e.seq);
         e.order = static_cast<int64_t>(t);
       }
     }
   } else {
-    // Unwrap each CPU's sequence numbers: the first event of a CPU is placed
-    // nearest to a common reference (the first event's), each later one
-    // nearest to its predecessor on the same CPU.
-    const uint32_t ref = events.front().seq;
+    // Each CPU's first event nearest to a common reference (the first
+    // event's), each later one nearest to its predecessor.
+    const uint64_t ref = events.front().seq;
     for (auto& [cpu, idx] : by_cpu) {
-      int64_t order = static_cast<int64_t>(ref) + static_cast<int32_t>(events[idx[0]].seq - ref);
-      uint32_t last = events[idx[0]].seq;
+      uint64_t t = ref;
       for (size_t i : idx) {
-        order += static_cast<int32_t>(events[i].seq - last);
-        last = events[i].seq;
-        events[i].order = order;
+        t = near(t, events[i].seq);
+        events[i].order = static_cast<int64_t>(t);
       }
     }
   }
-  // Merge: the smallest number first; among CPUs whose next events share
-  // it, the lowest CPU whose event is in turn (its pointer allows it), or
-  // the lowest CPU. Each CPU's own order is kept.
+  // Merge: the smallest place first (a heap of the CPUs' next events);
+  // among CPUs whose next events share it (a clock tick: a counter gives
+  // every event its own number), the lowest CPU whose event its pointer
+  // allows, or the lowest CPU. Each CPU's own order is kept.
+  struct Head {
+    int64_t order;
+    uint16_t cpu;
+    size_t slot;  // index into cpus
+    bool operator>(const Head& o) const { return order != o.order ? order > o.order : cpu > o.cpu; }
+  };
+  std::vector<std::vector<size_t>*> cpus;
+  std::vector<size_t> at;
+  std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heap;
+  for (auto& [cpu, idx] : by_cpu) {
+    heap.push(Head{events[idx[0]].order, cpu, cpus.size()});
+    cpus.push_back(&idx);
+    at.push_back(0);
+  }
   std::vector<Event> out;
   out.reserve(events.size());
-  std::vector<std::pair<uint16_t, std::vector<size_t>*>> heads;
-  for (auto& [cpu, idx] : by_cpu) heads.push_back({cpu, &idx});
-  std::vector<size_t> at(heads.size(), 0);
-  // Only a clock gives ties (a counter gives every event its own number),
-  // so only then is the live set kept.
   LiveSet live;
-  for (;;) {
-    size_t best = heads.size();
-    int64_t min = 0;
-    for (size_t h = 0; h < heads.size(); h++) {
-      if (at[h] == heads[h].second->size()) continue;
-      int64_t o = events[(*heads[h].second)[at[h]]].order;
-      if (best == heads.size() || o < min) best = h, min = o;
+  std::vector<Head> tied;
+  while (!heap.empty()) {
+    tied.clear();
+    tied.push_back(heap.top());
+    heap.pop();
+    while (!heap.empty() && heap.top().order == tied[0].order) {
+      tied.push_back(heap.top());
+      heap.pop();
     }
-    if (best == heads.size()) break;
-    if (anchored) {
-      for (size_t h = best; h < heads.size(); h++) {  // a tie: the first in turn
-        if (at[h] == heads[h].second->size()) continue;
-        const Event& e = events[(*heads[h].second)[at[h]]];
-        if (e.order == min && in_turn(e, live)) {
-          best = h;
-          break;
-        }
+    size_t pick = 0;  // tied is in CPU order
+    for (size_t k = 0; k < tied.size() && tied.size() > 1; k++)
+      if (in_turn(events[(*cpus[tied[k].slot])[at[tied[k].slot]]], live)) {
+        pick = k;
+        break;
       }
-    }
-    Event& e = events[(*heads[best].second)[at[best]++]];
+    for (size_t k = 0; k < tied.size(); k++)
+      if (k != pick) heap.push(tied[k]);
+    size_t slot = tied[pick].slot;
+    Event& e = events[(*cpus[slot])[at[slot]++]];
+    if (at[slot] < cpus[slot]->size()) heap.push(Head{events[(*cpus[slot])[at[slot]]].order, tied[pick].cpu, slot});
     if (e.event_id == kEventClock) {
       if (clocks) (*clocks)[e.cpu]++;
       continue;
     }
-    if (anchored) take_turn(e, live);
+    take_turn(e, live);
     out.push_back(e);
   }
   events.swap(out);
@@ -396,6 +408,7 @@ void CaptureReader::frame(const frame::Header& h, std::vector<uint8_t>&& payload
     stats_.boots++;
   }
   s.big_endian = (h.flags & kFlagBigEndian) != 0;
+  if (h.abi_version > s.abi_version) s.abi_version = h.abi_version;
   auto le32 = [](const uint8_t* q) { return rd32(q, Endian::kLittle); };
   auto le64 = [](const uint8_t* q) { return rd64(q, Endian::kLittle); };
   switch (h.kind) {
@@ -489,6 +502,7 @@ Trace CaptureReader::assemble() const {
   if (!s) return t;
   t.have_frames = true;
   t.boot_id = s->boot_id;
+  t.abi_version = s->abi_version;
   t.endian = s->big_endian ? Endian::kBig : Endian::kLittle;
   t.cpu_stats = s->end_stats;
   auto segs = segments(&t.gaps);

@@ -31,7 +31,8 @@
 //        2   1   flags           kFlagBigEndian: events are big-endian;
 //                                kFlagConsume: the dump consumed the rings
 //        3   1   abi_version     kAbiVersion of the events (and of the frame
-//                                layout); readers reject other versions
+//                                layout); readers reject versions outside
+//                                kOldestAbiVersion..kAbiVersion (abi.h)
 //        4   2   cpu             data: the CPU whose stream this is
 //        6   2   payload length  bytes
 //        8   4   boot id         chosen by the kernel at boot: frames of

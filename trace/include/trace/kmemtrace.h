@@ -58,8 +58,9 @@ extern bool g_enabled;
 namespace detail {
 // The recorder's state, in one place so that the restartable ring write
 // (trace/record.h) reaches the sequence number and this CPU's ring from
-// one address: the rings (128 bytes each), then the ABI's sequence number
-// (one counter for every CPU: record.h says why relaxed).
+// one address: the rings (128 bytes each), then the ABI's sequence
+// counter, where the numbers are one counter for every CPU (riscv64, the
+// host; ARM reads a clock instead: record.h, next_seq).
 struct Recorder {
   Ring rings[mm::plat::kMaxCpus];
   std::atomic<uint32_t> seq{0};
@@ -112,13 +113,15 @@ __attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t c
 }
 
 // Clock anchors (abi.h, 3), where the platform's sequence numbers come
-// from a clock (plat::kTraceClock): the kernel calls clock_anchor on every
-// CPU once tracing is on, and clock_tick from every CPU's timer tick,
-// which records one when 2^30 clock ticks have passed since the CPU's
-// last. now: the whole clock value; hz: its frequency. Each masks
-// interrupts around its ring write, and records only while enabled.
-void clock_anchor(uint64_t now, uint64_t hz);
-void clock_tick(uint64_t now, uint64_t hz);
+// from a clock (plat::kTraceClock; otherwise both do nothing). Each masks
+// interrupts, reads the clock, and records it in this CPU's ring.
+// clock_anchor: now, whether or not tracing is on: the kernel calls it on
+// every CPU before enable(), so that it comes before every event of the
+// session. clock_tick: from every CPU's timer tick, while tracing is on,
+// when 2^30 clock ticks have passed since the CPU's last anchor (or that
+// one was dropped).
+void clock_anchor();
+void clock_tick();
 
 // --- Set-up and control --------------------------------------------------
 // CPUs that can have a ring (the platform's kMaxCpus).

@@ -8,8 +8,9 @@
 //    (frame.h); text around frames is ignored. A frame that does not decode
 //    (bad character, too short, CRC mismatch) counts as a bad frame and the
 //    reader goes on with the rest of the line and the next lines. A good
-//    frame of another abi_version or frame format is rejected (counted, its
-//    version kept for the message). Frames are grouped by boot id; a
+//    frame of an abi_version outside kOldestAbiVersion..kAbiVersion, or of
+//    another frame format, is rejected (counted, its version kept for the
+//    message). Frames are grouped by boot id; a
 //    capture with several boots is read for the last one.
 // 2. assemble() joins each CPU's data frames by offset. Frames of repeated
 //    (snapshot) dumps overlap and are merged; what no frame covers between
@@ -137,6 +138,7 @@ struct Trace {
   std::map<uint16_t, uint64_t> stream_bytes;  // per CPU: bytes received
   std::map<uint16_t, uint64_t> clock_events;  // per CPU: kEventClock anchors (not in events)
   uint32_t boot_id = 0;
+  uint32_t abi_version = kAbiVersion;  // the frames' (the newest, if they differ); raw files: this reader's
   Endian endian = Endian::kLittle;
   bool have_frames = false;  // some frame of ours was found
 };
@@ -159,6 +161,7 @@ class CaptureReader {
  private:
   struct Session {
     uint32_t boot_id = 0;
+    uint32_t abi_version = 0;  // the newest of its frames'
     bool big_endian = false;
     std::map<uint16_t, std::map<uint64_t, std::vector<uint8_t>>> chunks;  // cpu -> offset -> bytes
     std::map<uint16_t, std::vector<std::pair<uint64_t, uint64_t>>> announced;  // from kBegin
