@@ -630,17 +630,15 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 __attribute__((noinline, cold)) void* alloc_trace_full(void* obj, uint8_t type, uintptr_t caller, size_t requested,
                                                        size_t allocated, int kmflag) {
-  kmemtrace::detail::record_full_alloc(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
-                                       requested, allocated, static_cast<uint32_t>(kmflag));
+  kmemtrace::record_alloc_slow(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj), requested,
+                               allocated, static_cast<uint32_t>(kmflag));
   return obj;
 }
+// The record, then the untraced free (its owner check again: a cold path).
 MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_trace_full(kmem_cache_t* cp, void* obj, uint8_t type,
                                                                          uintptr_t caller) {
-  kmemtrace::detail::record_full_free(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
-  char* base = cpu_base(cp);
-  plat::RseqPush r = magazine_push(cp, base, obj);
-  if (r == plat::kRseqOnTop) return free_twice_at(base, obj, caller);
-  if (r == plat::kRseqFull) return free_slow_at(base, obj, caller);
+  kmemtrace::record_free_slow(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
+  cache_free(cp, obj, 0, caller);
 }
 #endif
 

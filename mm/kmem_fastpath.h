@@ -139,6 +139,13 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
   return static_cast<const Slab*>(p->owner)->cache == cp;  // a Slab or g_no_owner
 }
 
+// The owner check of the magazine frees (2): does obj not belong to cp?
+__attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, const void* obj) {
+  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0))
+    return cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj);
+  return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
+}
+
 // The restartable fast paths address this CPU's CpuCache fields as
 // cpu_base(cp) + kCpuOff + the field's offset: one register for the base,
 // every offset folded into its instruction.
@@ -269,11 +276,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
                                                       uintptr_t caller = 0) {
   if constexpr (kProf)
     if (__builtin_expect(prof_freeing(), 0)) return free_unstamp(cp, obj, type, caller);
-  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
-    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, caller);
-  } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
-    return free_bad_owner(cp, obj, caller);
-  }
+  if (__builtin_expect(wrong_owner(cp, obj), 0)) return free_bad_owner(cp, obj, caller);
   if (!kTraced || (plat::kRestartable && !kmemtrace::enabled())) {  // as in cache_alloc
     char* base = cpu_base(cp);
     plat::RseqPush r = magazine_push(cp, base, obj);
@@ -423,11 +426,7 @@ __attribute__((always_inline)) inline void* cache_alloc_trace(kmem_cache_t* cp, 
 
 // The owner check as cache_free's, the record, then the push.
 __attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj, uint8_t type) {
-  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0)) {
-    if (cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj)) return free_bad_owner(cp, obj, 0);
-  } else if (__builtin_expect(onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp, 0)) {
-    return free_bad_owner(cp, obj, 0);
-  }
+  if (__builtin_expect(wrong_owner(cp, obj), 0)) return free_bad_owner(cp, obj, 0);
   if (__builtin_expect(kmemtrace::detail::free_rseq(kmemtrace::Ring::free_tag(type), reinterpret_cast<uintptr_t>(obj)) ==
                            arch::kRecordFull,
                        0))

@@ -43,10 +43,13 @@ struct ReaderGuard {
 // Masked interrupts keep us on this CPU and make us its ring's only writer.
 // The sequence number and the ring's publication: trace/record.h, ring.h.
 
+// The switch is read again under the mask: a caller that found no room in
+// a restartable write (trace/record.h, 2) comes here, and an interrupt
+// between its section and our mask may have been reset()'s cross-call.
 void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags) {
   auto s = plat::irq_save();
-  detail::alloc_masked(tag, caller, ptr, requested, allocated, flags);
+  if (enabled()) detail::alloc_masked(tag, caller, ptr, requested, allocated, flags);
   plat::irq_restore(s);
 }
 
@@ -60,26 +63,10 @@ void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, siz
 
 void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   auto s = plat::irq_save();
-  detail::free_masked(tag, caller, ptr);
-  plat::irq_restore(s);
-}
-
-#if defined(ARCH_HAS_RSEQ_RECORD)
-// The restartable write found no room (trace/record.h, 2): the masked
-// write refreshes the limit from the consumer, or counts the drop.
-void detail::record_full_alloc(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
-                        uint32_t flags) {
-  auto s = plat::irq_save();
-  if (enabled()) detail::alloc_masked(tag, caller, ptr, requested, allocated, flags);
-  plat::irq_restore(s);
-}
-
-void detail::record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
-  auto s = plat::irq_save();
   if (enabled()) detail::free_masked(tag, caller, ptr);
   plat::irq_restore(s);
 }
-#endif
+
 
 // --- Clock anchors (abi.h, 3) -------------------------------------------------
 

@@ -70,6 +70,7 @@ extern Recorder g_rec;
 
 // Out of line and cold (so the hooked function needs no frame for them
 // when tracing is off): tag is Ring::alloc_tag(type) / Ring::free_tag(type).
+// Each records only if the switch is still on once interrupts are masked.
 __attribute__((cold)) void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags);
 __attribute__((cold)) void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,

@@ -10,8 +10,8 @@
 //    ARCH_HAS_RSEQ_RECORD): the whole record is one section
 //    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
 //    rseq_record_*): it loads the ring's head and limit (no room: the
-//    masked path, which refreshes the limit or counts the drop, if tracing
-//    is still on), takes the sequence number (reads the clock, arm64; an
+//    masked record_*_slow, which refreshes the limit or counts the drop, if
+//    tracing is still on), takes the sequence number (reads the clock, arm64; an
 //    atomic add, riscv64), writes the event above
 //    the head, where no reader looks, and commits by its release store of
 //    the new head (the ring's publication: ring.h, 5). An interrupt inside
@@ -82,7 +82,8 @@ static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: addres
 // from the allocator's entry point: the event's caller is the link
 // register as it is (arch/<a>/include/arch/rseq.h). arch::kRecordFull:
 // the ring had no room, nothing is recorded yet: the caller goes on to
-// record_full_alloc (masked), out of line.
+// record_alloc_slow (masked, the limit refreshed or the drop counted), out
+// of line.
 __attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, uintptr_t ptr, size_t requested,
                                                                   size_t allocated, uint32_t flags) {
   char* base = reinterpret_cast<char*>(&g_rec);
@@ -100,13 +101,6 @@ __attribute__((always_inline)) inline arch::RseqRecord free_rseq(uint32_t tag, u
   return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, ptr);
 }
 
-// The masked write for a record that found no room: the limit refreshed
-// from the consumer, or the drop counted; the switch read again first (an
-// interrupt between the section and the mask may have been reset's
-// cross-call).
-void record_full_alloc(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
-                       uint32_t flags);
-void record_full_free(uint32_t tag, uintptr_t caller, uintptr_t ptr);
 #endif
 
 }  // namespace kmemtrace::detail
