@@ -3,7 +3,12 @@
 # test` while `kmem exercise background` runs on the other cores, scan,
 # capture the reports over the console, symbolize them with tools/symbolize
 # and check:
-#  - the reported objects are exactly the ones `kmemleak test` leaked;
+#  - the reported objects are exactly the ones `kmemleak test` leaked,
+#    most of them at the second scan; six scans in all, because the
+#    background exercise can hold a stale copy of a leaked address (a dead
+#    slot in a live frame, or an uninitialised buffer it just got) at the
+#    instant of one scan: a documented false negative of a conservative
+#    scan (mm/kmemleak.cpp, 7) that delays the report by a scan or two;
 #  - each report's first backtrace frame is in the function of `kmemleak
 #    test` that allocated that object (the test says which, "by leak_...");
 #  - every scan printed its line (duration, pause, bytes, objects);
@@ -30,6 +35,9 @@ trap 'rm -f "$log" "$sym"' EXIT
 
 input='kmem exercise 400 background
 kmemleak test
+kmemleak scan
+kmemleak scan
+kmemleak scan
 kmemleak scan
 kmemleak scan
 kmemleak scan
@@ -73,7 +81,12 @@ for a, fn in leaked.items():
     frame = reports.get(a, "")
     check(f"0x{a:x}: first frame names {fn} ({frame.strip()[:80]})", re.search(r"\b" + fn + r"\(", frame) is not None)
 scans = re.findall(r"kmemleak: scan \d+: [\d.]+ ms, longest pause ([\d.]+) ms, (\d+) bytes scanned, (\d+) objects", text)
-check(f"every scan printed its line ({len(scans)} of 5)", len(scans) == 5)
+check(f"every scan printed its line ({len(scans)} of 8)", len(scans) == 8)
+# When the leaks were reported: a scan's line is followed by its "N new" line.
+new = [int(n) if n else 0 for n in re.findall(r"kmemleak: scan \d+: [^\n]*\n(?:kmemleak: (\d+) new suspected memory leaks[^\n]*\n)?", text)]
+print(f"        new reports per scan: {new}")
+check(f"most leaks reported at the second scan ({new[1] if len(new) > 1 else None} of {len(leaked)})",
+      len(new) > 1 and new[0] == 0 and 2 * new[1] > len(leaked))
 if scans: print("        longest pause seen: %s ms" % max(float(p) for p, _, _ in scans))
 since = re.findall(r"\n(\d+) (backtraces|backtraces of unreferenced objects)\n", text)
 check(f"after a clean workload nothing live since the mark ({since})", since == [("0", "backtraces"), ("0", "backtraces of unreferenced objects")])
