@@ -50,7 +50,7 @@ void setup_console() {
 
 extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   PerCpu& boot = g_percpu[0];
-  boot.index = 0;
+  set_index(boot, 0);
   boot.hwid = boot_hwid;
   kstack::assign(boot);  // the stack it runs on, before any trap can look
   arch::init_boot_cpu(boot);

@@ -193,7 +193,7 @@ void start_secondaries() {
   g_cpu_count = g_boot.cpu_count;
   for (unsigned i = 1; i < g_cpu_count; i++) {
     PerCpu& c = g_percpu[i];
-    c.index = i;
+    set_index(c, i);
     c.hwid = g_boot.cpu_hwid[i];
     kstack::assign(c);
     // Everything this core wrote so far is visible to c before it runs

@@ -71,7 +71,7 @@
 //      - restartable sections (kernel/include/kernel/rseq.h), where the
 //        platform has them (plat::kRestartable: the kernel on arm64,
 //        riscv64 and arm): the untraced magazine pop and push each end in
-//        one commit store (rounds), and the push's count of frees is a
+//        one commit store (CpuCache::top), and the push's count of frees is a
 //        section of its own right after (allocations are not counted but
 //        derived: kmem_cache.h, CpuCache::extra), with interrupts
 //        enabled; an interrupt inside one rewinds it to its start before
@@ -493,7 +493,7 @@ MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStat
   uintptr_t outstanding = 0;
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
-    auto held = static_cast<uintptr_t>(MM_RACY_READ(cc.rounds) + MM_RACY_READ(cc.prounds));
+    auto held = static_cast<uintptr_t>(cc.racy_rounds() + MM_RACY_READ(cc.prounds));
     cpu_rounds += held;
     frees += MM_RACY_READ(cc.frees);
     outstanding += MM_RACY_READ(cc.extra) - held;

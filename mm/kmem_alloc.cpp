@@ -34,10 +34,11 @@
 namespace mm {
 
 #if defined(MM_KERNEL)
-// (4) Zeroed per-CPU caches: no magazine, rounds and magsize 0, so every
-// pop and push misses into alloc_slow / free_slow, which know it. No owner
-// check: a free goes straight to its push. (Every other member is zero:
-// designated initializers leave them value-initialised.)
+// (4) Per-CPU caches as CpuCache's initialisers leave them, with no
+// magazine (top and limit at g_no_rounds), so every pop and push misses
+// into alloc_slow / free_slow, which know it. No owner check: a free goes
+// straight to its push. (Every other member is zero: designated
+// initializers leave them value-initialised.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 constinit kmem_cache g_no_class = {.owner_check = kOwnerNone};

@@ -55,23 +55,36 @@ struct Magazine {
   Magazine* next;
   uintptr_t cap;  // rounds it holds when full: the depot may hold old sizes after a resize
   // slot[0] is always null; the rounds are slot[1..n]. With the sentinel,
-  // "is obj on top of the magazine?" needs no emptiness test: the free fast
-  // path uses it to catch an immediate double free.
+  // the allocation fast path's load of the top round is its emptiness test
+  // (null: empty), and "is obj on top of the magazine?" needs none: the
+  // free fast path uses it to catch an immediate double free.
   void* slot[1];
 };
 
+// Where a CPU with no loaded magazine points top and limit: a null word, so
+// that a pop finds it empty (the sentinel below), and top == limit, so that
+// a push finds it full. Nothing ever writes it.
+inline constinit void* g_no_rounds[1] = {nullptr};
+
 // The per-CPU layer: touched only by its CPU, with interrupts masked or in
 // restartable sections (kmem.cpp, 7).
-// Invariant: magsize is the capacity of `loaded`, or 0 when there is no
-// loaded magazine, so the fast paths never touch a missing magazine.
+// The loaded magazine is held as the fast paths use it: top points at its
+// top round (slot[rounds], the null sentinel slot[0] when it is empty) and
+// limit at its last slot (slot[magsize]). A pop loads *top (null: empty) and
+// stores top - 1; a push compares top with limit, checks *top against the
+// buffer (an immediate double free), stores the buffer at top + 1 and then
+// top + 1. The store of top commits either; there is no count to scale.
+// The magazine itself is the one limit ends: held says its size (loaded()).
+// Invariant: a loaded magazine has held == its cap, and top <= limit in it;
+// none loaded: top == limit == g_no_rounds.
 // Other CPUs touch a slot in three cases, none needing an order of its own:
-//   - kmem_cache_stats reads rounds, prounds, frees and extra without a
-//     lock, for a snapshot (statistics only): word-sized and aligned, so
-//     never torn, written plainly by their CPU (an atomic store costs the
-//     fast path instructions on every arch: GCC will not fold it into its
-//     addressing), read with MM_RACY_READ in functions marked
+//   - kmem_cache_stats reads top, limit, held, prounds, frees and extra
+//     without a lock, for a snapshot (statistics only): word-sized and
+//     aligned, so never torn, written plainly by their CPU (an atomic store
+//     costs the fast path instructions on every arch: GCC will not fold it
+//     into its addressing), read with MM_RACY_READ in functions marked
 //     MM_RACY_STATS_READER (ThreadSanitizer does not instrument them: the
-//     race is by design);
+//     race is by design); racy_rounds() never dereferences what it reads;
 //   - kmem_cache_destroy (and the teardown of a destroyed cache) flushes
 //     every slot of a cache nobody uses any more: the caller's own
 //     synchronisation that makes the cache unused orders each CPU's last
@@ -80,12 +93,11 @@ struct Magazine {
 //   - kmem_whatis reads every slot with the other CPUs stopped
 //     (plat::stop_others orders what they wrote before they stopped).
 struct alignas(64) CpuCache {
-  Magazine* loaded;
-  int32_t rounds;   // rounds in loaded
-  int32_t magsize;  // capacity of loaded; 0 when loaded is null
-  Magazine* prev;
-  int32_t prounds;  // rounds in prev
-  int32_t held;     // size of the magazines this CPU holds (0: none)
+  // --- the fast paths' fields, first (the restartable sections address
+  // them as the CPU's base plus their offset; top and limit adjacent, for
+  // arm64's ldp and 32-bit ARM's ldrd) -----------------------------------
+  void** top = g_no_rounds;
+  void** limit = g_no_rounds;
   // Operations: frees counted (each free, on the fast path a section of
   // its own), allocations not, since every allocation takes a round out of
   // a magazine or comes from the slab layer: allocations = frees + extra -
@@ -95,8 +107,7 @@ struct alignas(64) CpuCache {
   // -their rounds), plus allocations from the slab layer (+1) and frees to
   // it (-1). Only the slow paths write extra. Word-sized: plain stores on
   // every arch (they wrap on 32-bit, the sum modulo 2^32 is exact).
-  uintptr_t frees;
-  uintptr_t extra;
+  uintptr_t frees = 0;
   // Allocation profiling's counters of this CPU, biased so that a
   // reference's counter is at prof + ref * 8 (alloc_tag_internal.h,
   // prof_counter_base), for the profiled fast paths (kmem_fastpath.h, 7);
@@ -107,13 +118,55 @@ struct alignas(64) CpuCache {
   // orders these stores and the zeroed counters before every CPU's later
   // loads; by cache_create for a later cache, before the cache is
   // published.
-  uintptr_t prof;
+  uintptr_t prof = 0;
   // The image's references, g_prof_ref0 | g_prof_ntags << 32
   // (prof_refs_pack), copied here so that the fast allocation checks a
   // tag with one load: a tag outside the section (a call site in a
   // template: alloc_tag.h) is then not counted rather than a write outside
   // the counters.
-  uint64_t prof_refs;
+  uint64_t prof_refs = 0;
+  // --- the slow paths' ---------------------------------------------------
+  Magazine* prev = nullptr;
+  int32_t prounds = 0;  // rounds in prev
+  int32_t held = 0;     // size of the magazines this CPU holds (0: none)
+  uintptr_t extra = 0;
+
+  Magazine* loaded() const {
+    if (limit == g_no_rounds) return nullptr;
+    return reinterpret_cast<Magazine*>(reinterpret_cast<char*>(limit - held) - offsetof(Magazine, slot));
+  }
+  int32_t magsize() const { return limit == g_no_rounds ? 0 : held; }
+  int32_t rounds() const { return static_cast<int32_t>(magsize() - (limit - top)); }  // 0 with none loaded
+  // Loads m (held == m->cap) with n rounds in it, or none (m null).
+  void load(Magazine* m, int32_t n) {
+    if (!m) {
+      top = limit = g_no_rounds;
+      return;
+    }
+    MM_DEBUG_ASSERT(m->cap == static_cast<uintptr_t>(held) && n >= 0 && n <= held);
+    top = m->slot + n;
+    limit = m->slot + held;
+  }
+  void set_rounds(int32_t n) { top = limit - (held - n); }
+  // loaded() and rounds() for a reader on another CPU: statistics, or a
+  // stopped one (kmem_whatis, kmemleak), which on the host may have stopped
+  // halfway through load(). From one racy read of each word, nothing
+  // dereferenced. held does not change while a magazine is loaded (a new
+  // size detaches first), so the magazine is the old one or the new one,
+  // and the rounds are clamped to its size: a reader may look at its slots.
+  MM_RACY_STATS_READER Magazine* racy_loaded() const {
+    void** l = MM_RACY_READ(limit);
+    if (l == g_no_rounds) return nullptr;
+    return reinterpret_cast<Magazine*>(reinterpret_cast<char*>(l - MM_RACY_READ(held)) - offsetof(Magazine, slot));
+  }
+  MM_RACY_STATS_READER int32_t racy_rounds() const {
+    void** t = MM_RACY_READ(top);
+    void** l = MM_RACY_READ(limit);
+    int32_t h = MM_RACY_READ(held);
+    if (l == g_no_rounds) return 0;
+    intptr_t r = h - (l - t);
+    return r < 0 ? 0 : r > h ? h : static_cast<int32_t>(r);
+  }
 };
 
 struct MagList {
@@ -200,11 +253,25 @@ enum OwnerCheck : uint32_t {
 }  // namespace mm
 
 struct kmem_cache {
-  // --- hot: read on every free ------------------------------------------
+  // --- hot: read by the fast paths, and small offsets for every arch's
+  // loads (arm's ldrd reaches 255 bytes): the owner check on every free,
+  // the profiled paths' fields, then the per-CPU layer, whose every
+  // CpuCache field is then a small offset from its CPU's base (cpu_base:
+  // arm64's ldp reaches 504) ---------------------------------------------
   uint32_t owner_check;    // mm::OwnerCheck
   uint32_t flags;
-  // --- cold -------------------------------------------------------------
   uint64_t chunk;
+  bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
+  bool profiled;  // allocation profiling keeps tag references: as tracked (not the allocators' own)
+  uint32_t prof_recip;  // ceil(2^32 / chunk): a buffer's index without a division (prof_slot)
+  // On-slab: a buffer's reference is entry (address % page) >> prof_shift
+  // of its slab's array (prof_shift: log2 of the largest power of two <=
+  // chunk, so no two buffers share an entry; the array has page >>
+  // prof_shift entries, fewer than 2 per buffer).
+  uint32_t prof_shift;
+  int64_t prof_delta;  // prof_delta(chunk): what one buffer adds to its tag's counter
+  mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
+  // --- cold -------------------------------------------------------------
   char name[mm::kNameLen];
   char arena_name[mm::kNameLen];
   uint64_t bufsize, align;
@@ -224,15 +291,6 @@ struct kmem_cache {
   uint32_t refs;  // walkers holding this cache (cache_next)
   bool dead;      // destroyed: freed when the last walker lets go
 
-  bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory
-  bool profiled;  // allocation profiling keeps tag references: as tracked (not the allocators' own)
-  uint32_t prof_recip;  // ceil(2^32 / chunk): a buffer's index without a division (prof_slot)
-  // On-slab: a buffer's reference is entry (address % page) >> prof_shift
-  // of its slab's array (prof_shift: log2 of the largest power of two <=
-  // chunk, so no two buffers share an entry; the array has page >>
-  // prof_shift entries, fewer than 2 per buffer).
-  uint32_t prof_shift;
-  int64_t prof_delta;  // prof_delta(chunk): what one buffer adds to its tag's counter
 
   // Debug modes (kmem_debug.cpp): KMF_ flags, 0 for none. A debugged cache
   // has KMC_NOMAGAZINE set and a BufTag at tag_off in every buffer.
@@ -282,8 +340,6 @@ struct kmem_cache {
   // before it counts live objects: the decrement is the batch's last touch
   // of the cache.
   uint32_t inflight;
-
-  mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
 };
 
 namespace mm {
@@ -434,7 +490,7 @@ void* alloc_slow(kmem_cache_t* cp, int kmflag);
 void* alloc_slow_at(void*, int kmflag, char* base);
 // That cache: the inverse of cpu_base, on the same CPU.
 inline kmem_cache_t* cache_at(char* base) {
-  return reinterpret_cast<kmem_cache_t*>(base - plat::cpu_slot() * sizeof(CpuCache));
+  return reinterpret_cast<kmem_cache_t*>(base - plat::cpu_line_offset());
 }
 void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller);
 void depot_reap(kmem_cache_t* cp, bool all);

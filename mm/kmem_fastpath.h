@@ -33,13 +33,13 @@
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
 //    header slab_create wrote before the slab's first buffer left the slab
 //    layer under slab_lock, so before any legitimate free of it).
-// 6. The restartable fast paths (kmem.cpp, 7): the pop loads rounds and
-//    the loaded magazine, leaves for the slow path when rounds is 0, and
-//    commits rounds - 1; the push loads rounds, magsize and the magazine,
-//    leaves when full or when obj is on top (the double free check),
-//    writes obj into the slot above the top (nothing reads it until the
-//    commit; rewound, it is a dead slot above the top), and commits
-//    rounds + 1. The push's count of frees is its own section after it
+// 6. The restartable fast paths (kmem.cpp, 7), on CpuCache's top and
+//    limit (kmem_cache.h): the pop loads top and the round it points at,
+//    leaves for the slow path when that is the null sentinel, and commits
+//    top - 1; the push loads top and limit, leaves when top is at limit
+//    (full) or when obj is on top (the double free check), writes obj into
+//    the slot above the top (nothing reads it until the commit; rewound, it
+//    is a dead slot above the top), and commits top + 1. The push's count of frees is its own section after it
 //    (load, add, the store as commit): an interrupt between the push's
 //    commit and the count sees the count one behind, never loses one; the
 //    pop counts nothing (allocations are derived: kmem_cache.h,
@@ -148,10 +148,13 @@ __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, c
 
 // The restartable fast paths address this CPU's CpuCache fields as
 // cpu_base(cp) + kCpuOff + the field's offset: one register for the base,
-// every offset folded into its instruction.
+// every offset folded into its instruction (kCpuOff is 64: kmem_cache.h).
 constexpr size_t kCpuOff = offsetof(kmem_cache, cpu);
+static_assert(kCpuOff + sizeof(CpuCache) <= 256, "CpuCache fields out of ldp/ldrd reach");
+static_assert(offsetof(kmem_cache, prof_delta) + 8 <= 256, "out of ldrd reach");
+static_assert(sizeof(CpuCache) == 64, "plat::cpu_line_offset scales by 64");
 __attribute__((always_inline)) inline char* cpu_base(kmem_cache_t* cp) {
-  return reinterpret_cast<char*>(cp) + plat::cpu_slot() * sizeof(CpuCache);
+  return reinterpret_cast<char*>(cp) + plat::cpu_line_offset();
 }
 
 // Where the fast paths are restartable, the hooked copies come to the
@@ -164,18 +167,18 @@ constexpr bool kTracing = plat::kRestartable;
 // restartable section (6), or masked where there is none. No count: the
 // CPU's allocations are derived from its frees and rounds (kmem_cache.h,
 // CpuCache::extra). base: cpu_base(cp). False, with nothing done, when the
-// loaded magazine is empty.
+// loaded magazine is empty (its top round is the null sentinel) or there is
+// none (g_no_rounds).
 __attribute__((always_inline)) inline bool magazine_pop(kmem_cache_t* cp, char* base, void*& obj) {
   if constexpr (plat::kRestartable) {
-    return __builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, rounds),
-                                           kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj),
-                            1);
+    return __builtin_expect(plat::rseq_pop<kCpuOff + offsetof(CpuCache, top)>(base, obj), 1);
   } else {
     (void)base;
     auto s = plat::irq_save();
     CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-    bool hit = __builtin_expect(cc->rounds > 0, 1);
-    if (hit) obj = cc->loaded->slot[cc->rounds--];
+    obj = *cc->top;
+    bool hit = __builtin_expect(obj != nullptr, 1);
+    if (hit) cc->top--;
     plat::irq_restore(s);
     return hit;
   }
@@ -185,9 +188,9 @@ __attribute__((always_inline)) inline bool magazine_pop(kmem_cache_t* cp, char* 
 // (and counted), or kRseqFull / kRseqOnTop (obj is on top already: freed
 // twice in a row) with nothing done.
 __attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t* cp, char* base, void* obj) {
+  static_assert(offsetof(CpuCache, limit) == offsetof(CpuCache, top) + sizeof(void*));
   if constexpr (plat::kRestartable) {
-    plat::RseqPush r = plat::rseq_push<kCpuOff + offsetof(CpuCache, rounds), kCpuOff + offsetof(CpuCache, magsize),
-                                       kCpuOff + offsetof(CpuCache, loaded), offsetof(Magazine, slot)>(base, obj);
+    plat::RseqPush r = plat::rseq_push<kCpuOff + offsetof(CpuCache, top)>(base, obj);
     if (__builtin_expect(r == plat::kRseqPushed, 1)) plat::rseq_inc<kCpuOff + offsetof(CpuCache, frees)>(base);
     return r;
   } else {
@@ -195,12 +198,11 @@ __attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t*
     auto s = plat::irq_save();
     CpuCache* cc = &cp->cpu[plat::cpu_slot()];
     plat::RseqPush r = plat::kRseqFull;
-    if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
-      Magazine* m = cc->loaded;
-      if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {
+    if (__builtin_expect(cc->top < cc->limit, 1)) {
+      if (__builtin_expect(*cc->top == obj, 0)) {
         r = plat::kRseqOnTop;
       } else {
-        m->slot[++cc->rounds] = obj;
+        *++cc->top = obj;
         cc->frees++;
         r = plat::kRseqPushed;
       }
@@ -235,7 +237,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     if constexpr (plat::kRestartable) return alloc_slow_at(nullptr, kmflag, base);
     return alloc_slow(cp, kmflag);
   } else {
-    // Interrupts stay on (6): the pop commits by its store of rounds; an
+    // Interrupts stay on (6): the pop commits by its store of top; an
     // interrupt inside it rewinds it. Hooked, the same while kmemtrace
     // does not record (kmemleak, profiling: their stamps come after the
     // pop anyway).
@@ -250,8 +252,8 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     }
     auto s = plat::irq_save();
     CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-    if (__builtin_expect(cc->rounds > 0, 1)) {
-      void* obj = cc->loaded->slot[cc->rounds--];
+    if (void* obj = *cc->top; __builtin_expect(obj != nullptr, 1)) {
+      cc->top--;
       if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::alloc_masked(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj),
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
@@ -290,9 +292,8 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
   }
   auto s = plat::irq_save();
   CpuCache* cc = &cp->cpu[plat::cpu_slot()];
-  if (__builtin_expect(cc->rounds < cc->magsize, 1)) {
-    Magazine* m = cc->loaded;
-    if (__builtin_expect(m->slot[cc->rounds] == obj, 0)) {  // freed twice in a row
+  if (__builtin_expect(cc->top < cc->limit, 1)) {
+    if (__builtin_expect(*cc->top == obj, 0)) {  // freed twice in a row
       // Recorded, as kmemtrace's fast path records it (8): the call was made.
       if (kTracing || kmemtrace::enabled())
         kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
@@ -301,7 +302,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
     }
     if (kTracing || kmemtrace::enabled())
       kmemtrace::detail::free_masked(kmemtrace::Ring::free_tag(type), caller, reinterpret_cast<uintptr_t>(obj));
-    m->slot[++cc->rounds] = obj;
+    *++cc->top = obj;
     cc->frees++;
     plat::irq_restore(s);
     return;

@@ -61,7 +61,7 @@ MM_RACY_STATS_READER void search_magazines(void* arg) {
   kmem_cache_t* cp = s->cp;
   for (unsigned i = 0; i < plat::kMaxCpus; i++) {
     const CpuCache& cc = cp->cpu[i];
-    if (magazine_holds(MM_RACY_READ(cc.loaded), MM_RACY_READ(cc.rounds), s->buf) ||
+    if (magazine_holds(cc.racy_loaded(), cc.racy_rounds(), s->buf) ||
         magazine_holds(MM_RACY_READ(cc.prev), MM_RACY_READ(cc.prounds), s->buf)) {
       s->state = BufferState::kFreeInMagazine;
       s->cpu = i;

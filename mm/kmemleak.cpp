@@ -576,7 +576,8 @@ void mark_magazines(kmem_cache_t* cp, bool roots) {
   };
   for (unsigned c = 0; c < plat::kMaxCpus; c++) {
     const CpuCache& cc = cp->cpu[c];
-    for (int32_t r = 1; cc.loaded && r <= cc.rounds; r++) mark(cc.loaded->slot[r]);
+    const Magazine* loaded = cc.racy_loaded();
+    for (int32_t r = 1, n = cc.racy_rounds(); loaded && r <= n; r++) mark(loaded->slot[r]);
     for (int32_t r = 1; cc.prev && r <= cc.prounds; r++) mark(cc.prev->slot[r]);
   }
   for (const Magazine* m = cp->full_mags.head; m; m = m->next)

@@ -16,6 +16,10 @@
 //   unsigned cpu_slot();                  cpu_id() without claiming: may return
 //                                         kMaxCpus (host thread with no CPU yet)
 //   constexpr unsigned kCpuSlots;         kMaxCpus + 1, for arrays cpu_slot() indexes
+//   uintptr_t cpu_line_offset();          cpu_slot() * 64: this CPU's entry in an
+//                                         array of 64-byte entries (kmem's
+//                                         CpuCache), one load where the arch
+//                                         has no scaled-index add (riscv64)
 //   constexpr unsigned kMaxArenas;        vmem arenas that can exist at once
 //   unsigned cpu_count();                 CPUs that may call in (<= kMaxCpus)
 //   void cpu_relax();                     a hint inside a spin-wait loop
@@ -50,9 +54,11 @@
 //                                         on: 0 (kernel: the callee takes its own
 //                                         return address), its own return
 //                                         address (host)
-//   bool rseq_pop<kRounds, kLoaded, kSlot>(char* base, void*& out);
-//   RseqPush rseq_push<kRounds, kMagsize, kLoaded, kSlot>(char* base, void* obj);
-//   void rseq_inc<kOff>(char* base);      the magazine pop and push and a
+//   bool rseq_pop<kTop>(char* base, void*& out);
+//   RseqPush rseq_push<kTop>(char* base, void* obj);
+//   void rseq_inc<kOff>(char* base);      the magazine pop and push (a stack
+//                                         of pointers as top and limit words
+//                                         over a null sentinel) and a
 //                                         counter increment as restartable
 //                                         sections over the fields at base +
 //                                         offset (kmem_fastpath.h, 6); declared

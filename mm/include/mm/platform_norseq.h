@@ -14,9 +14,9 @@ namespace mm::plat {
 
 constexpr bool kRestartable = false;
 enum RseqPush { kRseqPushed, kRseqFull, kRseqOnTop };
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
+template <size_t kTop>
 bool rseq_pop(char* base, void*& out);
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+template <size_t kTop>
 RseqPush rseq_push(char* base, void* obj);
 template <size_t kOff>
 void rseq_inc(char* base);

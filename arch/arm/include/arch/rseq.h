@@ -16,24 +16,24 @@
 
 namespace arch {
 
-// If the int32 rounds at base + kRounds is > 0: out = the pointer at
-// m + kSlot + 4 * rounds (m: the pointer at base + kLoaded), rounds - 1
-// committed; true. Else false, nothing written. (subs gives rounds - 1 and
-// the test at once: rounds is never negative.)
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
+// kmem's magazines as top and limit over a null sentinel: arm64's
+// rseq_pop and rseq_push, with 4-byte words. The pop's post-indexed load
+// takes the round and steps top at once; the push's pre-indexed store
+// steps top. (The push loads top and limit with two ldr: an ldrd wants an
+// even/odd register pair, which cost the hooked frees a frame of 8
+// registers, +9 and +10 a pair with kmemleak or kmemtrace on.)
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
-  uint32_t r, m;
+  uint32_t t, m;
   asm volatile goto(
-      "1: ldr   %[r], [%[base], #%c[ro]]\n"
-      "   subs  %[r], %[r], #1\n"
-      "   bmi   %l[empty]\n"
-      "   ldr   %[m], [%[base], #%c[lo]]\n"
-      "   add   %[m], %[m], %[r], lsl #2\n"
-      "   ldr   %[m], [%[m], #%c[so]]\n"
-      "   str   %[r], [%[base], #%c[ro]]\n"  // the commit
+      "1: ldr   %[t], [%[base], #%c[to]]\n"
+      "   ldr   %[m], [%[t]], #-4\n"
+      "   cmp   %[m], #0\n"
+      "   beq   %l[empty]\n"
+      "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m)
-      : [base] "r"(base), [ro] "i"(kRounds), [lo] "i"(kLoaded), [so] "i"(kSlot + 4)
+      : [t] "=&r"(t), [m] "=&r"(m)
+      : [base] "r"(base), [to] "i"(kTop)
       : "memory", "cc"
       : empty);
   out = reinterpret_cast<void*>(m);
@@ -42,31 +42,22 @@ empty:
   return false;
 }
 
-// With rounds and m as above and the int32 magsize at base + kMagsize: if
-// rounds < magsize and the slot at rounds is not obj, obj goes into the
-// slot at rounds + 1 (above the top: invisible until the commit) and
-// rounds + 1 is committed: kRseqPushed. Else kRseqFull or kRseqOnTop,
-// nothing committed.
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+template <size_t kTop>
 __attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
-  uint32_t r, m, t;
+  uint32_t t, l;
   asm volatile goto(
-      "1: ldr   %[r], [%[base], #%c[ro]]\n"
-      "   ldr   %[t], [%[base], #%c[mo]]\n"
-      "   cmp   %[r], %[t]\n"
-      "   bge   %l[full]\n"
-      "   ldr   %[m], [%[base], #%c[lo]]\n"
-      "   add   %[m], %[m], %[r], lsl #2\n"
-      "   ldr   %[t], [%[m], #%c[so]]\n"
-      "   cmp   %[t], %[obj]\n"
+      "1: ldr   %[t], [%[base], #%c[to]]\n"
+      "   ldr   %[l], [%[base], #%c[lo]]\n"
+      "   cmp   %[t], %[l]\n"
+      "   bhs   %l[full]\n"
+      "   ldr   %[l], [%[t]]\n"
+      "   cmp   %[l], %[obj]\n"
       "   beq   %l[on_top]\n"
-      "   str   %[obj], [%[m], #%c[so1]]\n"
-      "   add   %[r], %[r], #1\n"
-      "   str   %[r], [%[base], #%c[ro]]\n"  // the commit
+      "   str   %[obj], [%[t], #4]!\n"
+      "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
-      : [base] "r"(base), [obj] "r"(obj), [ro] "i"(kRounds), [mo] "i"(kMagsize), [lo] "i"(kLoaded),
-        [so] "i"(kSlot), [so1] "i"(kSlot + 4)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [obj] "r"(obj), [to] "i"(kTop), [lo] "i"(kTop + 4)
       : "memory", "cc"
       : full, on_top);
   return kRseqPushed;

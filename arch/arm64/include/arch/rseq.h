@@ -19,25 +19,25 @@ namespace arch {
 // the base is the one register the caller computes and every access folds
 // its offset into the instruction.
 
-// If the int32 rounds at base + kRounds is > 0: out = the pointer at
-// m + kSlot + 8 * rounds (m: the pointer at base + kLoaded), rounds - 1
-// committed; true. Else false, nothing written.
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
+// A per-CPU stack of pointers held as top (the pointer at base + kTop: the
+// top entry's address) and limit (the next word: the last slot's), over a
+// null sentinel at the bottom (kmem's magazines: mm/kmem_cache.h,
+// CpuCache). Pop: if *top is not null: out = *top, top - 8 committed;
+// true. Else false, nothing written. (A post-indexed load takes the round
+// and steps top at once.)
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
-  uint64_t r, m;
-  // m ends as the popped pointer (one output register fewer: GCC then
-  // returns it without a move on kmem_cache_alloc's fast path).
+  uint64_t t, m;
+  // m is the popped pointer (GCC then returns it without a move on
+  // kmem_cache_alloc's fast path).
   asm volatile goto(
-      "1: ldr   %w[r], [%[base], %[ro]]\n"
-      "   cbz   %w[r], %l[empty]\n"
-      "   ldr   %[m], [%[base], %[lo]]\n"
-      "   add   %[m], %[m], %[r], lsl #3\n"
-      "   ldr   %[m], [%[m], %[so]]\n"
-      "   sub   %w[r], %w[r], #1\n"
-      "   str   %w[r], [%[base], %[ro]]\n"  // the commit
+      "1: ldr   %[t], [%[base], %[to]]\n"
+      "   ldr   %[m], [%[t]], #-8\n"
+      "   cbz   %[m], %l[empty]\n"
+      "   str   %[t], [%[base], %[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m)
-      : [base] "r"(base), [ro] "i"(kRounds), [lo] "i"(kLoaded), [so] "i"(kSlot)
+      : [t] "=&r"(t), [m] "=&r"(m)
+      : [base] "r"(base), [to] "i"(kTop)
       : "memory"
       : empty);
   out = reinterpret_cast<void*>(m);
@@ -46,31 +46,24 @@ empty:
   return false;
 }
 
-// With rounds and m as above and the int32 magsize at base + kMagsize: if
-// rounds < magsize and the slot at rounds is not obj, obj goes into the
-// slot at rounds + 1 (above the top: invisible until the commit) and
-// rounds + 1 is committed: kRseqPushed. Else kRseqFull or kRseqOnTop,
-// nothing committed.
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+// Push onto the same stack: if top < limit and *top is not obj, obj goes
+// into the word above top (invisible until the commit) and top + 8 is
+// committed: kRseqPushed. Else kRseqFull or kRseqOnTop, nothing committed.
+template <size_t kTop>
 __attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
-  uint64_t r, m, t;
+  uint64_t t, l;
   asm volatile goto(
-      "1: ldr   %w[r], [%[base], %[ro]]\n"
-      "   ldr   %w[t], [%[base], %[mo]]\n"
-      "   cmp   %w[r], %w[t]\n"
-      "   b.ge  %l[full]\n"
-      "   ldr   %[m], [%[base], %[lo]]\n"
-      "   add   %[m], %[m], %[r], lsl #3\n"
-      "   ldr   %[t], [%[m], %[so]]\n"
-      "   cmp   %[t], %[obj]\n"
+      "1: ldp   %[t], %[l], [%[base], %[to]]\n"
+      "   cmp   %[t], %[l]\n"
+      "   b.hs  %l[full]\n"
+      "   ldr   %[l], [%[t]]\n"
+      "   cmp   %[l], %[obj]\n"
       "   b.eq  %l[on_top]\n"
-      "   str   %[obj], [%[m], %[so1]]\n"
-      "   add   %w[r], %w[r], #1\n"
-      "   str   %w[r], [%[base], %[ro]]\n"  // the commit
+      "   str   %[obj], [%[t], #8]!\n"
+      "   str   %[t], [%[base], %[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
-      : [base] "r"(base), [obj] "r"(obj), [ro] "i"(kRounds), [mo] "i"(kMagsize), [lo] "i"(kLoaded),
-        [so] "i"(kSlot), [so1] "i"(kSlot + 8)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [obj] "r"(obj), [to] "i"(kTop)
       : "memory", "cc"
       : full, on_top);
   return kRseqPushed;

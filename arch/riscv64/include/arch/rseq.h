@@ -16,24 +16,20 @@
 
 namespace arch {
 
-// If the int32 rounds at base + kRounds is > 0: out = the pointer at
-// m + kSlot + 8 * rounds (m: the pointer at base + kLoaded), rounds - 1
-// committed; true. Else false, nothing written.
-template <size_t kRounds, size_t kLoaded, size_t kSlot>
+// kmem's magazines as top and limit over a null sentinel: arm64's
+// rseq_pop and rseq_push.
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
-  uint64_t r, m, t;
+  uint64_t t, m;
   asm volatile goto(
-      "1: lw    %[r], %[ro](%[base])\n"
-      "   beqz  %[r], %l[empty]\n"
-      "   ld    %[m], %[lo](%[base])\n"
-      "   slli  %[t], %[r], 3\n"
-      "   add   %[m], %[m], %[t]\n"
-      "   ld    %[m], %[so](%[m])\n"
-      "   addiw %[r], %[r], -1\n"
-      "   sw    %[r], %[ro](%[base])\n"  // the commit
+      "1: ld    %[t], %[to](%[base])\n"
+      "   ld    %[m], 0(%[t])\n"
+      "   beqz  %[m], %l[empty]\n"
+      "   addi  %[t], %[t], -8\n"
+      "   sd    %[t], %[to](%[base])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
-      : [base] "r"(base), [ro] "i"(kRounds), [lo] "i"(kLoaded), [so] "i"(kSlot)
+      : [t] "=&r"(t), [m] "=&r"(m)
+      : [base] "r"(base), [to] "i"(kTop)
       : "memory"
       : empty);
   out = reinterpret_cast<void*>(m);
@@ -42,30 +38,21 @@ empty:
   return false;
 }
 
-// With rounds and m as above and the int32 magsize at base + kMagsize: if
-// rounds < magsize and the slot at rounds is not obj, obj goes into the
-// slot at rounds + 1 (above the top: invisible until the commit) and
-// rounds + 1 is committed: kRseqPushed. Else kRseqFull or kRseqOnTop,
-// nothing committed.
-template <size_t kRounds, size_t kMagsize, size_t kLoaded, size_t kSlot>
+template <size_t kTop>
 __attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
-  uint64_t r, m, t;
+  uint64_t t, l;
   asm volatile goto(
-      "1: lw    %[r], %[ro](%[base])\n"
-      "   lw    %[t], %[mo](%[base])\n"
-      "   bge   %[r], %[t], %l[full]\n"
-      "   ld    %[m], %[lo](%[base])\n"
-      "   slli  %[t], %[r], 3\n"
-      "   add   %[m], %[m], %[t]\n"
-      "   ld    %[t], %[so](%[m])\n"
-      "   beq   %[t], %[obj], %l[on_top]\n"
-      "   sd    %[obj], %[so1](%[m])\n"
-      "   addiw %[r], %[r], 1\n"
-      "   sw    %[r], %[ro](%[base])\n"  // the commit
+      "1: ld    %[t], %[to](%[base])\n"
+      "   ld    %[l], %[lo](%[base])\n"
+      "   bgeu  %[t], %[l], %l[full]\n"
+      "   ld    %[l], 0(%[t])\n"
+      "   beq   %[l], %[obj], %l[on_top]\n"
+      "   sd    %[obj], 8(%[t])\n"
+      "   addi  %[t], %[t], 8\n"
+      "   sd    %[t], %[to](%[base])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [r] "=&r"(r), [m] "=&r"(m), [t] "=&r"(t)
-      : [base] "r"(base), [obj] "r"(obj), [ro] "i"(kRounds), [mo] "i"(kMagsize), [lo] "i"(kLoaded),
-        [so] "i"(kSlot), [so1] "i"(kSlot + 8)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [obj] "r"(obj), [to] "i"(kTop), [lo] "i"(kTop + 8)
       : "memory"
       : full, on_top);
   return kRseqPushed;

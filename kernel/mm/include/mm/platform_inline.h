@@ -26,8 +26,10 @@ inline unsigned cpu_id() { return ::cpu_id(); }
 // cpu_index), so that a fast path indexes with it directly.
 #if defined(ARCH_HAS_CPU_INDEX)
 inline uintptr_t cpu_slot() { return arch::cpu_index(); }
+inline uintptr_t cpu_line_offset() { return arch::cpu_index() * 64; }  // folded into the add that uses it
 #else
 inline unsigned cpu_slot() { return cpu_id(); }
+inline uintptr_t cpu_line_offset() { return arch::this_cpu()->line_offset; }  // kept scaled (kernel/percpu.h)
 #endif
 inline unsigned cpu_count() { return g_cpu_count; }
 

@@ -94,6 +94,7 @@ inline unsigned cpu_id() {
   return claim_cpu_slot();
 }
 inline unsigned cpu_slot() { return t_cpu; }
+inline uintptr_t cpu_line_offset() { return uintptr_t{t_cpu} * 64; }
 unsigned cpu_count();
 
 
