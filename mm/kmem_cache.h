@@ -95,7 +95,7 @@ inline constinit void* g_no_rounds[1] = {nullptr};
 struct alignas(64) CpuCache {
   // --- the fast paths' fields, first (the restartable sections address
   // them as the CPU's base plus their offset; top and limit adjacent, for
-  // arm64's ldp and 32-bit ARM's ldrd) -----------------------------------
+  // arm64's ldp) ----------------------------------------------------------
   void** top = g_no_rounds;
   void** limit = g_no_rounds;
   // Operations: frees counted (each free, on the fast path a section of
@@ -147,7 +147,6 @@ struct alignas(64) CpuCache {
     top = m->slot + n;
     limit = m->slot + held;
   }
-  void set_rounds(int32_t n) { top = limit - (held - n); }
   // loaded() and rounds() for a reader on another CPU: statistics, or a
   // stopped one (kmem_whatis, kmemleak), which on the host may have stopped
   // halfway through load(). From one racy read of each word, nothing

@@ -140,9 +140,13 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 }
 
 // The owner check of the magazine frees (2): does obj not belong to cp?
+// A cache with no owner check (integer arenas) still refuses null: pushed,
+// it would read as the magazine's bottom sentinel and hide the rounds
+// beneath it (kmem_cache.h, CpuCache). The other two refuse it by their
+// lookups (the on-slab header of page 0 faults, as any wild pointer).
 __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, const void* obj) {
   if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0))
-    return cp->owner_check == kOwnerIndex && !owner_by_index(cp, obj);
+    return cp->owner_check == kOwnerIndex ? !owner_by_index(cp, obj) : obj == nullptr;
   return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
 }
 

@@ -878,3 +878,40 @@ TEST(kmem, StatisticsCountEveryOperationOnEveryPath) {
     EXPECT_TRUE(kmem_cache_destroy(cp));
   }
 }
+
+// A cache of an integer arena has no owner check on its frees, and its
+// magazines are stacks over a null bottom slot: a free of null is refused
+// with a report, and the rounds in the magazine stay where they are (pushed,
+// the null would read as the bottom and hide them).
+TEST(kmem, NullFreeToAnIntegerArenaCacheIsRefusedAndLosesNothing) {
+  mm::kmem_init();  // the host starts kmem on first use; vmem's tags need it
+  Errors errors;
+  vmem_t* ids = vmem_create("t_ids", reinterpret_cast<void*>(uintptr_t{1} << 20), size_t{1} << 20, 16, nullptr,
+                            nullptr, nullptr, 0, VM_SLEEP);
+  ASSERT_NE(ids, nullptr);
+  kmem_cache_t* cp = kmem_cache_create("t_ids_cache", 16, 0, nullptr, nullptr, nullptr, nullptr, ids, 0);
+  ASSERT_NE(cp, nullptr);
+  ASSERT_GT(stats_of(cp).magazine_size, 2u);
+  // Two rounds in this thread's loaded magazine.
+  void* a = kmem_cache_alloc(cp, KM_SLEEP);
+  void* b = kmem_cache_alloc(cp, KM_SLEEP);
+  void* c = kmem_cache_alloc(cp, KM_SLEEP);
+  ASSERT_TRUE(a && b && c);
+  kmem_cache_free(cp, a);
+  kmem_cache_free(cp, b);
+  kmem_cache_free(cp, nullptr);
+  ASSERT_EQ(errors.seen.size(), 1u);
+  EXPECT_NE(std::strstr(errors.seen[0].kind, "null"), nullptr) << errors.seen[0].kind;
+  EXPECT_STREQ(errors.seen[0].where, "t_ids_cache");
+  // The two rounds come back, last first, and the counts hold.
+  EXPECT_EQ(kmem_cache_alloc(cp, KM_SLEEP), b);
+  EXPECT_EQ(kmem_cache_alloc(cp, KM_SLEEP), a);
+  mm::KmemCacheStats s = stats_of(cp);
+  EXPECT_EQ(s.allocs, 5u);
+  EXPECT_EQ(s.frees, 2u);
+  for (void* p : {a, b, c}) kmem_cache_free(cp, p);
+  EXPECT_EQ(stats_of(cp).buf_inuse, 0u);
+  EXPECT_EQ(errors.seen.size(), 1u);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+  EXPECT_EQ(vmem_destroy(ids), true);
+}
