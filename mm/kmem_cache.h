@@ -131,12 +131,16 @@ struct alignas(64) CpuCache {
   int32_t held = 0;     // size of the magazines this CPU holds (0: none)
   uintptr_t extra = 0;
 
-  Magazine* loaded() const {
-    if (limit == g_no_rounds) return nullptr;
-    return reinterpret_cast<Magazine*>(reinterpret_cast<char*>(limit - held) - offsetof(Magazine, slot));
+  // What top, limit and held say (one derivation for the CPU's own reads
+  // and the racy ones below): the magazine whose last slot limit is, and
+  // the rounds in it; none at g_no_rounds.
+  static Magazine* magazine_ending_at(void** l, int32_t h) {
+    if (l == g_no_rounds) return nullptr;
+    return reinterpret_cast<Magazine*>(reinterpret_cast<char*>(l - h) - offsetof(Magazine, slot));
   }
-  int32_t magsize() const { return limit == g_no_rounds ? 0 : held; }
-  int32_t rounds() const { return static_cast<int32_t>(magsize() - (limit - top)); }  // 0 with none loaded
+  static intptr_t rounds_of(void** t, void** l, int32_t h) { return l == g_no_rounds ? 0 : h - (l - t); }
+  Magazine* loaded() const { return magazine_ending_at(limit, held); }
+  int32_t rounds() const { return static_cast<int32_t>(rounds_of(top, limit, held)); }
   // Loads m (held == m->cap) with n rounds in it, or none (m null).
   void load(Magazine* m, int32_t n) {
     if (!m) {
@@ -154,16 +158,11 @@ struct alignas(64) CpuCache {
   // size detaches first), so the magazine is the old one or the new one,
   // and the rounds are clamped to its size: a reader may look at its slots.
   MM_RACY_STATS_READER Magazine* racy_loaded() const {
-    void** l = MM_RACY_READ(limit);
-    if (l == g_no_rounds) return nullptr;
-    return reinterpret_cast<Magazine*>(reinterpret_cast<char*>(l - MM_RACY_READ(held)) - offsetof(Magazine, slot));
+    return magazine_ending_at(MM_RACY_READ(limit), MM_RACY_READ(held));
   }
   MM_RACY_STATS_READER int32_t racy_rounds() const {
-    void** t = MM_RACY_READ(top);
-    void** l = MM_RACY_READ(limit);
     int32_t h = MM_RACY_READ(held);
-    if (l == g_no_rounds) return 0;
-    intptr_t r = h - (l - t);
+    intptr_t r = rounds_of(MM_RACY_READ(top), MM_RACY_READ(limit), h);
     return r < 0 ? 0 : r > h ? h : static_cast<int32_t>(r);
   }
 };

@@ -39,11 +39,11 @@
 //    top - 1; the push loads top and limit, leaves when top is at limit
 //    (full) or when obj is on top (the double free check), writes obj into
 //    the slot above the top (nothing reads it until the commit; rewound, it
-//    is a dead slot above the top), and commits top + 1. The push's count of frees is its own section after it
-//    (load, add, the store as commit): an interrupt between the push's
-//    commit and the count sees the count one behind, never loses one; the
-//    pop counts nothing (allocations are derived: kmem_cache.h,
-//    CpuCache::extra). Everything is
+//    is a dead slot above the top), and commits top + 1. The push's count
+//    of frees is its own section after it (load, add, the store as
+//    commit): an interrupt between the push's commit and the count sees
+//    the count one behind, never loses one; the pop counts nothing
+//    (allocations are derived: kmem_cache.h, CpuCache::extra). Everything is
 //    loaded inside the section, so a handler that swapped, flushed or
 //    refilled the magazines meanwhile is seen by the rerun. The functions
 //    that inline them carry MM_RESTARTABLE_TEXT (.text.rseq: where the

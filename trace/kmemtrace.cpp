@@ -67,7 +67,6 @@ void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   plat::irq_restore(s);
 }
 
-
 // --- Clock anchors (abi.h, 3) -------------------------------------------------
 
 namespace {
