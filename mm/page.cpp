@@ -25,11 +25,14 @@
 //    free checks the head and clears them.
 // 4. Per-CPU caches. Single pages come from a stack of kPageCacheSize pages
 //    per CPU, refilled kPageCacheBatch at a time when empty and half-drained
-//    (the coldest half) when full, touched only by its CPU with IRQs masked.
-//    Cached pages count as free. A slot holds the page and its physical
-//    address, so the fast paths (page_alloc, page_free: inline leaf code for
-//    order 0) convert nothing and touch only the cache; anything else goes
-//    to noinline slow paths (alloc_slow, free_pa).
+//    (the coldest half) when full, touched only by its CPU: in restartable
+//    sections on the fast paths where the platform has them, else with IRQs
+//    masked. Cached pages count as free. A slot holds the page and its
+//    physical address, so the fast paths (page_alloc, page_free: inline leaf
+//    code for order 0) convert nothing and touch only the cache; anything
+//    else goes to noinline slow paths (alloc_slow, free_pa). The stack is
+//    top and limit pointers over a sentinel slot whose page is never
+//    kPagePcp (PageCache), as kmem's magazines.
 // 5. The reserve: max(16, RAM/256) pages, at most 4 MiB and a quarter of
 //    RAM. KM_SLEEP/KM_NOSLEEP allocations and cache refills never take the
 //    buddy lists below it; KM_PUSHPAGE ones may (bypassing the caches), and
@@ -40,7 +43,7 @@
 // 6. Locking and ordering. g_lock (IRQs masked) guards the free lists,
 //    free_blocks, buddy_pages and the reserve counters. Banks, the hot bank,
 //    totals and the reserve size are written once by page_init before any
-//    other CPU calls in. g_reserve_low and g_fast_frames are written under
+//    other CPU calls in. g_reserve_low and g.fast_limit are written under
 //    the lock and read lock-free, relaxed: hints, whose stale value only
 //    sends a free to the cache instead of the lists or the reverse. Counters
 //    are word-sized, relaxed, statistics only: per-CPU ones written by their
@@ -61,6 +64,7 @@
 #include "alloc_tag_internal.h"
 #include "kmemtrace_hooks.h"
 #include "lock.h"
+#include <utility>
 
 namespace mm {
 namespace {
@@ -90,10 +94,18 @@ struct HotBank {
   uint64_t frames;  // 0 before page_init
   Page* pages;
   uint32_t* tags;   // its allocation profiling references, or null (Bank::tags)
+  // The frames the order-0 fast frees take (fast_index): all of them where
+  // a word is 64 bits; where it is 32, those below 4 GiB.
+  uintptr_t fast_frames;
 };
 
 struct Allocator {
   HotBank hot;
+  // hot.fast_frames while the reserve is full, else 0: the frames free_fast
+  // takes (one compare covers the bank, the alignment and the reserve).
+  // Written under g_lock (note_reserve_level), read relaxed: a hint (6).
+  // Beside hot, so that the fast free reaches both from one address.
+  uintptr_t fast_limit;
   Bank banks[kMaxBanks];
   unsigned nbanks;
   bool ready;
@@ -107,36 +119,89 @@ struct Allocator {
   uint64_t pushpage_allocs;
 };
 
+template <typename T>
+T load_relaxed(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
+template <typename T>
+void store_relaxed(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
+
 struct CachedPage {
   Page* page;
   uint64_t pa;  // page's physical address
 };
 
-// Touched only by its CPU with IRQs masked; page_stats reads count and the
-// counters from other CPUs (relaxed stores and loads: statistics only).
+// The descriptor the per-CPU stacks' bottom sentinel names: flags 0, never
+// kPagePcp, so that the pop's check of the mark is also its emptiness test.
+// Nothing writes it.
+constinit Page g_no_page{};
+
+// A CPU's stack of cached pages, as kmem's magazines (mm/kmem_cache.h,
+// CpuCache): top and limit pointers over a bottom sentinel, slot[0] =
+// {&g_no_page, 0}, so that a pop loads top and the entry it names and
+// tests only the mark, and a push compares top with limit. Touched only by
+// its CPU (IRQs masked, or in a restartable section); page_stats reads top
+// and pushes from other CPUs (relaxed stores and loads: statistics only).
+// Not copyable: top and limit point into the object itself.
 struct alignas(64) PageCache {
-  uintptr_t count;   // pages in stack[]
-  // Counters, written only by this cache's CPU. Pops from the stack are not
+  CachedPage* top;    // the hottest entry, &slot[0] when empty
+  CachedPage* limit;  // &slot[kPageCacheSize]; &slot[0] in the [kMaxCpus] slot: always empty and full
+  // Frees onto the stack, written only by this cache's CPU. Pops are not
   // counted: they are fills + pushes - drains - count, so the allocation
-  // fast path writes no counter.
-  uintptr_t pushes;  // frees onto the stack
-  uintptr_t fills;   // pages cache_fill put on the stack
-  uintptr_t drains;  // pages cache_drain took off it
-  uintptr_t direct_allocs;  // allocations from the buddy lists
-  uintptr_t direct_frees;   // frees to the buddy lists
+  // fast path writes no counter (the slow paths' counters are PageCounts).
+  uintptr_t pushes;
   // Allocation profiling's counters of this CPU, biased (kmem_cache.h,
   // CpuCache::prof), for the profiled fast paths; 0 until they exist.
   // Written by page_prof_bases_set before counting can start, with the
   // image's references (as kmem's CpuCache::prof_refs).
   uintptr_t prof;
   uint64_t prof_refs;
-  CachedPage stack[kPageCacheSize];  // stack[count - 1] is the hottest
+  CachedPage slot[kPageCacheSize + 1];  // slot[0]: the sentinel; slot[count()] the hottest
+
+  constexpr explicit PageCache(bool claimed)
+      : top(slot), limit(claimed ? slot + kPageCacheSize : slot), pushes(0), prof(0), prof_refs(0),
+        slot{{&g_no_page, 0}} {}
+  PageCache(const PageCache&) = delete;
+  PageCache& operator=(const PageCache&) = delete;
+
+  // The CPU's own reads (or under a stop: page_verify), and page_stats' racy one.
+  uintptr_t count() const { return static_cast<uintptr_t>(top - slot); }
+  uintptr_t racy_count() const { return static_cast<uintptr_t>(load_relaxed(top) - slot); }
+  CachedPage* stack() { return slot + 1; }  // stack()[0] the coldest
+  const CachedPage* stack() const { return slot + 1; }
+  void set_count(uintptr_t n) { store_relaxed(top, slot + n); }
+  void reset(bool claimed) {
+    top = slot;
+    limit = claimed ? slot + kPageCacheSize : slot;
+    pushes = prof = 0;
+    prof_refs = 0;
+  }
 };
-static_assert((sizeof(PageCache) & (sizeof(PageCache) - 1)) == 0, "a CPU's cache by a shift (page.h, kPageCacheSize)");
+static_assert(sizeof(PageCache) == 512, "a CPU's cache by a shift (page.h, kPageCacheSize)");
+static_assert(offsetof(PageCache, limit) == offsetof(PageCache, top) + sizeof(void*), "rseq_push_pair: limit follows top");
+
+// The slow paths' counters of a CPU's cache (written by its CPU with IRQs
+// masked, read relaxed by page_stats), apart from the stack's line.
+struct PageCounts {
+  uintptr_t fills;          // pages cache_fill put on the stack
+  uintptr_t drains;         // pages cache_drain took off it
+  uintptr_t direct_allocs;  // allocations from the buddy lists
+  uintptr_t direct_frees;   // frees to the buddy lists
+};
+
+template <size_t... I>
+struct PageCaches {
+  PageCache cpu[sizeof...(I)]{PageCache(I < plat::kMaxCpus)...};
+};
+template <size_t... I>
+PageCaches<I...> page_caches_of(std::index_sequence<I...>);
 
 constinit Allocator g{};
 constinit plat::Lock g_lock;
-constinit PageCache g_pcp[plat::kCpuSlots]{};  // [kMaxCpus]: always empty (see cpu_slot)
+// [kMaxCpus]: always empty and full (see cpu_slot). Each cache's top and
+// limit point into itself: constant-initialised, so they are right before
+// any code runs.
+constinit decltype(page_caches_of(std::make_index_sequence<plat::kCpuSlots>())) g_page_caches{};
+constexpr auto& g_pcp = g_page_caches.cpu;
+constinit PageCounts g_pcp_counts[plat::kCpuSlots]{};
 // Pages a refill takes: kPageCacheBatch, or a 16th of RAM where that is less
 // (a board with 64 pages: 3), so the caches do not hold what a run of
 // contiguous frames needs. Written by page_init.
@@ -144,10 +209,6 @@ constinit uintptr_t g_fill_batch = kPageCacheBatch;
 // The reserve's level for the lock-free free paths, written under g_lock
 // (note_reserve_level), read relaxed: a hint that publishes nothing (6).
 constinit uintptr_t g_reserve_low = 0;  // buddy_pages < reserve_pages
-// g.hot.frames while the reserve is full, else 0: the frames free_fast
-// takes (one compare covers the bank, the alignment and the reserve). The
-// hot bank it bounds was written before any other CPU ran.
-constinit uintptr_t g_fast_frames = 0;
 constinit uintptr_t g_failures = 0;   // relaxed: statistics only
 constinit uintptr_t g_bad_frees = 0;  // relaxed: statistics only
 using ReclaimHook = void (*)();
@@ -156,17 +217,13 @@ constinit ReclaimHook g_reclaim = nullptr;
 // The hook is running: a try-lock (exchange with acquire, cleared with release).
 constinit uintptr_t g_reclaiming = 0;
 
-template <typename T>
-T load_relaxed(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
-template <typename T>
-void store_relaxed(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
 
 
 // Before releasing g_lock after buddy_pages changed.
 inline void note_reserve_level() {
   bool low = g.buddy_pages < g.reserve_pages;
   store_relaxed(g_reserve_low, uintptr_t{low});
-  store_relaxed(g_fast_frames, low ? 0 : static_cast<uintptr_t>(g.hot.frames));
+  store_relaxed(g.fast_limit, low ? 0 : g.hot.fast_frames);
 }
 
 inline uint64_t pages_in(unsigned order) { return uint64_t{1} << order; }
@@ -207,6 +264,55 @@ inline uint64_t hot_index(uint64_t pa) {
   uint64_t off = pa - g.hot.base;
   return off >> kPageShift | off << (64 - kPageShift);
 }
+
+// hot_index for the fast frees, checked against g.fast_limit. Where a
+// word is 32 bits (ARM with LPAE), in words: pa's high word must be 0 and
+// the low word's offset, rotated, below fast_frames, the frames below
+// 4 GiB. Exact: a low word below base wraps to an offset of at least
+// 4 GiB - base, whose frame number is at least fast_frames. Spares 32-bit
+// ARM the 64-bit subtraction and rotation, and the registers they hold.
+// (Word: a template for the compile-time checks below, on every build.)
+template <typename Word>
+constexpr Word fast_index_in(uint64_t pa, uint64_t base) {
+  if constexpr (sizeof(Word) == 8) {
+    uint64_t off = pa - base;
+    return off >> kPageShift | off << (64 - kPageShift);
+  } else {
+    uint32_t off = static_cast<uint32_t>(pa) - static_cast<uint32_t>(base);
+    uint32_t i = off >> kPageShift | off << (32 - kPageShift);
+    return pa >> 32 ? ~uint32_t{0} : i;
+  }
+}
+template <typename Word>
+constexpr Word fast_frames_in(uint64_t base, uint64_t frames) {
+  if constexpr (sizeof(Word) == 8) {
+    return frames;
+  } else {
+    uint64_t below = base >> 32 ? 0 : ((uint64_t{1} << 32) - base) >> kPageShift;
+    return static_cast<Word>(frames < below ? frames : below);
+  }
+}
+inline uintptr_t fast_index(uint64_t pa) { return fast_index_in<uintptr_t>(pa, g.hot.base); }
+inline uintptr_t fast_frames_of(uint64_t base, uint64_t frames) { return fast_frames_in<uintptr_t>(base, frames); }
+
+// Both word sizes against one bank: 3 GiB at 1 GiB, crossing 4 GiB.
+constexpr uint64_t kTestBase = uint64_t{1} << 30, kTestFrames = (uint64_t{3} << 30) >> kPageShift;
+template <typename Word>
+constexpr bool fast_index_takes(uint64_t pa) {
+  return fast_index_in<Word>(pa, kTestBase) < fast_frames_in<Word>(kTestBase, kTestFrames);
+}
+static_assert(fast_frames_in<uint32_t>(kTestBase, kTestFrames) == (uint64_t{3} << 30) >> kPageShift);
+static_assert(fast_frames_in<uint32_t>(kTestBase + kPageBytes, kTestFrames) == kTestFrames - 1);  // to 4 GiB
+static_assert(fast_frames_in<uint32_t>(uint64_t{1} << 32, kTestFrames) == 0);                     // above 4 GiB
+static_assert(fast_index_in<uint32_t>(kTestBase + 5 * kPageBytes, kTestBase) == 5);
+static_assert(fast_index_in<uint64_t>(kTestBase + 5 * kPageBytes, kTestBase) == 5);
+static_assert(fast_index_takes<uint32_t>(kTestBase) && fast_index_takes<uint64_t>(kTestBase));
+static_assert(fast_index_takes<uint32_t>((uint64_t{1} << 32) - kPageBytes));    // the last frame
+static_assert(!fast_index_takes<uint32_t>(kTestBase - kPageBytes) && !fast_index_takes<uint64_t>(kTestBase - kPageBytes));
+static_assert(!fast_index_takes<uint32_t>(0) && !fast_index_takes<uint64_t>(0));
+static_assert(!fast_index_takes<uint32_t>(kTestBase + 8) && !fast_index_takes<uint64_t>(kTestBase + 8));  // misaligned
+static_assert(!fast_index_takes<uint32_t>((uint64_t{1} << 32) + kTestBase));   // high word set, same low word
+static_assert(!fast_index_takes<uint64_t>(kTestBase + (kTestFrames << kPageShift)));
 
 // pa's descriptor if pa is a frame of the hot bank, else nullptr.
 inline Page* hot_page_of_phys(uint64_t pa) {
@@ -344,6 +450,7 @@ Page* check_free(uint64_t pa, unsigned order, const void* va, void* caller) {
 // --- Per-CPU caches (IRQs masked, the calling CPU's cache) -----------------
 
 PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
+PageCounts& this_counts() { return g_pcp_counts[plat::cpu_id()]; }
 
 // A slot the stack no longer holds. Where the heap is physical
 // (plat::kPhysicalHeap) its pa is also the address of whatever the page
@@ -356,8 +463,8 @@ inline void forget_popped(CachedPage& e) {
 }
 
 // Refills an empty cache with up to kPageCacheBatch pages above the reserve.
-void cache_fill(PageCache& c) {
-  MM_ASSERT(c.count == 0);
+void cache_fill(PageCache& c, PageCounts& k) {
+  MM_ASSERT(c.count() == 0);
   Guard<NoIrqSave> guard(g_lock);  // IRQs masked by the caller
   uint64_t avail = g.buddy_pages > g.reserve_pages ? g.buddy_pages - g.reserve_pages : 0;
   uintptr_t batch = load_relaxed(g_fill_batch);
@@ -370,27 +477,29 @@ void cache_fill(PageCache& c) {
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
-    c.stack[n - 1 - i] = {p, pfn_of(p) << kPageShift};  // pops come out in address order
+    c.stack()[n - 1 - i] = {p, pfn_of(p) << kPageShift};  // pops come out in address order
   }
-  store_relaxed(c.count, n);
-  store_relaxed(c.fills, c.fills + n);
+  c.set_count(n);
+  store_relaxed(k.fills, k.fills + n);
   note_reserve_level();
 }
 
 // Returns the n coldest (bottom) pages of the cache to the buddy lists.
-void cache_drain(PageCache& c, uintptr_t n) {
-  MM_ASSERT(n <= c.count);
+void cache_drain(PageCache& c, PageCounts& k, uintptr_t n) {
+  uintptr_t count = c.count();
+  MM_ASSERT(n <= count);
   Guard<NoIrqSave> guard(g_lock);  // IRQs masked by the caller
+  CachedPage* stack = c.stack();
   for (uintptr_t i = 0; i < n; i++) {
-    Page* p = c.stack[i].page;
-    MM_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == c.stack[i].pa);
+    Page* p = stack[i].page;
+    MM_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == stack[i].pa);
     p->flags = 0;
     give_block(p, 0);
   }
-  for (uintptr_t i = n; i < c.count; i++) c.stack[i - n] = c.stack[i];
-  for (uintptr_t i = c.count - n; i < c.count; i++) forget_popped(c.stack[i]);
-  store_relaxed(c.count, c.count - n);
-  store_relaxed(c.drains, c.drains + n);
+  for (uintptr_t i = n; i < count; i++) stack[i - n] = stack[i];
+  for (uintptr_t i = count - n; i < count; i++) forget_popped(stack[i]);
+  c.set_count(count - n);
+  store_relaxed(k.drains, k.drains + n);
   note_reserve_level();
 }
 
@@ -400,17 +509,18 @@ void cache_drain(PageCache& c, uintptr_t n) {
 uint64_t try_alloc(unsigned order, bool pushpage) {
   plat::IrqState s = plat::irq_save();
   PageCache& c = this_cache();
+  PageCounts& k = this_counts();
   Page* p = nullptr;
   uint64_t pa = 0;
   bool cached = false;
   if (order == 0) {
-    if (c.count == 0) cache_fill(c);
-    if (c.count) {
-      p = c.stack[c.count - 1].page;
-      pa = c.stack[c.count - 1].pa;
+    if (c.count() == 0) cache_fill(c, k);
+    if (uintptr_t n = c.count()) {
+      p = c.top->page;
+      pa = c.top->pa;
       cached = true;
-      store_relaxed(c.count, c.count - 1);
-      forget_popped(c.stack[c.count]);
+      c.set_count(n - 1);
+      forget_popped(c.stack()[n - 1]);
       MM_ASSERT(p->flags == kPagePcp && p->order == 0 && !(p->alloc_bits & kOnFreeList));
     }
   }
@@ -424,7 +534,7 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
     }
     note_reserve_level();
   }
-  if (p && !cached) store_relaxed(c.direct_allocs, c.direct_allocs + 1);
+  if (p && !cached) store_relaxed(k.direct_allocs, k.direct_allocs + 1);
   plat::irq_restore(s);
   if (!p) return 0;
   mark_allocated(p, order);
@@ -452,22 +562,23 @@ void run_reclaim_hook() {
     plat::IrqState s = plat::irq_save();
     PageCache& c = this_cache();
     p->flags = kPagePcp;
-    if (c.count == kPageCacheSize) cache_drain(c, kPageCacheBatch);
-    c.stack[c.count] = {p, pa};
-    store_relaxed(c.count, c.count + 1);
+    if (c.count() == kPageCacheSize) cache_drain(c, this_counts(), kPageCacheBatch);
+    uintptr_t n = c.count();
+    c.stack()[n] = {p, pa};
+    c.set_count(n + 1);
     store_relaxed(c.pushes, c.pushes + 1);
     plat::irq_restore(s);
     return;
   }
   clear_block(p, order);
   plat::IrqState s = plat::irq_save();
-  PageCache& c = this_cache();
+  PageCounts& k = this_counts();
   {
     Guard<NoIrqSave> guard(g_lock);
     give_block(p, order);
     note_reserve_level();
   }
-  store_relaxed(c.direct_frees, c.direct_frees + 1);
+  store_relaxed(k.direct_frees, k.direct_frees + 1);
   plat::irq_restore(s);
 }
 
@@ -500,15 +611,16 @@ void run_reclaim_hook() {
 
 // Where the platform has restartable sections (plat::kRestartable) the
 // order-0 fast paths are two of them and run with interrupts enabled, as
-// kmem's magazines (kmem_fastpath.h, 6): the pop loads the count and the
-// top entry and commits count - 1; the push writes the entry above the top
-// and commits count + 1, then counts itself in a section of its own. The
-// descriptor is written outside them, while the page is the caller's alone:
-// marked kPagePcp before the push (and back to an allocated head if the
-// push found the cache empty or full), marked allocated after the pop. The
-// pop takes only a page marked kPagePcp, as the masked path: a corrupt
-// cache goes to alloc_slow, whose try_alloc stops with the details. The
-// functions that inline them carry MM_RESTARTABLE_TEXT.
+// kmem's magazines (kmem_fastpath.h, 6): the pop loads top and the entry
+// it names and commits top - 1; the push compares top with limit, writes
+// the entry above top and commits top + 1, then counts itself in a section
+// of its own. The descriptor is written outside them, while the page is
+// the caller's alone: marked kPagePcp before the push (and back to an
+// allocated head if the push found the cache full), marked allocated after
+// the pop. The pop takes only a page marked kPagePcp, as the masked path:
+// the bottom sentinel's g_no_page is not, so an empty cache goes to
+// alloc_slow, and so does a corrupt one, whose try_alloc stops with the
+// details. The functions that inline them carry MM_RESTARTABLE_TEXT.
 static_assert(!(plat::kRestartable && plat::kPhysicalHeap), "forget_popped: the sections leave popped entries");
 static_assert(sizeof(CachedPage) == 16 && offsetof(CachedPage, pa) == 8, "rseq_pop_pair's entry layout");
 
@@ -516,38 +628,33 @@ static_assert(sizeof(CachedPage) == 16 && offsetof(CachedPage, pa) == 8, "rseq_p
 __attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
   if constexpr (plat::kRestartable) {
     void* page;
-    if (!plat::rseq_pop_pair<offsetof(PageCache, count), offsetof(PageCache, stack), kPagePcp>(
-            reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]), page, pa))
+    if (!plat::rseq_pop_pair<offsetof(PageCache, top), kPagePcp>(reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]),
+                                                                   page, pa))
       return false;
     static_cast<Page*>(page)->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
     return true;
   }
   plat::IrqState s = plat::irq_save();
   PageCache& c = g_pcp[plat::cpu_slot()];  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
-  uintptr_t n = c.count;
-  bool ok = n != 0;
+  CachedPage* t = c.top;
+  Page* p = t->page;
+  pa = t->pa;
+  // The sentinel (empty), or a corrupted cache: try_alloc pops the same
+  // page and stops with the details.
+  bool ok = p->flags == kPagePcp;
   if (__builtin_expect(ok, 1)) {
-    const CachedPage& e = c.stack[n - 1];
-    Page* p = e.page;
-    pa = e.pa;
-    // A corrupted cache: try_alloc pops the same page and stops with the details.
-    if (__builtin_expect(p->flags != kPagePcp, 0)) {
-      ok = false;
-    } else {
-      store_relaxed(c.count, n - 1);
-      forget_popped(c.stack[n - 1]);
-      p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
-    }
+    store_relaxed(c.top, t - 1);
+    forget_popped(*t);
+    p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
   }
   plat::irq_restore(s);
   return ok;
 }
 
-// An order-0 free of an allocated page of the hot bank into a cache that
-// is neither empty nor full, while the reserve is full; false (nothing
-// done) for anything else, which free_pa then validates and handles. (Not
-// empty: the [kMaxCpus] slot an unclaimed thread reads is always empty.)
-// The push of p (an allocated order-0 head of the hot bank) at pa.
+// The push of p (an allocated order-0 head of the hot bank) at pa onto a
+// cache that is not full; false (nothing done) if it is, which free_pa
+// then handles. (The [kMaxCpus] slot an unclaimed thread reads is always
+// full.)
 __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
   if constexpr (plat::kRestartable) {
     p->flags = kPagePcp;
@@ -555,9 +662,7 @@ __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
     p->next = nullptr;
     p->owner = nullptr;
     char* base = reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]);
-    if (__builtin_expect(
-            (plat::rseq_push_pair<offsetof(PageCache, count), offsetof(PageCache, stack), kPageCacheSize>(base, p, pa)),
-            1)) {
+    if (__builtin_expect((plat::rseq_push_pair<offsetof(PageCache, top)>(base, p, pa)), 1)) {
       plat::rseq_inc<offsetof(PageCache, pushes)>(base);
       return true;
     }
@@ -566,23 +671,26 @@ __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
   }
   plat::IrqState s = plat::irq_save();
   PageCache& c = g_pcp[plat::cpu_slot()];
-  uintptr_t n = c.count;
-  bool ok = n - 1 < kPageCacheSize - 1;
+  CachedPage* t = c.top;
+  bool ok = t < c.limit;
   if (__builtin_expect(ok, 1)) {
     p->flags = kPagePcp;
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
-    c.stack[n] = {p, pa};
-    store_relaxed(c.count, n + 1);
+    t[1] = {p, pa};
+    store_relaxed(c.top, t + 1);
     store_relaxed(c.pushes, c.pushes + 1);
   }
   plat::irq_restore(s);
   return ok;
 }
+// An order-0 free of an allocated page of the hot bank into a cache that
+// is not full, while the reserve is full; false (nothing done) for
+// anything else, which free_pa then validates and handles.
 __attribute__((always_inline)) inline bool free_fast(uint64_t pa) {
-  uint64_t i = hot_index(pa);
-  if (__builtin_expect(i >= load_relaxed(g_fast_frames), 0)) return false;  // a hint (6)
+  uintptr_t i = fast_index(pa);
+  if (__builtin_expect(i >= load_relaxed(g.fast_limit), 0)) return false;  // a hint (6)
   Page* p = g.hot.pages + static_cast<size_t>(i);
   if (__builtin_expect(!is_order0_head(p), 0)) return false;
   return cache_push(p, pa);
@@ -752,7 +860,8 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   const Bank* hot = &g.banks[0];
   for (unsigned i = 1; i < g.nbanks; i++)
     if (g.banks[i].end - g.banks[i].first > hot->end - hot->first) hot = &g.banks[i];
-  g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages, hot->tags};
+  g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages, hot->tags,
+           fast_frames_of(hot->first << kPageShift, hot->end - hot->first)};
   note_reserve_level();
   g.ready = true;  // before any other CPU calls in
   plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
@@ -837,8 +946,8 @@ __attribute__((noinline)) void* prof_alloc_va(uint64_t pa, const AllocTag* tag) 
 // off and counted, the page still the caller's (the cache was full).
 __attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
   uintptr_t counters = g_pcp[plat::cpu_slot()].prof;
-  uint64_t i = hot_index(pa);
-  if (__builtin_expect(!counters || i >= load_relaxed(g_fast_frames), 0)) return 0;
+  uintptr_t i = fast_index(pa);
+  if (__builtin_expect(!counters || i >= load_relaxed(g.fast_limit), 0)) return 0;
   Page* p = g.hot.pages + static_cast<size_t>(i);
   if (__builtin_expect(!is_order0_head(p), 0)) return 0;
   uint32_t* slot = &g.hot.tags[i];
@@ -993,7 +1102,7 @@ uint64_t page_to_phys(const Page* p) {
 void page_drain_this_cpu() {
   plat::IrqState s = plat::irq_save();
   PageCache& c = this_cache();
-  if (c.count) cache_drain(c, c.count);
+  if (uintptr_t n = c.count()) cache_drain(c, this_counts(), n);
   plat::irq_restore(s);
 }
 
@@ -1008,12 +1117,14 @@ void page_stats(PageStats& out) {
   out.reserve_pages = g.reserve_pages;
   out.descriptor_pages = g.descriptor_pages;
   for (unsigned o = 0; o <= kMaxOrder; o++) out.free_blocks[o] = g.free_blocks[o];
-  for (const PageCache& c : g_pcp) {
-    uintptr_t count = load_relaxed(c.count), pushes = load_relaxed(c.pushes);
-    uintptr_t pops = load_relaxed(c.fills) + pushes - load_relaxed(c.drains) - count;
+  for (unsigned i = 0; i < plat::kCpuSlots; i++) {
+    const PageCache& c = g_pcp[i];
+    const PageCounts& k = g_pcp_counts[i];
+    uintptr_t count = c.racy_count(), pushes = load_relaxed(c.pushes);
+    uintptr_t pops = load_relaxed(k.fills) + pushes - load_relaxed(k.drains) - count;
     out.pcp_pages += count;
-    out.allocs += pops + load_relaxed(c.direct_allocs);
-    out.frees += pushes + load_relaxed(c.direct_frees);
+    out.allocs += pops + load_relaxed(k.direct_allocs);
+    out.frees += pushes + load_relaxed(k.direct_frees);
   }
   out.free_pages = g.buddy_pages + out.pcp_pages;
   out.failures = load_relaxed(g_failures);
@@ -1143,17 +1254,21 @@ bool page_verify() {
   // Per-CPU caches.
   uint64_t cached = 0;
   for (const PageCache& c : g_pcp) {
-    if (c.count > kPageCacheSize) return verify_failed("per-CPU cache overfull", 0);
-    for (uintptr_t i = 0; i < c.count; i++) {
-      const Page* p = c.stack[i].page;
+    bool claimed = &c != &g_pcp[plat::kMaxCpus];
+    if (c.limit != (claimed ? c.slot + kPageCacheSize : c.slot) || c.top < c.slot || c.top > c.limit)
+      return verify_failed("per-CPU cache's top or limit out of place", 0);
+    if (c.slot[0].page != &g_no_page || g_no_page.flags == kPagePcp)
+      return verify_failed("per-CPU cache's bottom sentinel overwritten", 0);
+    for (uintptr_t i = 0; i < c.count(); i++) {
+      const Page* p = c.stack()[i].page;
       if (p->flags != kPagePcp || (p->alloc_bits & kOnFreeList))
         return verify_failed("per-CPU cache holds a frame not marked kPagePcp", pfn_of(p));
       if (p->order != 0 || p->count != 0 || p->next || p->owner)
         return verify_failed("per-CPU cached frame's order, count, next or owner not clear", pfn_of(p));
-      if (pfn_of(p) << kPageShift != c.stack[i].pa)
+      if (pfn_of(p) << kPageShift != c.stack()[i].pa)
         return verify_failed("per-CPU cache slot's address is not its page's", pfn_of(p));
     }
-    cached += c.count;
+    cached += c.count();
   }
   // Every frame, in address order: each in exactly one state.
   uint64_t free_pages = 0, pcp_pages = 0, used_pages = 0;
@@ -1198,10 +1313,12 @@ bool page_verify() {
 void page_reset_for_tests() {
   Guard<> guard(g_lock);
   g = Allocator{};
-  for (PageCache& c : g_pcp) c = PageCache{};
+  for (unsigned i = 0; i < plat::kCpuSlots; i++) {
+    g_pcp[i].reset(i < plat::kMaxCpus);
+    g_pcp_counts[i] = PageCounts{};
+  }
   store_relaxed(g_failures, uintptr_t{0});
   store_relaxed(g_reserve_low, uintptr_t{0});
-  store_relaxed(g_fast_frames, uintptr_t{0});
   store_relaxed(g_bad_frees, uintptr_t{0});
   __atomic_store_n(&g_reclaim, ReclaimHook{nullptr}, __ATOMIC_RELAXED);
   store_relaxed(g_reclaiming, uintptr_t{0});

@@ -63,6 +63,15 @@ class PageTest : public ::testing::Test {
     return s;
   }
   static uint64_t free_pages() { return stats().free_pages; }
+  // A single page of the hot bank (bank 0, the largest), whose free takes
+  // the fast path (free_fast); 0 if none came.
+  uint64_t hot_page() const {
+    std::vector<uint64_t> others;
+    uint64_t pa;
+    while ((pa = page_alloc(0, KM_NOSLEEP)) && !(pa >= B && pa < B + 24 * MiB)) others.push_back(pa);
+    for (uint64_t o : others) page_free(o, 0);
+    return pa;
+  }
   // The buddy lists after every cache is drained are exactly those after init.
   void expect_fully_coalesced() {
     page_drain_this_cpu();
@@ -305,6 +314,52 @@ TEST_F(page, ExhaustionThenFullRecovery) {
   EXPECT_EQ(free_pages(), 0u);
   std::shuffle(held.begin(), held.end(), rng);
   for (auto& [pa, o] : held) page_free(pa, o);
+  expect_fully_coalesced();
+}
+
+// The stack is top and limit over a sentinel slot: a free into an empty
+// cache is cached (top steps off the sentinel), the pop takes it back, and
+// the next pop finds the sentinel and refills.
+TEST_F(page, FreeIntoAnEmptyCacheIsCachedAndThePopAfterItRefills) {
+  uint64_t a = hot_page();
+  ASSERT_NE(a, 0u);
+  page_drain_this_cpu();
+  ASSERT_EQ(stats().pcp_pages, 0u);
+  page_free(a, 0);
+  EXPECT_EQ(stats().pcp_pages, 1u);
+  EXPECT_EQ(page_of_phys(a)->flags, kPagePcp);
+  EXPECT_TRUE(page_verify());
+  EXPECT_EQ(page_alloc(0, KM_NOSLEEP), a);  // off the one slot above the sentinel
+  EXPECT_EQ(stats().pcp_pages, 0u);
+  uint64_t b = page_alloc(0, KM_NOSLEEP);   // the sentinel: alloc_slow refills
+  ASSERT_NE(b, 0u);
+  EXPECT_EQ(stats().pcp_pages, kPageCacheBatch - 1);
+  EXPECT_TRUE(page_verify());
+  page_free(a, 0);
+  page_free(b, 0);
+  EXPECT_EQ(free_pages(), initial.free_pages);
+  EXPECT_TRUE(page_verify());
+}
+
+// A thread with no CPU yet reads the [kMaxCpus] cache, always empty and
+// full: its first free is not pushed there (shared by every such thread)
+// but goes to free_pa, which gives it a CPU and caches the page in that
+// CPU's stack; page_verify checks the [kMaxCpus] one stayed empty.
+TEST_F(page, FirstFreeOfAThreadWithNoCpuLandsInItsOwnCache) {
+  uint64_t a = hot_page();
+  ASSERT_NE(a, 0u);
+  uint64_t before = stats().pcp_pages;
+  std::thread other([&] {
+    page_free(a, 0);
+    EXPECT_EQ(page_of_phys(a)->flags, kPagePcp);
+    plat::cpu_id();                           // claimed already (free_pa): the same CPU
+    EXPECT_EQ(page_alloc(0, KM_NOSLEEP), a);  // from its own cache, not the [kMaxCpus] one
+    page_free(a, 0);
+    EXPECT_EQ(stats().pcp_pages, before + 1);
+    EXPECT_TRUE(page_verify());
+    page_drain_this_cpu();  // host: only a thread drains its own cache
+  });
+  other.join();
   expect_fully_coalesced();
 }
 

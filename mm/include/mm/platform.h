@@ -64,11 +64,13 @@
 //                                         offset (kmem_fastpath.h, 6); declared
 //                                         and never defined where kRestartable
 //                                         is false
-//   bool rseq_pop_pair<kCount, kStack, kMark>(char* base, void*& first, uint64_t& second);
-//   bool rseq_push_pair<kCount, kStack, kCap>(char* base, void* first, uint64_t second);
+//   bool rseq_pop_pair<kTop, kMark>(char* base, void*& first, uint64_t& second);
+//   bool rseq_push_pair<kTop>(char* base, void* first, uint64_t second);
 //                                         the page allocator's per-CPU stack of
 //                                         16-byte {pointer, value} entries
-//                                         (page.cpp, 4), the same way
+//                                         (page.cpp, 4), the same way: top
+//                                         and limit over a sentinel entry
+//                                         whose pointer's mark is not kMark
 //   constexpr bool kTraceClock;           kmemtrace's sequence numbers from
 //   uint64_t trace_clock();                 trace_clock(), a clock every CPU
 //   uint64_t trace_clock_hz();              reads alike, read after what came

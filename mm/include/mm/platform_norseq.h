@@ -20,9 +20,9 @@ template <size_t kTop>
 RseqPush rseq_push(char* base, void* obj);
 template <size_t kOff>
 void rseq_inc(char* base);
-template <size_t kCount, size_t kStack, uint16_t kMark>
+template <size_t kTop, uint16_t kMark>
 bool rseq_pop_pair(char* base, void*& first, uint64_t& second);
-template <size_t kCount, size_t kStack, size_t kCap>
+template <size_t kTop>
 bool rseq_push_pair(char* base, void* first, uint64_t second);
 
 }  // namespace mm::plat

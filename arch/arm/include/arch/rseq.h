@@ -68,32 +68,30 @@ on_top:
 }
 
 // The page allocator's per-CPU stack of {pointer, 64-bit value} entries,
-// 16 bytes each (the pointer, 4 bytes of padding, the value) at base +
-// kStack, the count (a word) at base + kCount: as arm64's rseq_pop_pair and
-// rseq_push_pair. The value moves as two words (%Q, %R: its low and high
-// registers); only the count's store commits.
-template <size_t kCount, size_t kStack, uint16_t kMark>
+// 16 bytes each (the pointer, 4 bytes of padding, the value): as arm64's
+// rseq_pop_pair and rseq_push_pair (top and limit, two words at base +
+// kTop, over a sentinel entry). The value moves as two words (%Q, %R: its
+// low and high registers); only top's store commits. The pop tests the
+// mark in b's low register, then loads the value there.
+template <size_t kTop, uint16_t kMark>
 __attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
-  static_assert(kMark < 256);
-  uint32_t n, e;
+  static_assert(kMark < 256 && kTop < 4096);
+  uint32_t t;
   void* a;
   uint64_t b;
   asm volatile goto(
-      "1: ldr   %[n], [%[base], #%c[co]]\n"
-      "   subs  %[n], %[n], #1\n"
-      "   bmi   %l[empty]\n"
-      "   add   %[e], %[base], %[n], lsl #4\n"
-      "   ldr   %[a], [%[e], #%c[so]]\n"
-      "   ldr   %Q[b], [%[e], #%c[so8]]\n"
-      "   ldr   %R[b], [%[e], #%c[so12]]\n"
-      "   ldrh  %[e], [%[a]]\n"
-      "   cmp   %[e], #%c[mk]\n"
+      "1: ldr   %[t], [%[base], #%c[to]]\n"
+      "   ldr   %[a], [%[t]]\n"
+      "   ldrh  %Q[b], [%[a]]\n"
+      "   cmp   %Q[b], #%c[mk]\n"
       "   bne   %l[empty]\n"
-      "   str   %[n], [%[base], #%c[co]]\n"  // the commit
+      "   ldr   %Q[b], [%[t], #8]\n"
+      "   ldr   %R[b], [%[t], #12]\n"
+      "   sub   %[t], %[t], #16\n"
+      "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
-      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [so8] "i"(kStack + 8), [so12] "i"(kStack + 12),
-        [mk] "i"(kMark)
+      : [t] "=&r"(t), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [to] "i"(kTop), [mk] "i"(kMark)
       : "memory", "cc"
       : empty);
   first = a;
@@ -103,25 +101,22 @@ empty:
   return false;
 }
 
-template <size_t kCount, size_t kStack, size_t kCap>
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
-  static_assert(kCap >= 2 && kCap - 2 < 256);
-  uint32_t n, e;
+  static_assert(kTop + 4 < 4096);
+  uint32_t t, l;
   asm volatile goto(
-      "1: ldr   %[n], [%[base], #%c[co]]\n"
-      "   sub   %[e], %[n], #1\n"
-      "   cmp   %[e], #%c[cm]\n"
-      "   bhi   %l[full]\n"  // count - 1 > kCap - 2, unsigned: 0 or kCap
-      "   add   %[e], %[base], %[n], lsl #4\n"
-      "   str   %[a], [%[e], #%c[so]]\n"
-      "   str   %Q[b], [%[e], #%c[so8]]\n"
-      "   str   %R[b], [%[e], #%c[so12]]\n"
-      "   add   %[n], %[n], #1\n"
-      "   str   %[n], [%[base], #%c[co]]\n"  // the commit
+      "1: ldr   %[t], [%[base], #%c[to]]\n"
+      "   ldr   %[l], [%[base], #%c[lo]]\n"
+      "   cmp   %[t], %[l]\n"
+      "   bhs   %l[full]\n"
+      "   str   %[a], [%[t], #16]!\n"
+      "   str   %Q[b], [%[t], #8]\n"
+      "   str   %R[b], [%[t], #12]\n"
+      "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e)
-      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
-        [so8] "i"(kStack + 8), [so12] "i"(kStack + 12), [cm] "i"(kCap - 2)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [to] "i"(kTop), [lo] "i"(kTop + 4)
       : "memory", "cc"
       : full);
   return true;

@@ -73,35 +73,31 @@ on_top:
   return kRseqOnTop;
 }
 
-// The word at base + kOff, plus one; the store is the commit: an
-// interrupt between the load and the store rewinds to the load, so the
-// interrupt's own increment is not lost.
 // The page allocator's per-CPU stack of {pointer, 64-bit value} entries,
-// 16 bytes each at base + kStack, the count (a word) at base + kCount.
-// Pop: if count > 0 and the 16-bit word that the top entry's pointer
-// points at is kMark (the page's flags: a cached page), first/second = the
-// top entry and count - 1 committed; true. Else false, nothing written.
-// (The pointer is the cache's own; a wild one means a corrupt cache, which
-// the masked path would dereference just the same.)
-template <size_t kCount, size_t kStack, uint16_t kMark>
+// 16 bytes each, held as top (at base + kTop: the top entry's address) and
+// limit (the next word: the last entry's) over a sentinel entry at the
+// bottom whose pointer's mark is not kMark (mm/page.cpp, PageCache). Pop:
+// if the 16-bit word that the top entry's pointer points at is kMark (the
+// page's flags: a cached page), first/second = the top entry and top - 16
+// committed; true. Else (the sentinel: empty; or a corrupt cache) false,
+// nothing written. (The pointer is the cache's own; a wild one means a
+// corrupt cache, which the masked path would dereference just the same.)
+template <size_t kTop, uint16_t kMark>
 __attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
   static_assert(kMark < 4096);
-  uint64_t n, e;
+  uint64_t t, e;
   void* a;
   uint64_t b;
   asm volatile goto(
-      "1: ldr   %[n], [%[base], %[co]]\n"
-      "   cbz   %[n], %l[empty]\n"
-      "   sub   %[n], %[n], #1\n"
-      "   add   %[e], %[base], %[n], lsl #4\n"
-      "   ldp   %[a], %[b], [%[e], %[so]]\n"
+      "1: ldr   %[t], [%[base], %[to]]\n"
+      "   ldp   %[a], %[b], [%[t]], #-16\n"
       "   ldrh  %w[e], [%[a]]\n"
       "   cmp   %w[e], %[mk]\n"
       "   b.ne  %l[empty]\n"
-      "   str   %[n], [%[base], %[co]]\n"  // the commit
+      "   str   %[t], [%[base], %[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
-      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [mk] "i"(kMark)
+      : [t] "=&r"(t), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [to] "i"(kTop), [mk] "i"(kMark)
       : "memory", "cc"
       : empty);
   first = a;
@@ -111,26 +107,21 @@ empty:
   return false;
 }
 
-// Push: if 0 < count < kCap, {first, second} goes into the entry at count
-// (above the top: invisible until the commit) and count + 1 is committed;
-// true. Else false, nothing committed.
-template <size_t kCount, size_t kStack, size_t kCap>
+// Push: if top < limit, {first, second} goes into the entry above top
+// (invisible until the commit) and top + 16 is committed; true. Else false,
+// nothing committed.
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
-  static_assert(kCap >= 2 && kCap - 2 < 4096);
-  uint64_t n, e;
+  uint64_t t, l;
   asm volatile goto(
-      "1: ldr   %[n], [%[base], %[co]]\n"
-      "   sub   %[e], %[n], #1\n"
-      "   cmp   %[e], %[cm]\n"
-      "   b.hi  %l[full]\n"  // count - 1 > kCap - 2, unsigned: 0 or kCap
-      "   add   %[e], %[base], %[n], lsl #4\n"
-      "   stp   %[a], %[b], [%[e], %[so]]\n"
-      "   add   %[n], %[n], #1\n"
-      "   str   %[n], [%[base], %[co]]\n"  // the commit
+      "1: ldp   %[t], %[l], [%[base], %[to]]\n"
+      "   cmp   %[t], %[l]\n"
+      "   b.hs  %l[full]\n"
+      "   stp   %[a], %[b], [%[t], #16]!\n"
+      "   str   %[t], [%[base], %[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e)
-      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
-        [cm] "i"(kCap - 2)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [to] "i"(kTop)
       : "memory", "cc"
       : full);
   return true;
@@ -138,6 +129,9 @@ full:
   return false;
 }
 
+// The word at base + kOff, plus one; the store is the commit: an
+// interrupt between the load and the store rewinds to the load, so the
+// interrupt's own increment is not lost.
 template <size_t kOff>
 __attribute__((always_inline)) inline void rseq_inc(char* base) {
   uint64_t t;
@@ -180,9 +174,9 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // acquire of head): kRecorded. Else kRecordFull, nothing committed. The
 // sequence number is the virtual counter's low 32 bits (trace/record.h,
 // next_seq: isb, then mrs; a rerun reads it again), rec and kSeq unused
-// (riscv64's add to a shared counter uses them). The first word of the
-// event is tag | seq << 32 (little-endian: the event's first four bytes,
-// then the sequence number). The caller field is x30 as it is: only for
+// (riscv64's add to a shared counter uses them). The event's first eight
+// bytes are the tag's low four, then the sequence number, stored as a pair
+// of 32-bit registers (no orr to join them). The caller field is x30 as it is: only for
 // frameless functions whose every call is a tail call, entered from the
 // allocator's entry point by a tail call (kmem_fastpath.h, 8), where x30 is
 // the entry point's caller throughout (BOARD/frameless checks that nothing
@@ -197,9 +191,8 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
   "   add   %[p], %[p], %[h]\n"                                                       \
   "   isb\n"                                                                          \
   "   mrs   %[s], cntvct_el0\n"                                                       \
-  "   orr   %[s], %[tag], %[s], lsl #32\n"                                            \
-  "   stp   %[s], x30, [%[p]]\n" /* the caller: the link register (above) */         \
-  "   str   %[ptr], [%[p], #16]\n"
+  "   stp   %w[tag], %w[s], [%[p]]\n" /* the tag, then the sequence number */        \
+  "   stp   x30, %[ptr], [%[p], #8]\n" /* the caller: the link register (above) */
 
 #define ARCH_HAS_RSEQ_RECORD 1
 enum RseqRecord { kRecorded, kRecordFull };

@@ -62,30 +62,27 @@ on_top:
   return kRseqOnTop;
 }
 
-// The word at base + kOff, plus one; the store is the commit.
 // The page allocator's per-CPU stack of {pointer, 64-bit value} entries:
-// as arm64's rseq_pop_pair and rseq_push_pair.
-template <size_t kCount, size_t kStack, uint16_t kMark>
+// as arm64's rseq_pop_pair and rseq_push_pair (top and limit over a
+// sentinel entry). The pop tests the mark in b, then loads the value there.
+template <size_t kTop, uint16_t kMark>
 __attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
-  static_assert(kMark < 2048);
-  uint64_t n, e;
+  static_assert(kMark < 2048 && kTop < 2048);
+  uint64_t t;
   void* a;
   uint64_t b;
   asm volatile goto(
-      "1: ld    %[n], %[co](%[base])\n"
-      "   beqz  %[n], %l[empty]\n"
-      "   addi  %[n], %[n], -1\n"
-      "   slli  %[e], %[n], 4\n"
-      "   add   %[e], %[e], %[base]\n"
-      "   ld    %[a], %[so](%[e])\n"
-      "   ld    %[b], %[so8](%[e])\n"
-      "   lhu   %[e], 0(%[a])\n"
-      "   addi  %[e], %[e], -%[mk]\n"
-      "   bnez  %[e], %l[empty]\n"
-      "   sd    %[n], %[co](%[base])\n"  // the commit
+      "1: ld    %[t], %[to](%[base])\n"
+      "   ld    %[a], 0(%[t])\n"
+      "   lhu   %[b], 0(%[a])\n"
+      "   addi  %[b], %[b], -%[mk]\n"
+      "   bnez  %[b], %l[empty]\n"
+      "   ld    %[b], 8(%[t])\n"
+      "   addi  %[t], %[t], -16\n"
+      "   sd    %[t], %[to](%[base])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e), [a] "=&r"(a), [b] "=&r"(b)
-      : [base] "r"(base), [co] "i"(kCount), [so] "i"(kStack), [so8] "i"(kStack + 8), [mk] "i"(kMark)
+      : [t] "=&r"(t), [a] "=&r"(a), [b] "=&r"(b)
+      : [base] "r"(base), [to] "i"(kTop), [mk] "i"(kMark)
       : "memory"
       : empty);
   first = a;
@@ -95,25 +92,21 @@ empty:
   return false;
 }
 
-template <size_t kCount, size_t kStack, size_t kCap>
+template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
-  static_assert(kCap >= 2 && kCap - 1 < 2048);
-  uint64_t n, e, t;
+  static_assert(kTop + 8 < 2048);
+  uint64_t t, l;
   asm volatile goto(
-      "1: ld    %[n], %[co](%[base])\n"
-      "   addi  %[e], %[n], -1\n"
-      "   li    %[t], %[cm]\n"
-      "   bgeu  %[e], %[t], %l[full]\n"  // count - 1 >= kCap - 1, unsigned: 0 or kCap
-      "   slli  %[e], %[n], 4\n"
-      "   add   %[e], %[e], %[base]\n"
-      "   sd    %[a], %[so](%[e])\n"
-      "   sd    %[b], %[so8](%[e])\n"
-      "   addi  %[n], %[n], 1\n"
-      "   sd    %[n], %[co](%[base])\n"  // the commit
+      "1: ld    %[t], %[to](%[base])\n"
+      "   ld    %[l], %[lo](%[base])\n"
+      "   bgeu  %[t], %[l], %l[full]\n"
+      "   sd    %[a], 16(%[t])\n"
+      "   sd    %[b], 24(%[t])\n"
+      "   addi  %[t], %[t], 16\n"
+      "   sd    %[t], %[to](%[base])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [n] "=&r"(n), [e] "=&r"(e), [t] "=&r"(t)
-      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [co] "i"(kCount), [so] "i"(kStack),
-        [so8] "i"(kStack + 8), [cm] "i"(kCap - 1)
+      : [t] "=&r"(t), [l] "=&r"(l)
+      : [base] "r"(base), [a] "r"(first), [b] "r"(second), [to] "i"(kTop), [lo] "i"(kTop + 8)
       : "memory"
       : full);
   return true;
@@ -121,6 +114,7 @@ full:
   return false;
 }
 
+// The word at base + kOff, plus one; the store is the commit.
 template <size_t kOff>
 __attribute__((always_inline)) inline void rseq_inc(char* base) {
   uint64_t t;
