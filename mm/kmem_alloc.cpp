@@ -203,7 +203,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 #if defined(ARCH_HAS_RSEQ_RECORD)
   // kmemtrace alone (kmem_fastpath.h, 8): debugged classes are kFeatureDebug's.
   if (__builtin_expect(cp != nullptr && free_trace_only(), 1))  // (caller 0 here)
-    return cache_free_trace(cp, buf, kmemtrace::kTypeKmalloc);
+    return cache_free_trace<kmemtrace::kTypeKmalloc>(cp, buf);
 #endif
   return kmem_free_hooked(buf, size, caller);
 }
@@ -216,7 +216,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(size_t size, int kmflag,
                                                                                       const AllocTag* tag,
                                                                                       kmem_cache_t* cp) {
-  return cache_alloc_trace(cp, kmflag, kmemtrace::kTypeKmalloc, size, tag);
+  return cache_alloc_trace<kmemtrace::kTypeKmalloc>(cp, kmflag, size, tag);
 }
 #endif
 

@@ -402,40 +402,55 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
 #if defined(ARCH_HAS_RSEQ_RECORD)
 // kmemtrace's fast paths (8), for frameless out-of-line copies that the
 // entry points tail-call while alloc_trace_only() / free_trace_only():
-// every call below is a tail call. caller: the entry point's caller.
+// every call below is a tail call, with at most four arguments (32-bit
+// ARM passes no more in registers, and a call with arguments on the stack
+// cannot be a tail call). The callees below take the entry point's caller
+// as their own return address, and have a copy per event type.
 // The record's cold path when the ring had no room: the masked write,
 // then obj back to the caller.
-[[gnu::cold, gnu::noinline]] void* alloc_trace_full(void* obj, uint8_t type, uintptr_t caller, size_t requested,
-                                                    size_t allocated, int kmflag);
+[[gnu::cold, gnu::noinline]] void* alloc_trace_full_cache(void* obj, size_t requested, size_t allocated, int kmflag);
+[[gnu::cold, gnu::noinline]] void* alloc_trace_full_kmalloc(void* obj, size_t requested, size_t allocated,
+                                                            int kmflag);
+// A magazine miss: alloc_slow_traced, which records after the fact.
+[[gnu::noinline]] void* alloc_slow_traced_cache(kmem_cache_t* cp, int kmflag, size_t requested, const AllocTag* tag);
+[[gnu::noinline]] void* alloc_slow_traced_kmalloc(kmem_cache_t* cp, int kmflag, size_t requested,
+                                                  const AllocTag* tag);
 // The same for a free, then the free itself (the untraced push and its
 // slow paths).
 [[gnu::cold, gnu::noinline]] void free_trace_full(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
 
 // The caller of the entry point is the link register throughout (these
 // run in frameless functions that the entry points tail-call, and make
-// only tail calls): the record takes it from there (trace/record.h), the
-// slow paths as caller_of_leaf().
-__attribute__((always_inline)) inline void* cache_alloc_trace(kmem_cache_t* cp, int kmflag, uint8_t type,
-                                                              size_t requested, const AllocTag* tag) {
+// only tail calls): the record takes it from there (arm64, riscv64) or
+// as caller_of_leaf() (arm; trace/record.h), the slow paths as
+// caller_of_leaf() or as their own return address.
+template <uint8_t kType>
+__attribute__((always_inline)) inline void* cache_alloc_trace(kmem_cache_t* cp, int kmflag, size_t requested,
+                                                              const AllocTag* tag) {
   void* obj;
   size_t chunk = cp->chunk;  // before the pop, so that cp is dead after it (obj lands in the return register)
   if (__builtin_expect(!magazine_pop(cp, cpu_base(cp), obj), 0))
-    return alloc_slow_traced(cp, kmflag, type, requested, caller_of_leaf(), tag);  // records after the fact
-  if (__builtin_expect(kmemtrace::detail::alloc_rseq(kmemtrace::Ring::alloc_tag(type), reinterpret_cast<uintptr_t>(obj),
-                                                     requested, chunk, static_cast<uint32_t>(kmflag)) ==
+    return kType == kmemtrace::kTypeCache ? alloc_slow_traced_cache(cp, kmflag, requested, tag)
+                                          : alloc_slow_traced_kmalloc(cp, kmflag, requested, tag);
+  if (__builtin_expect(kmemtrace::detail::alloc_rseq<kmemtrace::Ring::alloc_tag(kType)>(
+                           reinterpret_cast<uintptr_t>(obj), requested, chunk, static_cast<uint32_t>(kmflag),
+                           caller_of_leaf()) ==
                            arch::kRecordFull,
                        0))
-    return alloc_trace_full(obj, type, caller_of_leaf(), requested, chunk, kmflag);
+    return kType == kmemtrace::kTypeCache ? alloc_trace_full_cache(obj, requested, chunk, kmflag)
+                                          : alloc_trace_full_kmalloc(obj, requested, chunk, kmflag);
   return obj;
 }
 
 // The owner check as cache_free's, the record, then the push.
-__attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj, uint8_t type) {
+template <uint8_t kType>
+__attribute__((always_inline)) inline void cache_free_trace(kmem_cache_t* cp, void* obj) {
   if (__builtin_expect(wrong_owner(cp, obj), 0)) return free_bad_owner(cp, obj, 0);
-  if (__builtin_expect(kmemtrace::detail::free_rseq(kmemtrace::Ring::free_tag(type), reinterpret_cast<uintptr_t>(obj)) ==
+  if (__builtin_expect(kmemtrace::detail::free_rseq<kmemtrace::Ring::free_tag(kType)>(reinterpret_cast<uintptr_t>(obj),
+                                                                                    caller_of_leaf()) ==
                            arch::kRecordFull,
                        0))
-    return free_trace_full(cp, obj, type, caller_of_leaf());
+    return free_trace_full(cp, obj, kType, caller_of_leaf());
   char* base = cpu_base(cp);
   plat::RseqPush r = magazine_push(cp, base, obj);
   if (__builtin_expect(r == plat::kRseqPushed, 1)) return;

@@ -132,7 +132,7 @@ struct CachedPage {
 // The descriptor the per-CPU stacks' bottom sentinel names: flags 0, never
 // kPagePcp, so that the pop's check of the mark is also its emptiness test.
 // Nothing writes it.
-constinit Page g_no_page{};
+constinit const Page g_no_page{};
 
 // A CPU's stack of cached pages, as kmem's magazines (mm/kmem_cache.h,
 // CpuCache): top and limit pointers over a bottom sentinel, slot[0] =
@@ -158,7 +158,7 @@ struct alignas(64) PageCache {
 
   constexpr explicit PageCache(bool claimed)
       : top(slot), limit(claimed ? slot + kPageCacheSize : slot), pushes(0), prof(0), prof_refs(0),
-        slot{{&g_no_page, 0}} {}
+        slot{{const_cast<Page*>(&g_no_page), 0}} {}
   PageCache(const PageCache&) = delete;
   PageCache& operator=(const PageCache&) = delete;
 
@@ -169,6 +169,7 @@ struct alignas(64) PageCache {
   const CachedPage* stack() const { return slot + 1; }
   void set_count(uintptr_t n) { store_relaxed(top, slot + n); }
   void reset(bool claimed) {
+    slot[0] = {const_cast<Page*>(&g_no_page), 0};
     top = slot;
     limit = claimed ? slot + kPageCacheSize : slot;
     pushes = prof = 0;
@@ -180,7 +181,7 @@ static_assert(offsetof(PageCache, limit) == offsetof(PageCache, top) + sizeof(vo
 
 // The slow paths' counters of a CPU's cache (written by its CPU with IRQs
 // masked, read relaxed by page_stats), apart from the stack's line.
-struct PageCounts {
+struct alignas(64) PageCounts {
   uintptr_t fills;          // pages cache_fill put on the stack
   uintptr_t drains;         // pages cache_drain took off it
   uintptr_t direct_allocs;  // allocations from the buddy lists
@@ -221,9 +222,12 @@ constinit uintptr_t g_reclaiming = 0;
 
 // Before releasing g_lock after buddy_pages changed.
 inline void note_reserve_level() {
+  // Stored only when they change: the fast frees read them, and g.hot
+  // beside fast_limit, on every call.
   bool low = g.buddy_pages < g.reserve_pages;
-  store_relaxed(g_reserve_low, uintptr_t{low});
-  store_relaxed(g.fast_limit, low ? 0 : g.hot.fast_frames);
+  uintptr_t limit = low ? 0 : g.hot.fast_frames;
+  if (load_relaxed(g_reserve_low) != uintptr_t{low}) store_relaxed(g_reserve_low, uintptr_t{low});
+  if (load_relaxed(g.fast_limit) != limit) store_relaxed(g.fast_limit, limit);
 }
 
 inline uint64_t pages_in(unsigned order) { return uint64_t{1} << order; }
@@ -295,23 +299,28 @@ constexpr Word fast_frames_in(uint64_t base, uint64_t frames) {
 inline uintptr_t fast_index(uint64_t pa) { return fast_index_in<uintptr_t>(pa, g.hot.base); }
 inline uintptr_t fast_frames_of(uint64_t base, uint64_t frames) { return fast_frames_in<uintptr_t>(base, frames); }
 
-// Both word sizes against one bank: 3 GiB at 1 GiB, crossing 4 GiB.
-constexpr uint64_t kTestBase = uint64_t{1} << 30, kTestFrames = (uint64_t{3} << 30) >> kPageShift;
+// Both word sizes against one bank: 4 GiB at 1 GiB, crossing 4 GiB (a
+// 32-bit word takes its first 3 GiB).
+constexpr uint64_t kTestBase = uint64_t{1} << 30, kTestFrames = (uint64_t{4} << 30) >> kPageShift;
+constexpr uint64_t k4G = uint64_t{1} << 32;
 template <typename Word>
 constexpr bool fast_index_takes(uint64_t pa) {
   return fast_index_in<Word>(pa, kTestBase) < fast_frames_in<Word>(kTestBase, kTestFrames);
 }
-static_assert(fast_frames_in<uint32_t>(kTestBase, kTestFrames) == (uint64_t{3} << 30) >> kPageShift);
-static_assert(fast_frames_in<uint32_t>(kTestBase + kPageBytes, kTestFrames) == kTestFrames - 1);  // to 4 GiB
-static_assert(fast_frames_in<uint32_t>(uint64_t{1} << 32, kTestFrames) == 0);                     // above 4 GiB
+static_assert(fast_frames_in<uint32_t>(kTestBase, kTestFrames) == (uint64_t{3} << 30) >> kPageShift);  // clamped
+static_assert(fast_frames_in<uint64_t>(kTestBase, kTestFrames) == kTestFrames);
+static_assert(fast_frames_in<uint32_t>(k4G, kTestFrames) == 0);                                  // above 4 GiB
+static_assert(fast_frames_in<uint32_t>(kTestBase, 16) == 16);                                    // below: all
 static_assert(fast_index_in<uint32_t>(kTestBase + 5 * kPageBytes, kTestBase) == 5);
 static_assert(fast_index_in<uint64_t>(kTestBase + 5 * kPageBytes, kTestBase) == 5);
 static_assert(fast_index_takes<uint32_t>(kTestBase) && fast_index_takes<uint64_t>(kTestBase));
-static_assert(fast_index_takes<uint32_t>((uint64_t{1} << 32) - kPageBytes));    // the last frame
+static_assert(fast_index_takes<uint32_t>(k4G - kPageBytes) && fast_index_takes<uint64_t>(k4G - kPageBytes));
+static_assert(!fast_index_takes<uint32_t>(k4G) && fast_index_takes<uint64_t>(k4G));  // the clamp
+static_assert(!fast_index_takes<uint32_t>(k4G + kTestBase - kPageBytes) && fast_index_takes<uint64_t>(k4G + kTestBase - kPageBytes));
+static_assert(!fast_index_takes<uint32_t>(k4G + kTestBase) && !fast_index_takes<uint64_t>(k4G + kTestBase));  // the end
 static_assert(!fast_index_takes<uint32_t>(kTestBase - kPageBytes) && !fast_index_takes<uint64_t>(kTestBase - kPageBytes));
 static_assert(!fast_index_takes<uint32_t>(0) && !fast_index_takes<uint64_t>(0));
 static_assert(!fast_index_takes<uint32_t>(kTestBase + 8) && !fast_index_takes<uint64_t>(kTestBase + 8));  // misaligned
-static_assert(!fast_index_takes<uint32_t>((uint64_t{1} << 32) + kTestBase));   // high word set, same low word
 static_assert(!fast_index_takes<uint64_t>(kTestBase + (kTestFrames << kPageShift)));
 
 // pa's descriptor if pa is a frame of the hot bank, else nullptr.
@@ -454,7 +463,7 @@ PageCounts& this_counts() { return g_pcp_counts[plat::cpu_id()]; }
 
 // A slot the stack no longer holds. Where the heap is physical
 // (plat::kPhysicalHeap) its pa is also the address of whatever the page
-// becomes (a slab's first buffer): kmemleak scans .bss, where g_pcp is, and
+// becomes (a slab's first buffer): kmemleak scans .data, where g_pcp is, and
 // would take the stale copy for a reference. Elsewhere heap addresses are
 // not frames' and the slot is left as it is (no store on the fast path).
 inline void forget_popped(CachedPage& e) {
@@ -639,8 +648,8 @@ __attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
   CachedPage* t = c.top;
   Page* p = t->page;
   pa = t->pa;
-  // The sentinel (empty), or a corrupted cache: try_alloc pops the same
-  // page and stops with the details.
+  // The sentinel (empty: try_alloc refills), or a corrupted cache
+  // (try_alloc pops the same page and stops with the details).
   bool ok = p->flags == kPagePcp;
   if (__builtin_expect(ok, 1)) {
     store_relaxed(c.top, t - 1);

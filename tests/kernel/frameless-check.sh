@@ -15,6 +15,8 @@
 # in them, so any write to x30 / ra fails too, except a reload of a saved
 # value from the stack and arm64's xpaclri (which only strips a signature:
 # none here).
+# (32-bit ARM's copies take the caller from __builtin_return_address, which
+# GCC keeps right whatever it does with lr: only their calls are checked.)
 # Usage: frameless-check.sh OBJDUMP NM KERNEL.ELF
 set -uo pipefail
 [[ $# -eq 3 ]] || { echo "usage: frameless-check.sh OBJDUMP NM KERNEL.ELF" >&2; exit 2; }

@@ -6,13 +6,13 @@
 //    and the slow paths): the ring write of kmemtrace::record_*_slow,
 //    inline, without masking again. Only while tracing is enabled (the
 //    caller tested kmemtrace::enabled()).
-// 2. Restartable (alloc_rseq, free_rseq; the kernel on arm64 and riscv64,
-//    ARCH_HAS_RSEQ_RECORD): the whole record is one section
+// 2. Restartable (alloc_rseq, free_rseq; the kernel on arm64, arm and
+//    riscv64, ARCH_HAS_RSEQ_RECORD): the whole record is one section
 //    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
 //    rseq_record_*): it loads the ring's head and limit (no room: the
 //    masked record_*_slow, which refreshes the limit or counts the drop, if
-//    tracing is still on), takes the sequence number (reads the clock, arm64; an
-//    atomic add, riscv64), writes the event above
+//    tracing is still on), takes the sequence number (reads the clock,
+//    arm64 and arm; an atomic add, riscv64), writes the event above
 //    the head, where no reader looks, and commits by its release store of
 //    the new head (the ring's publication: ring.h, 5). An interrupt inside
 //    it rewinds it: the handler's own events (an allocation in interrupt
@@ -27,9 +27,9 @@
 //    or take the event at the moment of the switch. reset() comes after a
 //    cross-call that every secondary core takes from its idle loop, so no
 //    core is inside a section then (kmemtrace.h, reset).
-//    32-bit ARM keeps the masked write: an allocation event's section
-//    would need its eight inputs and six scratch registers at once, more
-//    than the thirteen it has, and masking costs it three instructions.
+//    32-bit ARM fits an allocation's section in ten registers: six
+//    inputs (the tag is an immediate), four scratch; its caller is an
+//    input (GCC's read of the return address), not lr read in the asm.
 #pragma once
 #include <atomic>
 #include <mm/platform_inline.h>
@@ -80,25 +80,29 @@ static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: addres
 // functions in .text.rseq only (MM_RESTARTABLE_TEXT), and only from
 // frameless ones whose every call is a tail call, entered by a tail call
 // from the allocator's entry point: the event's caller is the link
-// register as it is (arch/<a>/include/arch/rseq.h). arch::kRecordFull:
+// register as it is (arm64, riscv64: the section reads it, caller unused)
+// or caller (32-bit ARM: caller_of_leaf, GCC's own read of the return
+// address) (arch/<a>/include/arch/rseq.h). arch::kRecordFull:
 // the ring had no room, nothing is recorded yet: the caller goes on to
 // record_alloc_slow (masked, the limit refreshed or the drop counted), out
 // of line.
-__attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uint32_t tag, uintptr_t ptr, size_t requested,
-                                                                  size_t allocated, uint32_t flags) {
+template <uint32_t kTag>
+__attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uintptr_t ptr, size_t requested, size_t allocated,
+                                                                  uint32_t flags, uintptr_t caller) {
   char* base = reinterpret_cast<char*>(&g_rec);
   char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
   // The target CPU: this one (kSameCpu), which the section writes.
   static_assert(kSameCpu == -1);
-  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, ptr, requested, allocated,
-                                                                         flags);
+  return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask, kTag>(base, ring, ptr, requested, allocated,
+                                                                               flags, caller);
 }
 
 // Records a free of this CPU's: as alloc_rseq.
-__attribute__((always_inline)) inline arch::RseqRecord free_rseq(uint32_t tag, uintptr_t ptr) {
+template <uint32_t kTag>
+__attribute__((always_inline)) inline arch::RseqRecord free_rseq(uintptr_t ptr, uintptr_t caller) {
   char* base = reinterpret_cast<char*>(&g_rec);
   char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
-  return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask>(base, ring, tag, ptr);
+  return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask, kTag>(base, ring, ptr, caller);
 }
 
 #endif

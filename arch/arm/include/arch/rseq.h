@@ -170,4 +170,94 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory", "cc");
 }
 
+// kmemtrace's restartable ring write (trace/record.h, 2), with the
+// contract of arch/arm64/include/arch/rseq.h's rseq_record_free: the ring's
+// head and limit at ring, its buffer and mask at ring + kBuf and ring +
+// kMask; the sequence number is the virtual counter's low 32 bits (isb,
+// then mrrc: a rerun reads it again); the commit is the head's store after
+// a dmb ish (a release store: the event's stores are seen before it by the
+// reader's acquire of head). The 64-bit fields take their high words as 0
+// (addresses and sizes are 32 bits here). The caller field is the caller
+// argument (GCC's own read of the return address: lr is an ordinary
+// register to GCC here, which arm64's x30 in these functions is not).
+// Four scratch registers: the sequence number lands in h's (dead by
+// then), the tag and the constant words in u's (the tag an immediate, so
+// that it takes no register of its own).
+#define ARCH_RSEQ_RECORD_HEAD(n)                                       \
+  "1: ldr   %[h], [%[ring]]\n"        /* head */                      \
+  "   ldr   %[u], [%[ring], #4]\n"    /* limit */                     \
+  "   add   %[t], %[h], #" #n "\n"                                    \
+  "   subs  %[u], %[u], %[t]\n"                                       \
+  "   bmi   %l[full]\n" /* limit - end < 0: no room */                \
+  "   ldr   %[p], [%[ring], #%c[bo]]\n"                               \
+  "   ldr   %[u], [%[ring], #%c[mo]]\n"                               \
+  "   and   %[h], %[h], %[u]\n"                                       \
+  "   add   %[p], %[p], %[h]\n"                                       \
+  "   isb\n"                                                          \
+  "   mrrc  p15, 1, %[h], %[u], c14\n" /* CNTVCT: low, high */        \
+  "   movw  %[u], #%c[tlo]\n"             /* the tag */                 \
+  "   movt  %[u], #%c[thi]\n"                                         \
+  "   str   %[u], [%[p]]\n"                                           \
+  "   str   %[h], [%[p], #4]\n"                                       \
+  "   mov   %[u], #0\n"                                               \
+  "   str   %[ca], [%[p], #8]\n"                                     \
+  "   str   %[u], [%[p], #12]\n"                                      \
+  "   str   %[ptr], [%[p], #16]\n"                                    \
+  "   str   %[u], [%[p], #20]\n"
+
+#define ARCH_HAS_RSEQ_RECORD 1
+enum RseqRecord { kRecorded, kRecordFull };
+
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char*, char* ring, uintptr_t ptr, uintptr_t caller) {
+  static_assert(kMask == kBuf + 4 && kMask < 4096);
+  uint32_t h, u, t, p;
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(24)
+      "   dmb   ish\n"
+      "   str   %[t], [%[ring]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p)
+      : [ring] "r"(ring), [ptr] "r"(ptr), [ca] "r"(caller), [bo] "i"(kBuf), [mo] "i"(kMask),
+        [tlo] "i"(kTag & 0xffff), [thi] "i"(kTag >> 16)
+      : "memory", "cc"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+
+// The same for an allocation: then requested and allocated at 24 and 32,
+// flags at 40 and the target CPU, -1 (this one), at 44.
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char*, char* ring, uintptr_t ptr,
+                                                                   uint64_t requested, uint64_t allocated,
+                                                                   uint32_t flags, uintptr_t caller) {
+  static_assert(kMask == kBuf + 4 && kMask < 4096);
+  uint32_t h, u, t, p;
+  uint32_t rq = static_cast<uint32_t>(requested), al = static_cast<uint32_t>(allocated);
+  asm volatile goto(
+      ARCH_RSEQ_RECORD_HEAD(48)
+      "   str   %[rq], [%[p], #24]\n"
+      "   str   %[u], [%[p], #28]\n"
+      "   str   %[al], [%[p], #32]\n"
+      "   str   %[u], [%[p], #36]\n"
+      "   str   %[fl], [%[p], #40]\n"
+      "   mvn   %[u], #0\n"
+      "   str   %[u], [%[p], #44]\n"
+      "   dmb   ish\n"
+      "   str   %[t], [%[ring]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p)
+      : [ring] "r"(ring), [ptr] "r"(ptr), [ca] "r"(caller), [rq] "r"(rq), [al] "r"(al),
+        [fl] "r"(flags), [bo] "i"(kBuf), [mo] "i"(kMask),
+        [tlo] "i"(kTag & 0xffff), [thi] "i"(kTag >> 16)
+      : "memory", "cc"
+      : full);
+  return kRecorded;
+full:
+  return kRecordFull;
+}
+#undef ARCH_RSEQ_RECORD_HEAD
+
 }  // namespace arch

@@ -84,7 +84,7 @@ on_top:
 // corrupt cache, which the masked path would dereference just the same.)
 template <size_t kTop, uint16_t kMark>
 __attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
-  static_assert(kMark < 4096);
+  static_assert(kMark < 4096 && kTop % 8 == 0 && kTop < 32768);
   uint64_t t, e;
   void* a;
   uint64_t b;
@@ -112,6 +112,7 @@ empty:
 // nothing committed.
 template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+  static_assert(kTop % 8 == 0 && kTop <= 504, "ldp's offset");
   uint64_t t, l;
   asm volatile goto(
       "1: ldp   %[t], %[l], [%[base], %[to]]\n"
@@ -197,9 +198,9 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 #define ARCH_HAS_RSEQ_RECORD 1
 enum RseqRecord { kRecorded, kRecordFull };
 
-template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_free(char*, char* ring, uint64_t tag,
-                                                                  uintptr_t ptr) {
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char*, char* ring, uintptr_t ptr, uintptr_t) {
+  uint64_t tag = kTag;
   static_assert(kMask == kBuf + 8);
   uint64_t h, u, t, p, s;
   asm volatile goto(
@@ -218,12 +219,12 @@ full:
 
 // The same for an allocation: then requested and allocated at 24 and 32,
 // flags at 40 and the target CPU, -1 (this one), at 44.
-template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char*, char* ring, uint64_t tag,
-                                                                   uintptr_t ptr,
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char*, char* ring, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
-                                                                   uint32_t flags) {
+                                                                   uint32_t flags, uintptr_t) {
   static_assert(kMask == kBuf + 8);
+  uint64_t tag = kTag;
   uint64_t last = uint64_t{flags} | 0xffffffff00000000ull;  // one orr
   uint64_t h, u, t, p, s;
   asm volatile goto(

@@ -178,9 +178,9 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 #define ARCH_HAS_RSEQ_RECORD 1
 enum RseqRecord { kRecorded, kRecordFull };
 
-template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uint64_t tag,
-                                                                  uintptr_t ptr) {
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uintptr_t ptr, uintptr_t) {
+  uint64_t tag = kTag;
   uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(24)
@@ -199,11 +199,11 @@ full:
 
 // (flags and the target CPU, -1, as two words: building the 64-bit word
 // would take five instructions.)
-template <size_t kSeq, size_t kBuf, size_t kMask>
-__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uint64_t tag,
-                                                                   uintptr_t ptr,
+template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
+__attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
-                                                                   uint32_t flags) {
+                                                                   uint32_t flags, uintptr_t) {
+  uint64_t tag = kTag;
   uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(48)
