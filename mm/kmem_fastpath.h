@@ -160,6 +160,12 @@ static_assert(sizeof(CpuCache) == 64, "plat::cpu_line_offset scales by 64");
 __attribute__((always_inline)) inline char* cpu_base(kmem_cache_t* cp) {
   return reinterpret_cast<char*>(cp) + plat::cpu_line_offset();
 }
+// This CPU's CpuCache, for the masked paths (IRQs masked: the CPU is
+// stable): &cp->cpu[cpu_slot()], through the line offset (the host keeps
+// it scaled: no shift).
+__attribute__((always_inline)) inline CpuCache* this_cpu_cache(kmem_cache_t* cp) {
+  return reinterpret_cast<CpuCache*>(cpu_base(cp) + kCpuOff);
+}
 
 // Where the fast paths are restartable, the hooked copies come to the
 // masked path only when kmemtrace::enabled() was just seen true: they
@@ -179,7 +185,7 @@ __attribute__((always_inline)) inline bool magazine_pop(kmem_cache_t* cp, char* 
   } else {
     (void)base;
     auto s = plat::irq_save();
-    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    CpuCache* cc = this_cpu_cache(cp);
     obj = *cc->top;
     bool hit = __builtin_expect(obj != nullptr, 1);
     if (hit) cc->top--;
@@ -200,7 +206,7 @@ __attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t*
   } else {
     (void)base;
     auto s = plat::irq_save();
-    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    CpuCache* cc = this_cpu_cache(cp);
     plat::RseqPush r = plat::kRseqFull;
     if (__builtin_expect(cc->top < cc->limit, 1)) {
       if (__builtin_expect(*cc->top == obj, 0)) {
@@ -255,7 +261,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
       return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
     }
     auto s = plat::irq_save();
-    CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+    CpuCache* cc = this_cpu_cache(cp);
     if (void* obj = *cc->top; __builtin_expect(obj != nullptr, 1)) {
       cc->top--;
       if (kTracing || kmemtrace::enabled())
@@ -295,7 +301,7 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
     return free_slow_entry(cp, obj, caller);
   }
   auto s = plat::irq_save();
-  CpuCache* cc = &cp->cpu[plat::cpu_slot()];
+  CpuCache* cc = this_cpu_cache(cp);
   if (__builtin_expect(cc->top < cc->limit, 1)) {
     if (__builtin_expect(*cc->top == obj, 0)) {  // freed twice in a row
       // Recorded, as kmemtrace's fast path records it (8): the call was made.
@@ -404,8 +410,9 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
 // entry points tail-call while alloc_trace_only() / free_trace_only():
 // every call below is a tail call, with at most four arguments (32-bit
 // ARM passes no more in registers, and a call with arguments on the stack
-// cannot be a tail call). The callees below take the entry point's caller
-// as their own return address, and have a copy per event type.
+// cannot be a tail call). alloc_trace_full_* and alloc_slow_traced_* take
+// the entry point's caller as their own return address, and have a copy
+// per event type; free_trace_full takes it as an argument.
 // The record's cold path when the ring had no room: the masked write,
 // then obj back to the caller.
 [[gnu::cold, gnu::noinline]] void* alloc_trace_full_cache(void* obj, size_t requested, size_t allocated, int kmflag);

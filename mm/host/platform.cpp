@@ -109,6 +109,7 @@
 namespace mm::plat {
 
 thread_local constinit unsigned t_cpu = kMaxCpus;
+thread_local constinit uintptr_t t_cpu_line = uintptr_t{kMaxCpus} * 64;
 #if defined(MM_DEBUG)
 thread_local constinit int t_irq_masked = 0;
 #endif
@@ -290,6 +291,7 @@ struct SlotRelease {
     g_slot_used[t_cpu].store(0, std::memory_order_release);
     stop_unlock();
     t_cpu = kMaxCpus;
+    t_cpu_line = uintptr_t{kMaxCpus} * 64;
   }
 };
 thread_local SlotRelease t_release;
@@ -551,6 +553,7 @@ unsigned claim_cpu_slot() {
       t.stack_hi = b.hi;
       t.live = true;
       t_cpu = i;
+      t_cpu_line = uintptr_t{i} * 64;
       (void)&t_release;  // make sure the thread_local destructor is registered
       unsigned high = g_slots_high.load(std::memory_order_relaxed);
       while (high < i + 1 && !g_slots_high.compare_exchange_weak(high, i + 1)) {

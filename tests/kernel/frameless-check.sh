@@ -17,6 +17,9 @@
 # none here).
 # (32-bit ARM's copies take the caller from __builtin_return_address, which
 # GCC keeps right whatever it does with lr: only their calls are checked.)
+# The tail-call check also keeps right the caller that the cold functions
+# they jump to take as their own return address (alloc_trace_full_*,
+# alloc_slow_traced_*, and cache_free_hooked in the kernel).
 # Usage: frameless-check.sh OBJDUMP NM KERNEL.ELF
 set -uo pipefail
 [[ $# -eq 3 ]] || { echo "usage: frameless-check.sh OBJDUMP NM KERNEL.ELF" >&2; exit 2; }

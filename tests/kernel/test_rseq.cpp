@@ -501,7 +501,7 @@ KTEST(rseq_magazines_survive_interrupts_that_allocate) {
   if (mm::alloc_hooks_features() == 0 && kmemtrace::ring_capacity() != 0 && !kmemtrace::enabled()) {
     run(true, 100, 0, true);
     // Rewinds are due only where kmemtrace's ring write is a section
-    // (arm64, riscv64); elsewhere the traced paths mask.
+    // (arm64, arm, riscv64); elsewhere the traced paths mask.
 #if defined(ARCH_HAS_RSEQ_RECORD)
     constexpr bool kRecordRestartable = true;
 #else

@@ -72,8 +72,8 @@ __attribute__((always_inline)) inline void free_masked(uint32_t tag, uintptr_t c
 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 constexpr size_t kRecSeq = offsetof(Recorder, seq);
-// The sections add it to the recorder's address as an immediate (riscv64:
-// 12 bits signed; arm64: 12 bits).
+// riscv64's section adds it to the recorder's address as a 12-bit signed
+// immediate (arm64's and arm's read the clock and leave it unused).
 static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: address the sequence number otherwise");
 
 // Records an allocation of this CPU's: the section (2), from the

@@ -1,12 +1,17 @@
 // 32-bit ARM restartable per-CPU sections (kernel/include/kernel/rseq.h):
-// the per-CPU stack pop and push of kmem's magazines, and a counter
-// increment, with the contract of arch/arm64/include/arch/rseq.h (here the
-// slots are 4 bytes). Each is one asm statement: label 1 its start (and
-// restart), label 2 right after its commit, one 32-bit str, listed in
-// .rseq_table. Outputs are early-clobber, inputs are never written, so a
-// rewind to 1 runs it again on the same inputs. Only loads, stores,
-// arithmetic and branches: nothing that traps (kernel/rseq.h, 4). The
-// offsets must fit a load's 12-bit immediate.
+// the per-CPU stack pop and push of kmem's magazines and of the page
+// cache, a counter increment, and kmemtrace's ring write, with the
+// contract of arch/arm64/include/arch/rseq.h (here the slots are 4 bytes).
+// Each is one asm statement: label 1 its start (and restart), label 2
+// right after its commit, one 32-bit str, listed in .rseq_table. Outputs
+// are early-clobber, inputs are never written, so a rewind to 1 runs it
+// again on the same inputs. Only loads, stores, arithmetic, branches and,
+// in the ring write, isb, the virtual counter's mrrc (CNTVCT: always
+// readable at PL1; CNTHCTL gates only the physical counter) and dmb:
+// nothing that traps (kernel/rseq.h, 4). The offsets must fit a load's
+// 12-bit immediate. Little-endian: a 64-bit field is its low word, then
+// its high one.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,7 @@
 // AArch64 restartable per-CPU sections (kernel/include/kernel/rseq.h): the
-// per-CPU stack pop and push of kmem's magazines, and a counter increment.
+// per-CPU stack pop and push of kmem's magazines and of the page cache, a
+// counter increment, and kmemtrace's ring write (whose isb and mrs of the
+// virtual counter do not trap either).
 // Each is one asm statement: label 1 its start (and restart), label 2 right
 // after its commit store, listed in .rseq_table. Outputs are early-clobber,
 // inputs (the memory operands' base registers included) are never written,

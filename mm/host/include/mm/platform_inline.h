@@ -85,8 +85,12 @@ constexpr unsigned kCpuSlots = kMaxCpus + 1;
 constexpr unsigned kMaxArenas = 64;  // vmem arenas at once
 
 // constinit: no dynamic initialisation, so no TLS wrapper call on the fast
-// path. kMaxCpus until the thread claims a CPU.
-extern thread_local constinit unsigned t_cpu;
+// path. kMaxCpus until the thread claims a CPU. Local-exec: one %fs-relative
+// load, where initial-exec takes two (the library is static and links into
+// executables only). t_cpu_line: t_cpu * 64, kept beside it (set with it),
+// so that the magazines' fast paths need no shift.
+extern thread_local constinit unsigned t_cpu __attribute__((tls_model("local-exec")));
+extern thread_local constinit uintptr_t t_cpu_line __attribute__((tls_model("local-exec")));
 unsigned claim_cpu_slot();  // slow path: first call on a thread
 inline unsigned cpu_id() {
   unsigned c = t_cpu;
@@ -94,7 +98,7 @@ inline unsigned cpu_id() {
   return claim_cpu_slot();
 }
 inline unsigned cpu_slot() { return t_cpu; }
-inline uintptr_t cpu_line_offset() { return uintptr_t{t_cpu} * 64; }
+inline uintptr_t cpu_line_offset() { return t_cpu_line; }
 unsigned cpu_count();
 
 
