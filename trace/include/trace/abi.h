@@ -36,13 +36,16 @@
 //    A version-3 reader reads version-2 streams (they lack only event 2).
 //
 // 3. Sequence numbers. Either one counter for all CPUs, taken by an atomic
-//    add per event (no two events share a number; riscv64, the host), or
-//    the low 32 bits of a clock every CPU reads alike (the ARM generic
-//    timer's virtual counter, read after an isb: arm64, arm), which needs
-//    no shared write. Both rise along every chain of events one CPU hands
+//    add per event (no two events share a number; riscv64 where the time
+//    CSR traps, sifive_u; the host), or the low 32 bits of a clock every
+//    CPU reads alike (the ARM generic timer's virtual counter, read after
+//    an isb: arm64, arm; the RISC-V time CSR, read after a fence r,i, where
+//    the board's is the hardware's: QEMU virt), which needs no shared
+//    write. Both rise along every chain of events one CPU hands
 //    to another (a free, then the allocation of that buffer elsewhere), the
 //    clock perhaps by 0: two CPUs' events may share a number (a tick:
-//    16 ns at QEMU virt's 62.5 MHz, 52 ns on the Pi 3), and a reader breaks
+//    16 ns at QEMU virt's 62.5 MHz, 52 ns on the Pi 3, 100 ns at riscv64
+//    virt's 10 MHz), and a reader breaks
 //    such ties by what the events do (a buffer is freed before it is
 //    allocated again). The clock's low 32 bits wrap in a minute or so
 //    (68 s at 62.5 MHz), so each CPU records a kEventClock with the whole

@@ -12,7 +12,8 @@
 //    rseq_record_*): it loads the ring's head and limit (no room: the
 //    masked record_*_slow, which refreshes the limit or counts the drop, if
 //    tracing is still on), takes the sequence number (reads the clock,
-//    arm64 and arm; an atomic add, riscv64), writes the event above
+//    arm64, arm and riscv64 virt; an atomic add, sifive_u), writes the
+//    event above
 //    the head, where no reader looks, and commits by its release store of
 //    the new head (the ring's publication: ring.h, 5). An interrupt inside
 //    it rewinds it: the handler's own events (an allocation in interrupt
@@ -38,13 +39,15 @@
 namespace kmemtrace::detail {
 
 // The ABI's sequence number (abi.h, 3), one of two kinds:
-//  - the platform's trace clock (plat::kTraceClock: ARM's virtual counter),
-//    its low 32 bits. No shared write. When one event causes another on
+//  - the platform's trace clock (plat::kTraceClock: ARM's virtual counter,
+//    or a RISC-V board's time CSR where it is the hardware's), its low 32
+//    bits. No shared write. When one event causes another on
 //    another CPU (a free on CPU A, then CPU B allocating the same buffer),
 //    the allocator's own synchronisation between them (a lock, a
 //    release/acquire handover) comes after A's read, which feeds a store
 //    A makes before its release (the event's), and before B's, which the
-//    clock read's isb keeps after B's acquire: B's number is A's or more
+//    clock read's isb (RISC-V: fence r,i) keeps after B's acquire: B's
+//    number is A's or more
 //    (the same within a tick; readers break such ties, abi.h, 3);
 //  - else one counter for every CPU (g_rec.seq), taken by an atomic add.
 //    Relaxed is enough: all read-modify-writes of one atomic fall into a

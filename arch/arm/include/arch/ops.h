@@ -79,6 +79,7 @@ inline uint64_t counter_frequency() {
 // 3): every core reads the one system count, and counter()'s isb keeps the
 // read after what came before it (the acquire that handed a buffer over).
 #define ARCH_HAS_TRACE_CLOCK 1
+inline uint64_t trace_counter() { return counter(); }
 inline uint64_t coarse_counter() { return counter(); }
 
 // The PMU cycle counter PMCCNTR (enabled on every core at boot). It is 32

@@ -94,6 +94,24 @@ inline uint64_t counter() {
 }
 inline uint64_t counter_frequency() { return g_timebase_hz; }
 
+// Where the board's time CSR is the hardware's, one instruction
+// (boards/<b>/board.conf TIME_CSR=hardware: QEMU virt, whose ACLINT gives
+// it, with Sstc), kmemtrace's sequence numbers come from it, as ARM's from
+// its virtual counter (trace/include/trace/abi.h, 3); where a read traps
+// (sifive_u), from one shared counter. A CSR read is device input to
+// FENCE (the unprivileged ISA, Zicsr: CSR access ordering): fence r,i
+// keeps the read after every earlier load (the acquire that handed a
+// buffer over), fence i,w before every later store (the release that
+// hands it on).
+#if defined(BOARD_TIME_CSR_HARDWARE)
+#define ARCH_HAS_TRACE_CLOCK 1
+inline uint64_t trace_counter() {
+  uint64_t v;
+  asm volatile("fence r, i\n rdtime %0\n fence i, w" : "=r"(v)::"memory");
+  return v;
+}
+#endif
+
 // The counter for time stamps on fast paths (plat::ticks: kmemleak stamps
 // every allocation): the latest reading any hart's timer tick took
 // (timer_arm, arch.cpp), one load and never a trap. It lags counter() by

@@ -152,11 +152,27 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 
 // kmemtrace's restartable ring write (trace/record.h, 2), with the
 // contract of arch/arm64/include/arch/rseq.h's rseq_record_free. The
-// sequence number is one amoadd.w inside the section (a rewind after it
-// loses that number), stored beside the tag as two words (no shift and
-// or); the commit is the head's store after a fence rw,w
-// (a release store: the event's stores are seen before it by the reader's
-// acquire of head). The caller field is ra as it is, as arm64's x30.
+// sequence number is the time CSR's low 32 bits where the board's time
+// CSR is the hardware's (ARCH_HAS_TRACE_CLOCK: arch/ops.h), read after a
+// fence r,i (a CSR read is device input to FENCE: it comes after every
+// earlier load, the acquire that handed a buffer over included); else one
+// amoadd.w on the shared counter inside the section (a rewind after it
+// loses that number). It is stored beside the tag as two words (no shift
+// and or). The commit is the head's store after a fence irw,w (a release
+// store: the event's stores, and the time read, are seen before it and
+// before every later store, by the reader's acquire of head and by
+// whoever a later store hands the buffer to). The caller field is ra as
+// it is, as arm64's x30.
+#if defined(ARCH_HAS_TRACE_CLOCK)
+#define ARCH_RSEQ_RECORD_SEQ           \
+  "   fence r, i\n"                    \
+  "   rdtime %[s]\n"
+#else
+#define ARCH_RSEQ_RECORD_SEQ           \
+  "   addi  %[u], %[rec], %[so]\n"     \
+  "   li    %[h], 1\n"                 \
+  "   amoadd.w %[s], %[h], (%[u])\n"
+#endif
 #define ARCH_RSEQ_RECORD_HEAD(n)                                 \
   "1: lwu   %[h], 0(%[ring])\n"  /* head */                      \
   "   lw    %[u], 4(%[ring])\n"  /* limit */                     \
@@ -167,9 +183,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
   "   ld    %[u], %[mo](%[ring])\n"                              \
   "   and   %[h], %[h], %[u]\n"                                  \
   "   add   %[p], %[p], %[h]\n"                                  \
-  "   addi  %[u], %[rec], %[so]\n"                               \
-  "   li    %[h], 1\n"                                           \
-  "   amoadd.w %[s], %[h], (%[u])\n"                             \
+  ARCH_RSEQ_RECORD_SEQ                                           \
   "   sw    %[tag], 0(%[p])\n"                                   \
   "   sw    %[s], 4(%[p])\n"                                     \
   "   sd    ra, 8(%[p])\n" /* the caller (above) */              \
@@ -184,7 +198,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, cha
   uint64_t h, u, t, p, s;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(24)
-      "   fence rw, w\n"
+      "   fence irw, w\n"
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
@@ -212,7 +226,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, ch
       "   sw    %[la], 40(%[p])\n"
       "   li    %[h], -1\n"
       "   sw    %[h], 44(%[p])\n"
-      "   fence rw, w\n"
+      "   fence irw, w\n"
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
@@ -226,5 +240,6 @@ full:
   return kRecordFull;
 }
 #undef ARCH_RSEQ_RECORD_HEAD
+#undef ARCH_RSEQ_RECORD_SEQ
 
 }  // namespace arch

@@ -87,11 +87,11 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 }
 
 // kmemtrace's sequence numbers from a clock every CPU reads alike, where
-// the arch has one cheap enough (trace/include/trace/abi.h, 3); elsewhere
-// one counter for all CPUs.
+// the arch (riscv64: the board) has one cheap enough
+// (trace/include/trace/abi.h, 3); elsewhere one counter for all CPUs.
 #if defined(ARCH_HAS_TRACE_CLOCK)
 constexpr bool kTraceClock = true;
-inline uint64_t trace_clock() { return arch::counter(); }
+inline uint64_t trace_clock() { return arch::trace_counter(); }
 inline uint64_t trace_clock_hz() { return arch::counter_frequency(); }
 #else
 constexpr bool kTraceClock = false;
