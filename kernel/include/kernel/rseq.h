@@ -10,8 +10,9 @@
 //    magazine slot above the top, an event above a kmemtrace ring's
 //    head). An atomic read-modify-write of a shared word may come before
 //    the commit where doing it again on each rerun is harmless
-//    (kmemtrace's sequence counter on riscv64: a rewound record takes a
-//    new number and leaves a gap; on ARM the section reads a clock). Registers: a section reads its inputs and writes only
+//    (kmemtrace's sequence counter on sifive_u: a rewound record takes a
+//    new number and leaves a gap; on ARM and QEMU virt's riscv64 the
+//    section reads a clock). Registers: a section reads its inputs and writes only
 //    its own outputs (early-clobber), so it can run again from its first
 //    instruction with the same inputs.
 // 2. Each section lists itself as {start, end, restart} in the .rseq_table

@@ -59,8 +59,9 @@ namespace detail {
 // The recorder's state, in one place so that the restartable ring write
 // (trace/record.h) reaches the sequence number and this CPU's ring from
 // one address: the rings (128 bytes each), then the ABI's sequence
-// counter, where the numbers are one counter for every CPU (riscv64, the
-// host; ARM reads a clock instead: record.h, next_seq).
+// counter, where the numbers are one counter for every CPU (sifive_u, the
+// host; ARM and QEMU virt's riscv64 read a clock instead: record.h,
+// next_seq).
 struct Recorder {
   Ring rings[mm::plat::kMaxCpus];
   std::atomic<uint32_t> seq{0};

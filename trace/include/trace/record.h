@@ -45,9 +45,10 @@ namespace kmemtrace::detail {
 //    another CPU (a free on CPU A, then CPU B allocating the same buffer),
 //    the allocator's own synchronisation between them (a lock, a
 //    release/acquire handover) comes after A's read, which feeds a store
-//    A makes before its release (the event's), and before B's, which the
-//    clock read's isb (RISC-V: fence r,i) keeps after B's acquire: B's
-//    number is A's or more
+//    A makes before its release (the event's; RISC-V: its fence i,w, or
+//    the section's fence irw,w, orders the read before every later store),
+//    and before B's, which the clock read's isb (RISC-V: fence r,i) keeps
+//    after B's acquire: B's number is A's or more
 //    (the same within a tick; readers break such ties, abi.h, 3);
 //  - else one counter for every CPU (g_rec.seq), taken by an atomic add.
 //    Relaxed is enough: all read-modify-writes of one atomic fall into a
@@ -75,8 +76,8 @@ __attribute__((always_inline)) inline void free_masked(uint32_t tag, uintptr_t c
 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 constexpr size_t kRecSeq = offsetof(Recorder, seq);
-// riscv64's section adds it to the recorder's address as a 12-bit signed
-// immediate (arm64's and arm's read the clock and leave it unused).
+// sifive_u's section adds it to the recorder's address as a 12-bit signed
+// immediate (the others read a clock and leave it unused).
 static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: address the sequence number otherwise");
 
 // Records an allocation of this CPU's: the section (2), from the

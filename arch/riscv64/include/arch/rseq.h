@@ -1,13 +1,17 @@
 // RISC-V 64 restartable per-CPU sections (kernel/include/kernel/rseq.h):
-// the per-CPU stack pop and push of kmem's magazines, and a counter
-// increment, with the contract of arch/arm64/include/arch/rseq.h. Each is
-// one asm statement: label 1 its start (and restart), label 2 right after
-// its commit store, listed in .rseq_table. Outputs are early-clobber,
-// inputs are never written, so a rewind to 1 runs it again on the same
-// inputs. Only loads, stores, arithmetic and branches (compressed or not):
-// nothing that traps (kernel/rseq.h, 4). The offsets must fit a load's
-// 12-bit signed immediate (the assembler refuses them otherwise).
+// the per-CPU stack pop and push of kmem's magazines and of the page
+// cache, a counter increment, and kmemtrace's ring write, with the
+// contract of arch/arm64/include/arch/rseq.h. Each is one asm statement:
+// label 1 its start (and restart), label 2 right after its commit store,
+// listed in .rseq_table. Outputs are early-clobber, inputs are never
+// written, so a rewind to 1 runs it again on the same inputs. Only loads,
+// stores, arithmetic and branches (compressed or not), and in the ring
+// write a fence and either rdtime (where the time CSR is the hardware's:
+// it does not trap) or the shared counter's amoadd.w: nothing that traps
+// (kernel/rseq.h, 4). The offsets must fit a load's 12-bit signed
+// immediate (the assembler refuses them otherwise).
 #pragma once
+#include <arch/ops.h>  // ARCH_HAS_TRACE_CLOCK: the ring write's sequence number
 #include <cstddef>
 #include <cstdint>
 #include <kernel/rseq_asm.h>
