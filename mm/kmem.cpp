@@ -633,17 +633,19 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
 #if defined(ARCH_HAS_RSEQ_RECORD)
 // One function for each type, not a template: 32-bit ARM's GCC makes no
 // tail call to a weak symbol, which an instantiation is.
+__attribute__((always_inline)) inline void* alloc_trace_full_of(uint8_t type, void* obj, size_t requested,
+                                                                 size_t allocated, int kmflag, uintptr_t caller) {
+  kmemtrace::record_alloc_slow(kmemtrace::Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(obj), requested,
+                               allocated, static_cast<uint32_t>(kmflag));
+  return obj;
+}
 __attribute__((noinline, cold)) void* alloc_trace_full_cache(void* obj, size_t requested, size_t allocated,
                                                              int kmflag) {
-  kmemtrace::record_alloc_slow(kmemtrace::Ring::alloc_tag(kmemtrace::kTypeCache), caller_of_api(),
-                               reinterpret_cast<uintptr_t>(obj), requested, allocated, static_cast<uint32_t>(kmflag));
-  return obj;
+  return alloc_trace_full_of(kmemtrace::kTypeCache, obj, requested, allocated, kmflag, caller_of_api());
 }
 __attribute__((noinline, cold)) void* alloc_trace_full_kmalloc(void* obj, size_t requested, size_t allocated,
                                                                int kmflag) {
-  kmemtrace::record_alloc_slow(kmemtrace::Ring::alloc_tag(kmemtrace::kTypeKmalloc), caller_of_api(),
-                               reinterpret_cast<uintptr_t>(obj), requested, allocated, static_cast<uint32_t>(kmflag));
-  return obj;
+  return alloc_trace_full_of(kmemtrace::kTypeKmalloc, obj, requested, allocated, kmflag, caller_of_api());
 }
 __attribute__((noinline)) void* alloc_slow_traced_cache(kmem_cache_t* cp, int kmflag, size_t requested,
                                                         const AllocTag* tag) {

@@ -64,6 +64,7 @@
 #include "alloc_tag_internal.h"
 #include "kmemtrace_hooks.h"
 #include "lock.h"
+#include <new>
 #include <utility>
 
 namespace mm {
@@ -156,8 +157,10 @@ struct alignas(64) PageCache {
   uint64_t prof_refs;
   CachedPage slot[kPageCacheSize + 1];  // slot[0]: the sentinel; slot[count()] the hottest
 
+  // What a cache holds: kPageCacheSize, none in the [kMaxCpus] slot.
+  static constexpr uintptr_t capacity(bool claimed) { return claimed ? kPageCacheSize : 0; }
   constexpr explicit PageCache(bool claimed)
-      : top(slot), limit(claimed ? slot + kPageCacheSize : slot), pushes(0), prof(0), prof_refs(0),
+      : top(slot), limit(slot + capacity(claimed)), pushes(0), prof(0), prof_refs(0),
         slot{{const_cast<Page*>(&g_no_page), 0}} {}
   PageCache(const PageCache&) = delete;
   PageCache& operator=(const PageCache&) = delete;
@@ -168,13 +171,7 @@ struct alignas(64) PageCache {
   CachedPage* stack() { return slot + 1; }  // stack()[0] the coldest
   const CachedPage* stack() const { return slot + 1; }
   void set_count(uintptr_t n) { store_relaxed(top, slot + n); }
-  void reset(bool claimed) {
-    slot[0] = {const_cast<Page*>(&g_no_page), 0};
-    top = slot;
-    limit = claimed ? slot + kPageCacheSize : slot;
-    pushes = prof = 0;
-    prof_refs = 0;
-  }
+  void reset(bool claimed) { ::new (static_cast<void*>(this)) PageCache(claimed); }
 };
 static_assert(sizeof(PageCache) == 512, "a CPU's cache by a shift (page.h, kPageCacheSize)");
 static_assert(offsetof(PageCache, limit) == offsetof(PageCache, top) + sizeof(void*), "rseq_push_pair: limit follows top");
@@ -261,13 +258,6 @@ inline bool is_order0_head(const Page* p) {
   return (*reinterpret_cast<const PageWord*>(p) & kHeadWordMask) == kHeadWordOrder0;
 }
 
-// pa's frame index in the hot bank, or a number >= g.hot.frames if pa is
-// not a frame-aligned address in it: the offset rotated right by
-// kPageShift puts any misalignment in the top bits, so one compare checks both.
-inline uint64_t hot_index(uint64_t pa) {
-  uint64_t off = pa - g.hot.base;
-  return off >> kPageShift | off << (64 - kPageShift);
-}
 
 // hot_index for the fast frees, checked against g.fast_limit. Where a
 // word is 32 bits (ARM with LPAE), in words: pa's high word must be 0 and
@@ -296,6 +286,10 @@ constexpr Word fast_frames_in(uint64_t base, uint64_t frames) {
     return static_cast<Word>(frames < below ? frames : below);
   }
 }
+// pa's frame index in the hot bank, or a number >= g.hot.frames if pa is
+// not a frame-aligned address in it: the offset rotated right by
+// kPageShift puts any misalignment in the top bits, so one compare checks both.
+inline uint64_t hot_index(uint64_t pa) { return fast_index_in<uint64_t>(pa, g.hot.base); }
 inline uintptr_t fast_index(uint64_t pa) { return fast_index_in<uintptr_t>(pa, g.hot.base); }
 inline uintptr_t fast_frames_of(uint64_t base, uint64_t frames) { return fast_frames_in<uintptr_t>(base, frames); }
 
@@ -1264,7 +1258,7 @@ bool page_verify() {
   uint64_t cached = 0;
   for (const PageCache& c : g_pcp) {
     bool claimed = &c != &g_pcp[plat::kMaxCpus];
-    if (c.limit != (claimed ? c.slot + kPageCacheSize : c.slot) || c.top < c.slot || c.top > c.limit)
+    if (c.limit != c.slot + PageCache::capacity(claimed) || c.top < c.slot || c.top > c.limit)
       return verify_failed("per-CPU cache's top or limit out of place", 0);
     if (c.slot[0].page != &g_no_page || g_no_page.flags == kPagePcp)
       return verify_failed("per-CPU cache's bottom sentinel overwritten", 0);
