@@ -42,14 +42,7 @@ size_t walk(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, uns
   Bounds b;
   if (!kstack::find(probe_address(fp), b.lo, b.hi)) return 0;
   size_t n = 0;
-  auto push = [&](uintptr_t pc) {
-    if (repeats && n && pcs[n - 1] == pc) {
-      repeats[n - 1]++;
-      return;
-    }
-    if (repeats) repeats[n] = 1;
-    pcs[n++] = pc;
-  };
+  auto push = [&](uintptr_t pc) { append(pcs, repeats, n, pc); };
   for (unsigned steps = 0; n < max && steps < 4096; steps++) {
     if (const TrapFrame* t = arch::trap_frame_at(fp)) trap = t;
     uintptr_t ra, next;

@@ -2,15 +2,16 @@
 // (W^X), so each instruction is written through a temporary writable
 // alias of its frame in the heap window: map the frame there, store the
 // 4-byte instruction (one aligned store: cores executing the site see the
-// old or the new instruction, never a mix; riscv64's sites may sit on a
-// 2-byte boundary and take two stores, with the other cores parked, as
-// below), make it visible to
+// old or the new instruction, never a mix; riscv64's and Thumb-2's sites
+// may sit on a 2-byte boundary and take two stores, with the other cores
+// parked, as below), make it visible to
 // instruction fetch (arch::text_written), unmap. Then every online core
 // runs arch::sync_instructions through a cross-call, so none goes on
 // executing an instruction it fetched before.
 //
 // Where the ISA does not let one core rewrite an instruction another may be
-// executing (arch::text_patch_stops_others: RISC-V without Ziccif), every
+// executing (arch::text_patch_stops_others: RISC-V without Ziccif, 32-bit
+// ARM's Thumb-2), every
 // other core is parked while the sites change (smp::stop_others), and runs
 // sync_instructions before it leaves the park.
 //
@@ -24,7 +25,7 @@
 // boot, before the other cores start.
 //
 // A branch must reach its target: the arch's encoding has a limited range
-// (arm64 +-128 MiB, arm +-32 MiB, riscv64 +-1 MiB). The link fails if the
+// (arm64 +-128 MiB, arm +-32 MiB, Thumb-2 +-16 MiB, riscv64 +-1 MiB). The link fails if the
 // text is larger than that (linker/kernel.ld.in), and each branch is
 // checked before it is written: one out of reach is refused, never encoded
 // with its offset cut short.
@@ -90,15 +91,23 @@ bool patch(uintptr_t site, uintptr_t target, bool on) {
   if (!patchable(site, target)) return false;
   uint32_t insn = arch::static_branch_insn(site, target, on);
   if (!(site & 3)) return write_text<uint32_t>(site, insn);
-  // A site on a 2-byte boundary (riscv64), perhaps across a page: two
-  // halves, never seen half-written since the other cores are parked. The
-  // nop's low half (opcode OP-IMM, rd x0) stays while the high half
-  // changes: in between, the site is an addi to x0 (a hint), never a jal
-  // with part of its offset (on: high half first; off: low half first).
+  // A site on a 2-byte boundary (riscv64, 32-bit ARM's Thumb-2), perhaps
+  // across a page: two halves, never seen half-written since the other
+  // cores are parked and this one runs with interrupts masked. On riscv64
+  // the nop's low half (opcode OP-IMM, rd x0) also stays while the high
+  // half changes: in between, the site is an addi to x0 (a hint), never a
+  // jal with part of its offset (on: high half first; off: low half first).
+  // If the second store fails (no alias mapping), the first half goes back
+  // to what it was: a mix is no instruction to leave behind (on Thumb-2 it
+  // is another branch).
   if (!arch::text_patch_stops_others()) return false;
   auto lo = static_cast<uint16_t>(insn), hi = static_cast<uint16_t>(insn >> 16);
-  if (on) return write_text<uint16_t>(site + 2, hi) && write_text<uint16_t>(site, lo);
-  return write_text<uint16_t>(site, lo) && write_text<uint16_t>(site + 2, hi);
+  uintptr_t first = on ? site + 2 : site, second = on ? site : site + 2;
+  uint16_t was = *reinterpret_cast<const volatile uint16_t*>(first);
+  if (!write_text<uint16_t>(first, on ? hi : lo)) return false;
+  if (write_text<uint16_t>(second, on ? lo : hi)) return true;
+  write_text<uint16_t>(first, was);
+  return false;
 }
 
 struct Batch {
@@ -113,11 +122,20 @@ void patch_batch(void* arg) {
   for (const Site* s = b->first; s < b->last; s++) b->ok = patch(s->site, s->target, b->on) && b->ok;
 }
 
+// The same with interrupts masked here: a handler that allocates must not
+// run a site this core has half written (Thumb-2's halves in between are
+// other instructions, branches among them).
+void patch_batch_masked(void* arg) {
+  arch::IrqState s = arch::irq_save();
+  patch_batch(arg);
+  arch::irq_restore(s);
+}
+
 // Patches [first, last) with the other cores parked if the arch needs it,
 // then resynchronises every core's instruction fetch.
 bool patch_all(const Site* first, const Site* last, bool on) {
   Batch b{first, last, on, true};
-  if (arch::text_patch_stops_others()) smp::stop_others(patch_batch, &b);
+  if (arch::text_patch_stops_others()) smp::stop_others(patch_batch_masked, &b);
   else patch_batch(&b);
   smp::call_on_all([](void*) { arch::sync_instructions(); }, nullptr);
   return b.ok;

@@ -31,7 +31,12 @@ namespace {
 
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
 
-constexpr uint32_t kSemihostingSvc = 0x123456;  // ARM-state semihosting trap
+// The semihosting trap: svc 0x123456 in ARM state, svc 0xab in Thumb.
+#if defined(__thumb__)
+constexpr uint32_t kSemihostingSvc = 0xab;
+#else
+constexpr uint32_t kSemihostingSvc = 0x123456;
+#endif
 
 void semihost_exit(int code) {
   // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
@@ -140,7 +145,13 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
     // Before any handler runs: an interrupted restartable section starts
     // again from its beginning (kernel/rseq.h). FIQs are fatal, aborts and
     // undefined instructions never happen inside a section (rseq.h, 4).
-    f->pc = rseq::restart_pc(f->pc);
+    // A section restarts with no IT block in progress: the sections hold
+    // no IT instruction, so this only keeps a wrong SPSR.IT from applying
+    // to the first instructions of the section.
+    if (uint32_t pc = rseq::restart_pc(f->pc); pc != f->pc) {
+      f->pc = pc;
+      f->cpsr &= ~uint32_t{PSR_IT_MASK};
+    }
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;
@@ -179,7 +190,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       bool arm_state = !(f->cpsr & PSR_T);
       uint32_t imm = arm_state ? *reinterpret_cast<const uint32_t*>(f->pc - 4) & 0x00ffffff
                                : *reinterpret_cast<const uint16_t*>(f->pc - 2) & 0xff;
-      if (arm_state && imm == kSemihostingSvc) {
+      if (arm_state ? imm == 0x123456 : imm == 0xab) {
         f->r[0] = ~0u;
         return;
       }
@@ -301,11 +312,18 @@ void dump_registers(const TrapFrame* f) {
           static_cast<unsigned long>(f->far));
 }
 
+// The frame pointer: r11 in ARM state, r7 in Thumb-2 (what GCC's
+// __builtin_frame_address reads there).
+#if defined(__thumb__)
+uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->r[7] : 0; }
+#else
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->r[11] : 0; }
+#endif
 uintptr_t trap_frame_pc(const TrapFrame* f) { return f ? f->pc : 0; }
 uintptr_t trap_frame_sp(const TrapFrame* f) { return f ? f->sp : 0; }
 uintptr_t trap_frame_ra(const TrapFrame* f) { return f ? f->lr : 0; }
-// vectors.S pushes an ordinary frame record {fp, pc} for each trap.
+// vectors.S pushes an ordinary frame record {fp, pc} for each trap (ARM
+// state; Thumb-2's unwinder finds the frame itself: unwind.cpp).
 const TrapFrame* trap_frame_at(uintptr_t) { return nullptr; }
 
 void send_ipi(const PerCpu& cpu) {

@@ -457,7 +457,43 @@ void tlb_sync() {
       : "memory");
 }
 
-// Static branches: nop <-> b (ARM state). Both are among the instructions
+#if defined(__thumb__)
+// Static branches, Thumb-2: nop.w <-> b.w (encoding T4), 32 bits on any
+// halfword. B.W encodes a halfword offset from pc + 4 in 24 bits
+// (S:I1:I2:imm10:imm11): [-16 MiB, +16 MiB - 2].
+constexpr int64_t kBranchReach = int64_t{1} << 24;
+bool static_branch_reachable(uintptr_t site, uintptr_t target) {
+  int64_t off = static_cast<int64_t>(uint64_t{target}) - static_cast<int64_t>(uint64_t{site}) - 4;
+  return (off & 1) == 0 && off >= -kBranchReach && off < kBranchReach;
+}
+// Every site and target lie in the kernel's text: a text of at most this
+// size keeps every branch in range (backwards the pc's 4 bytes ahead count
+// against it). linker/kernel.ld.in checks it at link time; patch time
+// checks each branch (kernel/static_branch.cpp).
+asm(".globl __static_branch_reach\n.set __static_branch_reach, 0xfffffc");
+static_assert(kBranchReach - 4 == 0xfffffc);
+
+// The instruction as the little-endian word at site: its first halfword
+// (the one with the opcode) in the low half.
+uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
+  if (!on) return 0x8000f3afu;  // nop.w: f3af 8000
+  ASSERT(static_branch_reachable(site, target));  // masking the offset would branch elsewhere
+  auto off = static_cast<uint32_t>(static_cast<int32_t>(target - site - 4));  // the pc reads 4 ahead
+  uint32_t s = (off >> 24) & 1, i1 = (off >> 23) & 1, i2 = (off >> 22) & 1;
+  uint32_t j1 = (i1 ^ s ^ 1), j2 = (i2 ^ s ^ 1);  // I1 = NOT(J1 XOR S), I2 likewise
+  uint32_t hw1 = 0xf000u | (s << 10) | ((off >> 12) & 0x3ffu);
+  uint32_t hw2 = 0x9000u | (j1 << 13) | (j2 << 11) | ((off >> 1) & 0x7ffu);
+  return hw1 | (hw2 << 16);  // b.w target
+}
+
+// The cores are parked while sites change: ARMv7's list of instructions one
+// core may rewrite while another executes them (ARM DDI 0406C, A3.5.4) is
+// not relied on for 32-bit Thumb ones, and a site on a halfword boundary
+// takes two stores (kernel/static_branch.cpp). Linux parks every core for
+// any ARM patch (stop_machine).
+bool text_patch_stops_others() { return true; }
+#else
+// Static branches, ARM state: nop <-> b. Both are among the instructions
 // ARMv7 lets one core rewrite while others execute them (ARM DDI 0406C,
 // A3.5.4 "Concurrent modification and execution of instructions").
 // B encodes a word offset from pc + 8 in 24 bits: [-32 MiB, +32 MiB - 4].
@@ -482,6 +518,7 @@ uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
 
 // nop <-> b may be rewritten under a running core (above): nothing to stop.
 bool text_patch_stops_others() { return false; }
+#endif
 
 // DCCMVAU through the alias (the data cache is physically indexed),
 // ICIMVAU at site and BPIALLIS: broadcast to the inner shareable domain by
@@ -500,9 +537,9 @@ void text_written(uintptr_t alias, uintptr_t site) {
 
 void sync_instructions() { asm volatile("mcr p15, 0, %0, c7, c5, 6\n dsb\n isb" ::"r"(0) : "memory"); }
 
-// Never used for patching here (text_patch_stops_others); smp::stop_others
-// still parks cores on request: a yield per round, no sleep (a wfi would
-// return at once for the interrupts masked meanwhile).
+// Parked cores (smp::stop_others: Thumb-2's patching, and other requests)
+// yield once a round, no sleep (a wfi would return at once for the
+// interrupts masked meanwhile).
 uintptr_t park_begin() { return 0; }
 void park_poll() {}
 void park_sleep() { cpu_relax(); }

@@ -13,6 +13,8 @@
 #define PSR_I (1 << 7)
 #define PSR_A (1 << 8)
 #define PSR_T (1 << 5)
+// ITSTATE: IT[1:0] in bits 26:25, IT[7:2] in bits 15:10.
+#define PSR_IT_MASK ((3 << 25) | (0x3f << 10))
 
 // SCTLR: what the kernel sets and what it clears when turning the MMU on.
 #define SCTLR_M (1 << 0)     // MMU

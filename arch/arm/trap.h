@@ -6,7 +6,7 @@
 #include "sysregs.h"
 
 struct TrapFrame {
-  uint32_t r[13];  // r0..r12 (r11 = fp)
+  uint32_t r[13];  // r0..r12 (the frame pointer: r11 in ARM state, r7 in Thumb-2)
   uint32_t sp;     // sp_svc at the exception
   uint32_t lr;     // lr_svc at the exception
   uint32_t fsr;    // DFSR or IFSR (aborts), else 0

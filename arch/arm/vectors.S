@@ -21,6 +21,16 @@
 
 #include "sysregs.h"
 
+// C++ in Thumb-2 (arch/arm/CMakeLists.txt): backtraces walk the unwind
+// tables (ehabi.cpp), so the functions here that C++ calls carry entries of
+// their own, which describe them in ARM state as well as GCC's describe
+// Thumb code. (ARM state's walk follows frame records: no tables.)
+#if defined(__thumb__)
+#define UNWIND(...) __VA_ARGS__
+#else
+#define UNWIND(...)
+#endif
+
 .syntax unified
 .arm
 
@@ -84,7 +94,7 @@ trap_svc:
     str     sp, [r0, #MODE_SAVE_SP]     // sp at the exception
     mrc     p15, 0, r2, c13, c0, 4      // this core's PerCpu
     ldr     r2, [r2, #PERCPU_STACK_BOTTOM]
-    add     r2, r2, #(TF_SIZE + 8)      // the frame and trap_saved's frame record
+    add     r2, r2, #(TF_SIZE + 8)      // the frame and the 8 bytes trap_saved pushes
     cmp     sp, r2
     bhs     1f
     mrc     p15, 0, r2, c13, c0, 4      // no room: the overflow stack
@@ -125,13 +135,24 @@ trap_saved:
     str     r3, [sp, #TF_FAR]
     mov     r4, sp                      // the frame; r4 survives the call
     bic     sp, sp, #7                  // AAPCS: 8-byte aligned stack at calls
-    mov     r2, fp
+#if defined(__thumb__)
+    // C++ in Thumb-2: backtraces unwind with the tables (ehabi.cpp), which
+    // do not describe this code; the unwinder (unwind.cpp) knows the return
+    // address trap_called and finds the trap frame in the word at its sp.
+    mov     r2, r4
+#else
+    mov     r2, fp                      // frame record {fp, pc}: backtraces cross the trap
+#endif
     ldr     r3, [r4, #TF_PC]
-    push    {r2, r3}                    // frame record {fp, pc}: backtraces cross the trap
+    push    {r2, r3}
+#if !defined(__thumb__)
     add     fp, sp, #4
+#endif
     mov     r1, r0
     mov     r0, r4
     bl      arm_trap
+.global trap_called
+trap_called:
     mov     sp, r4
 
 // Not reached from an overflow: kstack::overflow does not return.
@@ -148,18 +169,21 @@ trap_return:
 .global arch_call_with_recovery
 .type arch_call_with_recovery, %function
 arch_call_with_recovery:
+UNWIND(.fnstart)
     stmia   r2, {r4-r11}
     str     sp, [r2, #32]
     str     lr, [r2, #36]
     mrs     r3, cpsr
     str     r3, [r2, #40]
     push    {fp, lr}                    // frame record: backtraces from fn reach the caller
+UNWIND(.save {fp, lr})                  // and the tables say so
     add     fp, sp, #4
     mov     r3, r0
     mov     r0, r1
     blx     r3
     mov     r0, #1
     pop     {fp, pc}
+UNWIND(.fnend)
 .size arch_call_with_recovery, . - arch_call_with_recovery
 
 // [[noreturn]] void arch::resume_recovery(RecoveryPoint& rp): returns false
@@ -186,6 +210,7 @@ arch_resume_recovery:
 .global _ZN4arch11probe_writeEjm
 .type _ZN4arch11probe_writeEjm, %function
 _ZN4arch11probe_writeEjm:
+UNWIND(.fnstart)                        // a leaf: its caller is lr
 probe_write_insn:
     str     r1, [r0]
     mov     r0, #0
@@ -193,6 +218,7 @@ probe_write_insn:
 probe_write_fixup:
     mov     r0, #1
     bx      lr
+UNWIND(.fnend)
 .size _ZN4arch11probe_writeEjm, . - _ZN4arch11probe_writeEjm
 
 .section __extable, "a"

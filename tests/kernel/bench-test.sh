@@ -19,9 +19,10 @@ case "${1:-}" in
 esac
 [[ $# -eq 4 ]] || { echo "usage: bench-test.sh [--update] QEMU_RUN BOARD BUILD_DIR BASELINE (see --help)" >&2; exit 2; }
 run=$1 board=$2 build=$3 baseline=$4
+name=$(basename "$baseline" .txt)  # the board, or qemu-virt-arm-armstate (tools/bench-qemu)
 check=$(cd "$(dirname "$0")/../.." && pwd)/tools/bench-check
 if [[ $update -eq 0 && ! -f $baseline ]]; then
-  echo "bench-test: no baseline $baseline: create it with tools/bench-qemu --update-baseline --boards $board" >&2
+  echo "bench-test: no baseline $baseline: create it with tools/bench-qemu --update-baseline --boards $name" >&2
   exit 1
 fi
 log=$(mktemp)
@@ -36,7 +37,7 @@ grep -q '^PANIC' "$log" && { echo "bench-test: the kernel panicked"; fails=1; }
 grep -q '^0 allocator errors reported' "$log" || { echo "bench-test: no '0 allocator errors' line: the allocators reported errors"; fails=1; }
 if [[ $update -eq 1 ]]; then
   [[ $fails -eq 0 ]] || { echo "bench-test: $baseline not written"; exit 1; }
-  "$check" --write-baseline "$baseline" --command "tools/bench-qemu --update-baseline --boards $board" "$log"
+  "$check" --write-baseline "$baseline" --command "tools/bench-qemu --update-baseline --boards $name" "$log"
   exit
 fi
 echo "=== compare with $baseline"

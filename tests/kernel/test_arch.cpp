@@ -85,15 +85,17 @@ struct StaticSite {
 };
 extern "C" const StaticSite __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
 
-// The instruction at a site, which may lie on a 2-byte boundary (riscv64).
+// The instruction at a site, which may lie on a 2-byte boundary (riscv64,
+// arm's Thumb-2).
 uint32_t site_insn(uintptr_t site) {
   const auto* half = reinterpret_cast<const volatile uint16_t*>(site);
   return uint32_t{half[0]} | uint32_t{half[1]} << 16;
 }
 }  // namespace
 
-// Every site lies on a boundary the arch allows (arm, arm64: 4 bytes;
-// riscv64: 2, unpadded), and a site on a 2-byte boundary is patched whole:
+// Every site lies on a boundary the arch allows (arm64, arm in ARM state:
+// 4 bytes; riscv64, arm in Thumb-2: 2, unpadded), and a site on a 2-byte
+// boundary is patched whole:
 // the branch, then the nop again, read back. (The suites that boot with the
 // hooks on run through such sites patched.)
 KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
@@ -141,7 +143,8 @@ KTEST(static_branch_refuses_a_target_out_of_reach) {
   KEXPECT(arch::static_branch_reachable(s.site, s.target));
   KEXPECT(arch::static_branch_reachable(s.site, s.site + 8));
   KEXPECT(arch::static_branch_reachable(s.site, s.site - 8));
-  // 256 MiB is beyond every arch's branch (arm64 128 MiB, arm 32, riscv64 1).
+  // 256 MiB is beyond every arch's branch (arm64 128 MiB, arm 32 or in
+  // Thumb-2 16, riscv64 1).
   constexpr uintptr_t kFar = uintptr_t{256} << 20;
   KEXPECT(!arch::static_branch_reachable(s.site, s.site + kFar));
   KEXPECT(!arch::static_branch_reachable(s.site, s.site - kFar));
@@ -204,7 +207,7 @@ KTEST(stop_others_parks_every_other_core_with_interrupts_masked) {
   KEXPECT(all);
 }
 
-// The backtrace walker (kernel/backtrace.cpp) follows the frame records
+// The backtrace walker (kernel/backtrace.cpp, or the arch's unwinder) follows the frames
 // from a callee back through its callers, in order, and folds a recursion
 // into one slot with its count. Each function notes its own return address
 // (__builtin_return_address), which the walk must find in that order.
@@ -234,10 +237,27 @@ NOINLINE void caller_of_recursion(Walk* w) {
 }
 }  // namespace
 
+// Where backtraces come from the unwind tables (Thumb code), the first walk
+// reads them and the second undoes the same frames by the recipes the first
+// cached (arch/arm/ehabi.cpp, 5): both must find the same frames.
 KTEST(backtrace_walks_the_callers_and_folds_a_recursion) {
-  static Walk w;
-  w = {};
-  caller_of_recursion(&w);
+  static Walk walks[2];
+  Walk& w = walks[0];
+  Walk& again = walks[1];
+  if constexpr (!arch::kHasFrameRecords) arch::unwind_forget();
+  // One call site for both walks (the same return address into this
+  // function): a loop whose end GCC cannot see, so it does not unroll it.
+  static Walk* volatile last = &walks[1];
+  for (Walk* each = walks;; each++) {
+    *each = {};
+    caller_of_recursion(each);
+    if (each == last) break;
+  }
+  KEXPECT_EQ(again.n, w.n);
+  for (size_t k = 0; k < w.n && k < again.n; k++) {
+    KEXPECT_EQ(again.pcs[k], w.pcs[k]);
+    KEXPECT_EQ(again.repeats[k], w.repeats[k]);
+  }
   size_t i = 0;
   while (i < w.n && w.pcs[i] != w.into_innermost) i++;
   KASSERT(i + 2 < w.n);

@@ -168,6 +168,10 @@ bool firmware_bootargs(char* buf, size_t size);
 // backtrace::walk's work, done by the arch's unwinder instead of a walk of
 // frame records (same arguments and result, kernel/backtrace.h).
 size_t unwind(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, unsigned* repeats);
+// The same arches: drops what the unwinder cached of the frames it undid
+// on this core (arch/arm/ehabi.cpp, 5), so that the next walk reads the
+// tables again. For tests.
+void unwind_forget();
 
 }  // namespace arch
 

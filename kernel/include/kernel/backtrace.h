@@ -38,4 +38,15 @@ namespace backtrace {
 // the walk reaches past them. Returns how many slots it filled.
 size_t walk(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, unsigned* repeats = nullptr);
 
+// Appends pc as walk's result holds it (n slots filled so far): with
+// repeats, a pc equal to the last one counts there instead of taking a slot.
+inline void append(uintptr_t* pcs, unsigned* repeats, size_t& n, uintptr_t pc) {
+  if (repeats && n && pcs[n - 1] == pc) {
+    repeats[n - 1]++;
+    return;
+  }
+  if (repeats) repeats[n] = 1;
+  pcs[n++] = pc;
+}
+
 }  // namespace backtrace

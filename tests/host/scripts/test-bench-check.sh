@@ -61,6 +61,11 @@ run "pairs kmem_cache 16 2000 54.0" "cross kmem_cache 16 640 60.8" "pairs kmem_a
     'pairs +kmem_alloc +64 +76.0 +71.5 +-4.5 +ok, cheaper: update the baseline' "${B[@]}"
 run "pairs kmem_cache 16 2000 54.0" "cross kmem_cache 16 640 60.8" "pairs kmem_alloc 64 2000 71.5" "page page 4096 2000 102.0" |
   case_ "the cheaper hint names the command" 0 "tools/bench-qemu --update-baseline --boards qemu-virt-arm64" "${B[@]}"
+baseline >"$tmp/qemu-virt-arm64-variant.txt"
+run "pairs kmem_cache 16 2000 54.0" "cross kmem_cache 16 640 60.8" "pairs kmem_alloc 64 2000 71.5" "page page 4096 2000 102.0" |
+  case_ "the hint names a board built another way by its baseline's file" 0 \
+    "tools/bench-qemu --update-baseline --boards qemu-virt-arm64-variant' and commit bench/baseline/qemu-virt-arm64-variant.txt" \
+    --baseline "$tmp/qemu-virt-arm64-variant.txt"
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 78.1" "page page 4096 2000 102.0" |
   case_ "one row grown by 2.1 fails, with baseline, measured and delta" 1 \
     'pairs +kmem_alloc +64 +76.0 +78.1 +\+2.1 +REGRESSED' "${B[@]}"

@@ -6,10 +6,15 @@ struct PerCpu;
 
 namespace arch {
 
-// An MMU (page tables, guard pages, W^X), and frame records a frame-pointer
-// walk follows (kernel/backtrace.cpp).
+// An MMU (page tables, guard pages, W^X). Frame records a frame-pointer
+// walk follows (kernel/backtrace.cpp) in ARM state; Thumb-2 code keeps
+// none, and backtraces come from the unwind tables (arch/arm/unwind.cpp).
 constexpr bool kHasMmu = true;
+#if defined(__thumb__)
+constexpr bool kHasFrameRecords = false;
+#else
 constexpr bool kHasFrameRecords = true;
+#endif
 
 using IrqState = uint32_t;  // the CPSR
 
@@ -95,7 +100,8 @@ inline uintptr_t frame_address() { return reinterpret_cast<uintptr_t>(__builtin_
 
 // Frame records (kernel/backtrace.h), ARM state: a function that calls
 // others pushes {fp, lr} and points fp at the saved lr; one that calls
-// nothing pushes only fp and points fp at it.
+// nothing pushes only fp and points fp at it. (Thumb-2: none; the offsets
+// are never used.)
 constexpr int kFrameSavedFp = -4;
 constexpr int kFrameSavedRa = 0;
 constexpr bool kLeafFramesSaveOnlyFp = true;
@@ -104,11 +110,18 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 // nop is patched into a branch to the `true` side; every site is listed in
 // the section of its key as {site, target}. Two keys: the allocators' hooks
 // on allocation (.static_branches) and on free (.static_branches.free).
+// Thumb-2: a 32-bit nop.w <-> b.w, on any halfword (arch/arm/mmu.cpp).
 #define ARCH_HAS_STATIC_BRANCH 1
-constexpr unsigned kStaticBranchSiteAlign = 4;  // every instruction's
+#if defined(__thumb__)
+constexpr unsigned kStaticBranchSiteAlign = 2;  // every Thumb instruction's
+#define ARCH_STATIC_BRANCH_NOP "nop.w"
+#else
+constexpr unsigned kStaticBranchSiteAlign = 4;  // every ARM instruction's
+#define ARCH_STATIC_BRANCH_NOP "nop"
+#endif
 #define ARCH_STATIC_BRANCH(section) \
   asm goto(                                \
-      "1: nop\n"                           \
+      "1: " ARCH_STATIC_BRANCH_NOP "\n"    \
       ".pushsection " section ", \"a\"\n"  \
       ".balign 4\n"                        \
       ".word 1b, %l[on]\n"                 \
@@ -119,5 +132,6 @@ on:                                        \
 __attribute__((always_inline)) inline bool static_branch_alloc_hooks() { ARCH_STATIC_BRANCH(".static_branches") }
 __attribute__((always_inline)) inline bool static_branch_free_hooks() { ARCH_STATIC_BRANCH(".static_branches.free") }
 #undef ARCH_STATIC_BRANCH
+#undef ARCH_STATIC_BRANCH_NOP
 
 }  // namespace arch

@@ -9,7 +9,7 @@
 // in the ring write, isb, the virtual counter's mrrc (CNTVCT: always
 // readable at PL1; CNTHCTL gates only the physical counter) and dmb:
 // nothing that traps (kernel/rseq.h, 4). The offsets must fit a load's
-// 12-bit immediate. Little-endian: a 64-bit field is its low word, then
+// 12-bit immediate (a pair's, kPairOffsetLimit). Little-endian: a 64-bit field is its low word, then
 // its high one.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 #pragma once
@@ -19,14 +19,34 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 
 #define ARCH_HAS_RSEQ 1
 
+// Two adjacent words (off2 = off1 + 4) to or from two registers. Thumb-2's
+// ldrd and strd take any two registers (not sp or pc; ldrd's two
+// different), so they are one instruction; ARM state's want an even/odd
+// pair, which an asm operand cannot ask for, so they are two ldr or str
+// (C++ is Thumb-2 unless MAGPIE_ARM_ISA=arm: arch/arm/CMakeLists.txt).
+// off1: a multiple of 4 below kPairOffsetLimit (Thumb-2: ldrd's 8-bit
+// word offset, below 1024; ARM state: off2 within ldr's 12 bits).
+#if defined(__thumb__)
+#define ARM_LDR_PAIR(r1, r2, base, off1, off2) "   ldrd  " r1 ", " r2 ", [" base ", #" off1 "]\n"
+#define ARM_STR_PAIR(r1, r2, base, off1, off2) "   strd  " r1 ", " r2 ", [" base ", #" off1 "]\n"
+constexpr size_t kPairOffsetLimit = 1024;
+#else
+#define ARM_LDR_PAIR(r1, r2, base, off1, off2) \
+  "   ldr   " r1 ", [" base ", #" off1 "]\n   ldr   " r2 ", [" base ", #" off2 "]\n"
+#define ARM_STR_PAIR(r1, r2, base, off1, off2) \
+  "   str   " r1 ", [" base ", #" off1 "]\n   str   " r2 ", [" base ", #" off2 "]\n"
+constexpr size_t kPairOffsetLimit = 4096 - 4;
+#endif
+
 namespace arch {
 
 // kmem's magazines as top and limit over a null sentinel: arm64's
 // rseq_pop and rseq_push, with 4-byte words. The pop's post-indexed load
 // takes the round and steps top at once; the push's pre-indexed store
-// steps top. (The push loads top and limit with two ldr: an ldrd wants an
-// even/odd register pair, which cost the hooked frees a frame of 8
-// registers, +9 and +10 a pair with kmemleak or kmemtrace on.)
+// steps top. (The push loads top and limit with ARM_LDR_PAIR: in ARM state
+// two ldr, since an ldrd there wants an even/odd register pair, which
+// cost the hooked frees a frame of 8 registers, +9 and +10 a pair with
+// kmemleak or kmemtrace on.)
 template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
   uint32_t t, m;
@@ -49,10 +69,10 @@ empty:
 
 template <size_t kTop>
 __attribute__((always_inline)) inline RseqPush rseq_push(char* base, void* obj) {
+  static_assert(kTop % 4 == 0 && kTop < kPairOffsetLimit);
   uint32_t t, l;
   asm volatile goto(
-      "1: ldr   %[t], [%[base], #%c[to]]\n"
-      "   ldr   %[l], [%[base], #%c[lo]]\n"
+      "1:\n" ARM_LDR_PAIR("%[t]", "%[l]", "%[base]", "%c[to]", "%c[lo]")
       "   cmp   %[t], %[l]\n"
       "   bhs   %l[full]\n"
       "   ldr   %[l], [%[t]]\n"
@@ -90,8 +110,7 @@ __attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& firs
       "   ldrh  %Q[b], [%[a]]\n"
       "   cmp   %Q[b], #%c[mk]\n"
       "   bne   %l[empty]\n"
-      "   ldr   %Q[b], [%[t], #8]\n"
-      "   ldr   %R[b], [%[t], #12]\n"
+      ARM_LDR_PAIR("%Q[b]", "%R[b]", "%[t]", "8", "12")
       "   sub   %[t], %[t], #16\n"
       "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
@@ -108,16 +127,14 @@ empty:
 
 template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
-  static_assert(kTop + 4 < 4096);
+  static_assert(kTop % 4 == 0 && kTop < kPairOffsetLimit);
   uint32_t t, l;
   asm volatile goto(
-      "1: ldr   %[t], [%[base], #%c[to]]\n"
-      "   ldr   %[l], [%[base], #%c[lo]]\n"
+      "1:\n" ARM_LDR_PAIR("%[t]", "%[l]", "%[base]", "%c[to]", "%c[lo]")
       "   cmp   %[t], %[l]\n"
       "   bhs   %l[full]\n"
       "   str   %[a], [%[t], #16]!\n"
-      "   str   %Q[b], [%[t], #8]\n"
-      "   str   %R[b], [%[t], #12]\n"
+      ARM_STR_PAIR("%Q[b]", "%R[b]", "%[t]", "8", "12")
       "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [t] "=&r"(t), [l] "=&r"(l)
@@ -189,33 +206,28 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // then), the tag and the constant words in u's (the tag an immediate, so
 // that it takes no register of its own).
 #define ARCH_RSEQ_RECORD_HEAD(n)                                       \
-  "1: ldr   %[h], [%[ring]]\n"        /* head */                      \
-  "   ldr   %[u], [%[ring], #4]\n"    /* limit */                     \
+  "1:\n" ARM_LDR_PAIR("%[h]", "%[u]", "%[ring]", "0", "4") /* head, limit */ \
   "   add   %[t], %[h], #" #n "\n"                                    \
   "   subs  %[u], %[u], %[t]\n"                                       \
   "   bmi   %l[full]\n" /* limit - end < 0: no room */                \
-  "   ldr   %[p], [%[ring], #%c[bo]]\n"                               \
-  "   ldr   %[u], [%[ring], #%c[mo]]\n"                               \
+  ARM_LDR_PAIR("%[p]", "%[u]", "%[ring]", "%c[bo]", "%c[mo]") /* buffer, mask */ \
   "   and   %[h], %[h], %[u]\n"                                       \
   "   add   %[p], %[p], %[h]\n"                                       \
   "   isb\n"                                                          \
   "   mrrc  p15, 1, %[h], %[u], c14\n" /* CNTVCT: low, high */        \
   "   movw  %[u], #%c[tlo]\n"             /* the tag */                 \
   "   movt  %[u], #%c[thi]\n"                                         \
-  "   str   %[u], [%[p]]\n"                                           \
-  "   str   %[h], [%[p], #4]\n"                                       \
+  ARM_STR_PAIR("%[u]", "%[h]", "%[p]", "0", "4")                      \
   "   mov   %[u], #0\n"                                               \
-  "   str   %[ca], [%[p], #8]\n"                                     \
-  "   str   %[u], [%[p], #12]\n"                                      \
-  "   str   %[ptr], [%[p], #16]\n"                                    \
-  "   str   %[u], [%[p], #20]\n"
+  ARM_STR_PAIR("%[ca]", "%[u]", "%[p]", "8", "12")                    \
+  ARM_STR_PAIR("%[ptr]", "%[u]", "%[p]", "16", "20")
 
 #define ARCH_HAS_RSEQ_RECORD 1
 enum RseqRecord { kRecorded, kRecordFull };
 
 template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
 __attribute__((always_inline)) inline RseqRecord rseq_record_free(char*, char* ring, uintptr_t ptr, uintptr_t caller) {
-  static_assert(kMask == kBuf + 4 && kMask < 4096);
+  static_assert(kMask == kBuf + 4 && kBuf % 4 == 0 && kBuf < kPairOffsetLimit);
   uint32_t h, u, t, p;
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(24)
@@ -238,18 +250,15 @@ template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char*, char* ring, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
                                                                    uint32_t flags, uintptr_t caller) {
-  static_assert(kMask == kBuf + 4 && kMask < 4096);
+  static_assert(kMask == kBuf + 4 && kBuf % 4 == 0 && kBuf < kPairOffsetLimit);
   uint32_t h, u, t, p;
   uint32_t rq = static_cast<uint32_t>(requested), al = static_cast<uint32_t>(allocated);
   asm volatile goto(
       ARCH_RSEQ_RECORD_HEAD(48)
-      "   str   %[rq], [%[p], #24]\n"
-      "   str   %[u], [%[p], #28]\n"
-      "   str   %[al], [%[p], #32]\n"
-      "   str   %[u], [%[p], #36]\n"
-      "   str   %[fl], [%[p], #40]\n"
+      ARM_STR_PAIR("%[rq]", "%[u]", "%[p]", "24", "28")
+      ARM_STR_PAIR("%[al]", "%[u]", "%[p]", "32", "36")
       "   mvn   %[u], #0\n"
-      "   str   %[u], [%[p], #44]\n"
+      ARM_STR_PAIR("%[fl]", "%[u]", "%[p]", "40", "44")
       "   dmb   ish\n"
       "   str   %[t], [%[ring]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
@@ -264,5 +273,7 @@ full:
   return kRecordFull;
 }
 #undef ARCH_RSEQ_RECORD_HEAD
+#undef ARM_LDR_PAIR
+#undef ARM_STR_PAIR
 
 }  // namespace arch
