@@ -340,6 +340,12 @@ struct kmem_cache {
   uint32_t inflight;
 };
 
+// x / chunk (a buffer's index from its offset in the slab, or the offslab
+// hash's key), in the word size: 32-bit ARM then divides with one udiv,
+// where the 64-bit chunk would call libgcc's 64-bit division
+// (__aeabi_uldivmod, dozens of instructions). A chunk always fits a word.
+inline uintptr_t div_chunk(const kmem_cache_t* cp, uintptr_t x) { return x / static_cast<uintptr_t>(cp->chunk); }
+
 namespace mm {
 
 // --- kmem.cpp -------------------------------------------------------------

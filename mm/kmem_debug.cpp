@@ -595,7 +595,7 @@ void debug_report_bad_pointer(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   auto a = reinterpret_cast<uintptr_t>(obj);
   Slab* sp = slab_of_heap_address(a);
   if (sp && sp->cache == cp && a >= sp->base && a < sp->base + uintptr_t{sp->chunks} * cp->chunk) {
-    uintptr_t start = sp->base + (a - sp->base) / cp->chunk * cp->chunk;
+    uintptr_t start = sp->base + div_chunk(cp, a - sp->base) * cp->chunk;
     MemDetail d{};
     d.buffer = start;
     d.offset = static_cast<int64_t>(a - start);
@@ -762,7 +762,7 @@ bool kmem_debug_trail(const void* addr, KmemTrail& out) {
   if (!sp) return false;
   kmem_cache_t* cp = sp->cache;
   if (!cp->debug || a < sp->base || a >= sp->base + uintptr_t{sp->chunks} * cp->chunk) return false;
-  uint32_t i = static_cast<uint32_t>((a - sp->base) / cp->chunk);
+  uint32_t i = static_cast<uint32_t>(div_chunk(cp, a - sp->base));
   uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
   out = KmemTrail{};
   out.cache = cp;

@@ -85,7 +85,7 @@ void list_remove(SlabList& l, Slab* sp) {
 }
 
 size_t hash_index(const kmem_cache_t* cp, uintptr_t addr) {
-  uint64_t h = static_cast<uint64_t>(addr) / cp->chunk;
+  uint64_t h = div_chunk(cp, addr);
   h ^= h >> 17;
   return static_cast<size_t>(h & (cp->hash_buckets - 1));
 }
@@ -487,9 +487,10 @@ Slab* slab_lookup(kmem_cache_t* cp, uintptr_t buf, uint32_t& index) {
     sp = onslab_header(buf);
     if (sp->cache != cp) return nullptr;
   }
-  if (buf < sp->base || (buf - sp->base) % cp->chunk) return nullptr;
-  index = static_cast<uint32_t>((buf - sp->base) / cp->chunk);
-  if (index >= sp->chunks) return nullptr;
+  if (buf < sp->base) return nullptr;
+  uintptr_t off = buf - sp->base, i = div_chunk(cp, off);
+  if (off - i * static_cast<uintptr_t>(cp->chunk) || i >= sp->chunks) return nullptr;  // inside a buffer, past the slab
+  index = static_cast<uint32_t>(i);
   return sp;
 }
 
@@ -514,7 +515,7 @@ void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t calle
       if (sp) {
         buf = slab_take(cp, sp, f);
         if (cp->debug && !f.kind)
-          debug_take(cp, sp, static_cast<uint32_t>((reinterpret_cast<uintptr_t>(buf) - sp->base) / cp->chunk),
+          debug_take(cp, sp, static_cast<uint32_t>(div_chunk(cp, reinterpret_cast<uintptr_t>(buf) - sp->base)),
                      requested, stack, fd);
       }
     }
@@ -707,7 +708,7 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
   Slab* sp = cp->offslab ? slab_of_heap_address(addr) : onslab_header(addr);
   LeakSlab* ls = sp ? __atomic_load_n(&sp->leak, __ATOMIC_RELAXED) : nullptr;
   if (!ls) return nullptr;
-  return &ls->meta[(addr - sp->base) / cp->chunk];
+  return &ls->meta[div_chunk(cp, addr - sp->base)];
 }
 
 namespace {

@@ -103,7 +103,7 @@ bool whatis_slab(uintptr_t addr, Slab* sp, WhatIs& w) {
     return true;
   }
   w.kind = WhatKind::kBuffer;
-  w.index = static_cast<uint32_t>((addr - sp->base) / cp->chunk);
+  w.index = static_cast<uint32_t>(div_chunk(cp, addr - sp->base));
   w.start = sp->base + uintptr_t{w.index} * cp->chunk;
   w.size = cp->bufsize;
   bool free_in_slab;

@@ -244,7 +244,7 @@ bool slab_object(uintptr_t w, Slab* sp, Obj& o) {
   kmem_cache_t* cp = sp->cache;
   LeakSlab* ls = sp->leak;
   if (!cp->tracked || !ls || w < sp->base) return false;
-  uint32_t idx = static_cast<uint32_t>((w - sp->base) / cp->chunk);
+  uint32_t idx = static_cast<uint32_t>(div_chunk(cp, w - sp->base));
   if (idx >= sp->chunks) return false;
   uintptr_t start = sp->base + uintptr_t{idx} * cp->chunk;
   if (w - start >= cp->bufsize) return false;  // padding after the buffer
@@ -570,7 +570,7 @@ void mark_magazines(kmem_cache_t* cp, bool roots) {
     auto b = reinterpret_cast<uintptr_t>(buf);
     Slab* sp = cp->offslab ? slab_of_heap_address(b) : onslab_header(b);
     if (!sp || !sp->leak) return;
-    uint32_t idx = static_cast<uint32_t>((b - sp->base) / cp->chunk);
+    uint32_t idx = static_cast<uint32_t>(div_chunk(cp, b - sp->base));
     if (idx < sp->chunks) leak_set(sp->leak->magfree, idx);
     if (roots && cp->ctor) scan_range(b, b + cp->bufsize, b, cp->bufsize);
   };
@@ -761,7 +761,7 @@ __attribute__((always_inline)) inline void* stamp_slab(kmem_cache_t* cp, Slab* s
   LeakSlab* ls = __atomic_load_n(&sp->leak, __ATOMIC_RELAXED);
   if (!ls) return obj;
   auto addr = reinterpret_cast<uintptr_t>(obj);
-  auto* m = reinterpret_cast<uint64_t*>(&ls->meta[(addr - sp->base) / cp->chunk]);
+  auto* m = reinterpret_cast<uint64_t*>(&ls->meta[div_chunk(cp, addr - sp->base)]);
   uint64_t first = static_cast<uint32_t>(plat::ticks() + 1) | uint64_t{static_cast<uint8_t>(plat::cpu_id())} << 32;
   if (__builtin_expect(__atomic_load_n(&g_backtraces, __ATOMIC_RELAXED), 1))
     return stamp_with_backtrace(m, first, caller, obj);

@@ -28,17 +28,17 @@
 //    lies inside it: between its sp and its caller's).
 // 5. Recipes. Nearly every frame GCC builds undoes as "vsp += 4 * words
 //    (from sp, or from r7), then pop registers in ascending order", so its
-//    opcodes reduce to {words, mask}. Each CPU caches 64 of them, keyed by
-//    the pc looked up, which skips the table search and the opcodes for
-//    the call sites a workload keeps unwinding through (kmemleak's and the
-//    audit trail's backtraces): on qemu-virt-arm a frame costs about 145
-//    instructions with the recipe, 500 without (test
+//    opcodes reduce to {words, mask}. Each CPU caches 128 of them (1 KiB),
+//    keyed by the pc looked up, which skips the table search and the
+//    opcodes for the call sites a workload keeps unwinding through
+//    (kmemleak's and the audit trail's backtraces): on qemu-virt-arm a
+//    frame costs about 140 instructions with the recipe, 500 without (test
 //    stackdepot_cost_per_call under --icount). Only its own CPU touches a
-//    cache (no thread migrates). The writer masks
-//    interrupts around its two stores; a reader loads the key, the recipe,
-//    then the key again, so an interrupt handler that refills the slot in
-//    between (whole, with interrupts masked) leaves either the key changed
-//    (a miss) or the same key with that key's recipe.
+//    cache (no thread migrates). The writer masks interrupts around its
+//    stores; a reader loads the key, the recipe, then the key again, so an
+//    interrupt handler that refills the slot in between (whole, with
+//    interrupts masked) leaves either the key changed (a miss) or the same
+//    key with that key's recipe.
 #include "ehabi.h"
 #include <kernel/arch.h>
 #include <kernel/backtrace.h>
@@ -237,16 +237,37 @@ bool execute(Regs& s, Opcodes ops, Recipe& rc) {
   return true;
 }
 
-// Each CPU's recipes (5): key = the pc looked up, | 1 (0: empty).
-constexpr unsigned kRecipeSlots = 64;
+// Each CPU's recipes (5): 64 sets of two, the set picked by a
+// multiplicative hash of the pc (so that call sites a multiple of some
+// power of two apart do not share one), key = the pc looked up, | 1 (0:
+// empty). A new recipe goes first in its set and the first moves second:
+// with one way, two hot frames of one walk that shared a slot evicted each
+// other on every walk (audit's backtraces: +1200 instructions a pair).
+constexpr unsigned kRecipeSets = 64;
 struct RecipeSlot {
   volatile uintptr_t key;
   volatile uint32_t recipe;
 };
-RecipeSlot g_recipes[kMaxCpus][kRecipeSlots];
+using RecipeSet = RecipeSlot[2];
+RecipeSet g_recipes[kMaxCpus][kRecipeSets];
+
+RecipeSet& recipe_set(uintptr_t lookup) {
+  unsigned cpu = kMaxCpus == 1 ? 0 : cpu_id();
+  static_assert((kRecipeSets & (kRecipeSets - 1)) == 0);
+  uint32_t h = (static_cast<uint32_t>(lookup) * 0x9e3779b1u) >> (32 - __builtin_ctz(kRecipeSets));
+  return g_recipes[cpu < kMaxCpus ? cpu : 0][h];
+}
+
+// Reads the recipe for key from slot (the key, the recipe, the key again:
+// 5); false if the slot holds another.
+bool read_recipe(const RecipeSlot& slot, uintptr_t key, uint32_t& recipe) {
+  if (slot.key != key) return false;
+  recipe = slot.recipe;
+  return slot.key == key;
+}
 
 // Undoes the frame by the opcodes, and caches their recipe if it has one.
-bool decode(Regs& s, uintptr_t lookup, RecipeSlot& slot) {
+bool decode(Regs& s, uintptr_t lookup, RecipeSet& set) {
   const uint32_t* e = find_entry(lookup);
   if (!e || e[1] == kCantUnwind) return false;
   Opcodes ops{};
@@ -265,8 +286,10 @@ bool decode(Regs& s, uintptr_t lookup, RecipeSlot& slot) {
   if (!execute(s, ops, rc)) return false;
   if (rc.cacheable()) {
     arch::IrqState irq = arch::irq_save();
-    slot.key = lookup | 1;
-    slot.recipe = rc.encode();
+    set[1].key = set[0].key;
+    set[1].recipe = set[0].recipe;
+    set[0].key = lookup | 1;
+    set[0].recipe = rc.encode();
     arch::irq_restore(irq);
   }
   return true;
@@ -275,18 +298,14 @@ bool decode(Regs& s, uintptr_t lookup, RecipeSlot& slot) {
 // One frame: from s at pc (looked up at lookup), to its caller.
 bool step(Regs& s, uintptr_t lookup) {
   lookup &= ~uintptr_t{1};
-  unsigned cpu = kMaxCpus == 1 ? 0 : cpu_id();
-  RecipeSlot& slot = g_recipes[cpu < kMaxCpus ? cpu : 0][(lookup >> 1) % kRecipeSlots];
+  RecipeSet& set = recipe_set(lookup);
   uintptr_t sp_before = s.r[13];
-  bool undone = false;
-  if (slot.key == (lookup | 1)) {
-    uint32_t recipe = slot.recipe;
-    if (slot.key == (lookup | 1)) {
-      if (!apply(s, recipe)) return false;
-      undone = true;
-    }
+  uint32_t recipe;
+  if (read_recipe(set[0], lookup | 1, recipe) || read_recipe(set[1], lookup | 1, recipe)) {
+    if (!apply(s, recipe)) return false;
+  } else if (!decode(s, lookup, set)) {
+    return false;
   }
-  if (!undone && !decode(s, lookup, slot)) return false;
   if (!s.pc_set) s.r[15] = s.r[14];
   // The stack only shrinks going out; a caller is in the text.
   return s.r[13] >= sp_before && in_text(s.r[15] & ~uintptr_t{1});
@@ -304,7 +323,7 @@ bool trapped_stack(Regs& s) {
 void arch::unwind_forget() {
   unsigned cpu = kMaxCpus == 1 ? 0 : cpu_id();
   arch::IrqState irq = arch::irq_save();
-  for (RecipeSlot& slot : g_recipes[cpu < kMaxCpus ? cpu : 0]) slot.key = 0;
+  for (RecipeSet& set : g_recipes[cpu < kMaxCpus ? cpu : 0]) set[0].key = set[1].key = 0;
   arch::irq_restore(irq);
 }
 
