@@ -32,13 +32,12 @@
 //    keyed by the pc looked up, which skips the table search and the
 //    opcodes for the call sites a workload keeps unwinding through
 //    (kmemleak's and the audit trail's backtraces): on qemu-virt-arm a
-//    frame costs about 140 instructions with the recipe, 500 without (test
+//    frame costs about 145 instructions with the recipe, 500 without (test
 //    stackdepot_cost_per_call under --icount). Only its own CPU touches a
-//    cache (no thread migrates). The writer masks interrupts around its
-//    stores; a reader loads the key, the recipe, then the key again, so an
-//    interrupt handler that refills the slot in between (whole, with
-//    interrupts masked) leaves either the key changed (a miss) or the same
-//    key with that key's recipe.
+//    cache (no thread migrates), and interrupts are all that interleave: a
+//    writer masks them and counts its write in the cache's generation,
+//    which a reader loads before and after the key and the recipe; a
+//    change between (a handler wrote, perhaps twice) makes it a miss.
 #include "ehabi.h"
 #include <kernel/arch.h>
 #include <kernel/backtrace.h>
@@ -154,7 +153,8 @@ bool apply(Regs& s, uint32_t recipe) {
   uintptr_t vsp = base + (uintptr_t{recipe & 0x7ffu} << 2);
   uint32_t mask = recipe >> 16;
   uintptr_t n = (recipe >> 12) & 0xf;
-  if (vsp < base || vsp < s.lo || vsp > s.hi || (vsp & 3) || n * 4 > s.hi - vsp) return false;
+  // The checks execute's pops make (pop), once for all of them.
+  if (n && (vsp < s.lo || vsp > s.hi || (vsp & 3) || n * 4 > s.hi - vsp)) return false;
   const auto* w = reinterpret_cast<const uintptr_t*>(vsp);
   s.pc_set = mask & (1u << 15);
   for (; mask; mask &= mask - 1) s.r[__builtin_ctz(mask)] = *w++;
@@ -243,31 +243,60 @@ bool execute(Regs& s, Opcodes ops, Recipe& rc) {
 // empty). A new recipe goes first in its set and the first moves second:
 // with one way, two hot frames of one walk that shared a slot evicted each
 // other on every walk (audit's backtraces: +1200 instructions a pair).
+// gen counts the writes, odd while one is under way: a reader that finds
+// it changed across its loads of a key and its recipe (an interrupt
+// handler wrote meanwhile, perhaps twice), or odd (an NMI or FIQ on its way
+// to a panic, inside a write), takes neither.
 constexpr unsigned kRecipeSets = 64;
 struct RecipeSlot {
   volatile uintptr_t key;
   volatile uint32_t recipe;
 };
 using RecipeSet = RecipeSlot[2];
-RecipeSet g_recipes[kMaxCpus][kRecipeSets];
+struct RecipeCache {
+  volatile uint32_t gen;
+  RecipeSet sets[kRecipeSets];
+};
+RecipeCache g_recipes[kMaxCpus];
 
-RecipeSet& recipe_set(uintptr_t lookup) {
+RecipeCache& recipe_cache() {
   unsigned cpu = kMaxCpus == 1 ? 0 : cpu_id();
-  static_assert((kRecipeSets & (kRecipeSets - 1)) == 0);
-  uint32_t h = (static_cast<uint32_t>(lookup) * 0x9e3779b1u) >> (32 - __builtin_ctz(kRecipeSets));
-  return g_recipes[cpu < kMaxCpus ? cpu : 0][h];
+  return g_recipes[cpu < kMaxCpus ? cpu : 0];
 }
 
-// Reads the recipe for key from slot (the key, the recipe, the key again:
-// 5); false if the slot holds another.
-bool read_recipe(const RecipeSlot& slot, uintptr_t key, uint32_t& recipe) {
-  if (slot.key != key) return false;
-  recipe = slot.recipe;
-  return slot.key == key;
+RecipeSet& recipe_set(RecipeCache& c, uintptr_t lookup) {
+  static_assert((kRecipeSets & (kRecipeSets - 1)) == 0);
+  uint32_t h = (static_cast<uint32_t>(lookup) * 0x9e3779b1u) >> (32 - __builtin_ctz(kRecipeSets));
+  return c.sets[h];
+}
+
+// The recipe cached for key, if any, read between two loads of gen that
+// agree (an even one).
+bool read_recipe(const RecipeCache& c, const RecipeSet& set, uintptr_t key, uint32_t& recipe) {
+  uint32_t gen = c.gen;
+  if (gen & 1) return false;
+  if (set[0].key == key) recipe = set[0].recipe;
+  else if (set[1].key == key) recipe = set[1].recipe;
+  else return false;
+  return c.gen == gen;
+}
+
+// Runs write with interrupts masked and gen odd, unless a write is under
+// way (this is an NMI or a FIQ inside it): then not at all.
+template <typename F>
+void write_recipes(RecipeCache& c, F&& write) {
+  arch::IrqState irq = arch::irq_save();
+  uint32_t gen = c.gen;
+  if (!(gen & 1)) {
+    c.gen = gen + 1;
+    write();
+    c.gen = gen + 2;
+  }
+  arch::irq_restore(irq);
 }
 
 // Undoes the frame by the opcodes, and caches their recipe if it has one.
-bool decode(Regs& s, uintptr_t lookup, RecipeSet& set) {
+bool decode(Regs& s, uintptr_t lookup, RecipeCache& c, RecipeSet& set) {
   const uint32_t* e = find_entry(lookup);
   if (!e || e[1] == kCantUnwind) return false;
   Opcodes ops{};
@@ -285,25 +314,26 @@ bool decode(Regs& s, uintptr_t lookup, RecipeSet& set) {
   Recipe rc;
   if (!execute(s, ops, rc)) return false;
   if (rc.cacheable()) {
-    arch::IrqState irq = arch::irq_save();
-    set[1].key = set[0].key;
-    set[1].recipe = set[0].recipe;
-    set[0].key = lookup | 1;
-    set[0].recipe = rc.encode();
-    arch::irq_restore(irq);
+    write_recipes(c, [&] {
+      set[1].key = set[0].key;
+      set[1].recipe = set[0].recipe;
+      set[0].key = lookup | 1;
+      set[0].recipe = rc.encode();
+    });
   }
   return true;
 }
 
-// One frame: from s at pc (looked up at lookup), to its caller.
-bool step(Regs& s, uintptr_t lookup) {
+// One frame: from s at pc (looked up at lookup), to its caller, by the
+// recipes of c (this CPU's).
+bool step(Regs& s, uintptr_t lookup, RecipeCache& c) {
   lookup &= ~uintptr_t{1};
-  RecipeSet& set = recipe_set(lookup);
+  RecipeSet& set = recipe_set(c, lookup);
   uintptr_t sp_before = s.r[13];
   uint32_t recipe;
-  if (read_recipe(set[0], lookup | 1, recipe) || read_recipe(set[1], lookup | 1, recipe)) {
+  if (read_recipe(c, set, lookup | 1, recipe)) {
     if (!apply(s, recipe)) return false;
-  } else if (!decode(s, lookup, set)) {
+  } else if (!decode(s, lookup, c, set)) {
     return false;
   }
   if (!s.pc_set) s.r[15] = s.r[14];
@@ -321,10 +351,10 @@ bool trapped_stack(Regs& s) {
 }  // namespace
 
 void arch::unwind_forget() {
-  unsigned cpu = kMaxCpus == 1 ? 0 : cpu_id();
-  arch::IrqState irq = arch::irq_save();
-  for (RecipeSet& set : g_recipes[cpu < kMaxCpus ? cpu : 0]) set[0].key = set[1].key = 0;
-  arch::irq_restore(irq);
+  RecipeCache& c = recipe_cache();
+  write_recipes(c, [&] {
+    for (RecipeSet& set : c.sets) set[0].key = set[1].key = 0;
+  });
 }
 
 __attribute__((noinline)) size_t arch::unwind(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max,
@@ -344,6 +374,7 @@ __attribute__((noinline)) size_t arch::unwind(uintptr_t fp, const TrapFrame* tra
     if (!fp) fp = sp;  // from this function's caller's view: its return address first
   }
   if (!(trapped ? trapped_stack(s) : kstack::find(s.r[13], s.lo, s.hi))) return 0;
+  RecipeCache& recipes = recipe_cache();
   bool exact = true;  // r[15] is where the frame is (a trapped pc), not a return address
   unsigned switched = 0;  // stacks changed at a trap (at most once, as backtrace::walk)
   size_t n = 0;
@@ -359,7 +390,7 @@ __attribute__((noinline)) size_t arch::unwind(uintptr_t fp, const TrapFrame* tra
       if ((s.r[13] < s.lo || s.r[13] >= s.hi) && (switched++ || !trapped_stack(s))) break;
       continue;
     }
-    if (!step(s, exact ? pc : pc - 2)) break;
+    if (!step(s, exact ? pc : pc - 2, recipes)) break;
     exact = false;
     // The frame just undone spans [its sp, the caller's sp): it is at or
     // above fp if it ends above it (fp, a frame's r7, lies inside it).
