@@ -363,9 +363,14 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   if (cflags & KMC_QCACHE) align = quantum;
   // A buffer (with its alignment) the arena can never provide would make
   // every allocation fail, or KM_SLEEP wait for ever: refuse the cache.
+  // The buffer rounded up to its alignment, checked not to wrap first: with
+  // an arena of unbounded reach (an import function and no source), a
+  // bufsize near SIZE_MAX wrapped to a chunk of 0 and cache setup divided
+  // by it.
   uint64_t capacity = vmem_capacity(arena);
-  if (bufsize > capacity || align > capacity || bufsize + align - 1 > capacity ||
-      (bufsize + align - 1) / align * align > capacity) {
+  bool fits = bufsize <= SIZE_MAX - (align - 1);
+  size_t chunk = fits ? (bufsize + align - 1) / align * align : 0;
+  if (!fits || chunk > capacity || align > capacity) {
     report("kmem_cache_create with a buffer size the arena can never provide", shown, nullptr, caller, bufsize);
     return nullptr;
   }
@@ -373,7 +378,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   copy_name(cp->name, shown);
   cp->bufsize = bufsize;
   cp->align = align;
-  cp->chunk = (bufsize + align - 1) / align * align;
+  cp->chunk = chunk;
   cp->ctor = ctor;
   cp->dtor = dtor;
   cp->reclaim = reclaim;

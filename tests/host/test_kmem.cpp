@@ -695,11 +695,29 @@ TEST(kmem, ImpossibleSizesAreRefusedNotWaitedFor) {
   EXPECT_EQ(kmem_cache_create("t_huge3", 1000, size_t{1} << 62, nullptr, nullptr, nullptr, nullptr, nullptr, 0),
             nullptr);
   EXPECT_EQ(errors.seen.size(), 6u);
+  // An arena whose reach saturates (two imports over spans of 2^63 bytes:
+  // vmem_capacity ~0): a size whose rounding to the alignment wraps is
+  // refused too (it made a chunk of 0, and cache setup divided by it).
+  constexpr uintptr_t kHalf = uintptr_t{1} << 63;
+  vmem_t* a = vmem_create("t_a", reinterpret_cast<void*>(kHalf), kHalf - 4096, 4096, nullptr, nullptr, nullptr, 0,
+                          VM_SLEEP);
+  vmem_t* b = vmem_create("t_b", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, a, 0,
+                          VM_SLEEP);
+  vmem_t* c = vmem_create("t_c", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, b, 0,
+                          VM_SLEEP);
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(mm::vmem_capacity(c), ~uint64_t{0});
+  EXPECT_EQ(kmem_cache_create("t_wrap", SIZE_MAX - 2, 0, nullptr, nullptr, nullptr, nullptr, c, 0), nullptr);
+  ASSERT_EQ(errors.seen.size(), 7u);
+  EXPECT_STREQ(errors.seen[6].where, "t_wrap");
+  EXPECT_TRUE(vmem_destroy(c));
+  EXPECT_TRUE(vmem_destroy(b));
+  EXPECT_TRUE(vmem_destroy(a));
   // Sizes that fit still work.
   void* p = kmem_alloc(1 << 20, KM_SLEEP);
   EXPECT_NE(p, nullptr);
   kmem_free(p, 1 << 20);
-  EXPECT_EQ(errors.seen.size(), 6u);
+  EXPECT_EQ(errors.seen.size(), 7u);
 }
 
 namespace {
