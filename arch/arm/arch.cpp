@@ -32,10 +32,11 @@ namespace {
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
 
 // The semihosting trap: svc 0x123456 in ARM state, svc 0xab in Thumb.
+constexpr uint32_t kSemihostingSvcArm = 0x123456, kSemihostingSvcThumb = 0xab;
 #if defined(__thumb__)
-constexpr uint32_t kSemihostingSvc = 0xab;
+constexpr uint32_t kSemihostingSvc = kSemihostingSvcThumb;
 #else
-constexpr uint32_t kSemihostingSvc = 0x123456;
+constexpr uint32_t kSemihostingSvc = kSemihostingSvcArm;
 #endif
 
 void semihost_exit(int code) {
@@ -190,7 +191,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       bool arm_state = !(f->cpsr & PSR_T);
       uint32_t imm = arm_state ? *reinterpret_cast<const uint32_t*>(f->pc - 4) & 0x00ffffff
                                : *reinterpret_cast<const uint16_t*>(f->pc - 2) & 0xff;
-      if (arm_state ? imm == 0x123456 : imm == 0xab) {
+      if (imm == (arm_state ? kSemihostingSvcArm : kSemihostingSvcThumb)) {
         f->r[0] = ~0u;
         return;
       }

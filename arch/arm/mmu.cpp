@@ -457,28 +457,33 @@ void tlb_sync() {
       : "memory");
 }
 
+// Static branches. Thumb-2: nop.w <-> b.w (encoding T4), 32 bits on any
+// halfword; B.W encodes a halfword offset from pc + 4 in 24 bits
+// (S:I1:I2:imm10:imm11): [-16 MiB, +16 MiB - 2]. ARM state: nop <-> b;
+// B encodes a word offset from pc + 8 in 24 bits: [-32 MiB, +32 MiB - 4].
 #if defined(__thumb__)
-// Static branches, Thumb-2: nop.w <-> b.w (encoding T4), 32 bits on any
-// halfword. B.W encodes a halfword offset from pc + 4 in 24 bits
-// (S:I1:I2:imm10:imm11): [-16 MiB, +16 MiB - 2].
-constexpr int64_t kBranchReach = int64_t{1} << 24;
+constexpr int64_t kBranchReach = int64_t{1} << 24, kPcAhead = 4, kInsnAlign = 2;
+#else
+constexpr int64_t kBranchReach = int64_t{1} << 25, kPcAhead = 8, kInsnAlign = 4;
+#endif
 bool static_branch_reachable(uintptr_t site, uintptr_t target) {
-  int64_t off = static_cast<int64_t>(uint64_t{target}) - static_cast<int64_t>(uint64_t{site}) - 4;
-  return (off & 1) == 0 && off >= -kBranchReach && off < kBranchReach;
+  int64_t off = static_cast<int64_t>(uint64_t{target}) - static_cast<int64_t>(uint64_t{site}) - kPcAhead;
+  return (off & (kInsnAlign - 1)) == 0 && off >= -kBranchReach && off < kBranchReach;
 }
 // Every site and target lie in the kernel's text: a text of at most this
-// size keeps every branch in range (backwards the pc's 4 bytes ahead count
+// size keeps every branch in range (backwards the pc's bytes ahead count
 // against it). linker/kernel.ld.in checks it at link time; patch time
 // checks each branch (kernel/static_branch.cpp).
+#if defined(__thumb__)
 asm(".globl __static_branch_reach\n.set __static_branch_reach, 0xfffffc");
-static_assert(kBranchReach - 4 == 0xfffffc);
+static_assert(kBranchReach - kPcAhead == 0xfffffc);
 
 // The instruction as the little-endian word at site: its first halfword
 // (the one with the opcode) in the low half.
 uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
   if (!on) return 0x8000f3afu;  // nop.w: f3af 8000
   ASSERT(static_branch_reachable(site, target));  // masking the offset would branch elsewhere
-  auto off = static_cast<uint32_t>(static_cast<int32_t>(target - site - 4));  // the pc reads 4 ahead
+  auto off = static_cast<uint32_t>(static_cast<int32_t>(target - site - kPcAhead));
   uint32_t s = (off >> 24) & 1, i1 = (off >> 23) & 1, i2 = (off >> 22) & 1;
   uint32_t j1 = (i1 ^ s ^ 1), j2 = (i2 ^ s ^ 1);  // I1 = NOT(J1 XOR S), I2 likewise
   uint32_t hw1 = 0xf000u | (s << 10) | ((off >> 12) & 0x3ffu);
@@ -493,30 +498,19 @@ uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
 // any ARM patch (stop_machine).
 bool text_patch_stops_others() { return true; }
 #else
-// Static branches, ARM state: nop <-> b. Both are among the instructions
-// ARMv7 lets one core rewrite while others execute them (ARM DDI 0406C,
-// A3.5.4 "Concurrent modification and execution of instructions").
-// B encodes a word offset from pc + 8 in 24 bits: [-32 MiB, +32 MiB - 4].
-constexpr int64_t kBranchReach = int64_t{1} << 25;
-bool static_branch_reachable(uintptr_t site, uintptr_t target) {
-  int64_t off = static_cast<int64_t>(uint64_t{target}) - static_cast<int64_t>(uint64_t{site}) - 8;
-  return (off & 3) == 0 && off >= -kBranchReach && off < kBranchReach;
-}
-// Every site and target lie in the kernel's text: a text of at most this
-// size keeps every branch in range (backwards the pc's 8 bytes ahead count
-// against it). linker/kernel.ld.in checks it at link time; patch time
-// checks each branch (kernel/static_branch.cpp).
 asm(".globl __static_branch_reach\n.set __static_branch_reach, 0x1fffff8");
-static_assert(kBranchReach - 8 == 0x1fffff8);
+static_assert(kBranchReach - kPcAhead == 0x1fffff8);
 
 uint32_t static_branch_insn(uintptr_t site, uintptr_t target, bool on) {
   if (!on) return 0xe320f000u;  // nop
   ASSERT(static_branch_reachable(site, target));  // masking the offset would branch elsewhere
-  int32_t off = static_cast<int32_t>(target - site - 8);  // the pc reads 8 ahead
+  auto off = static_cast<int32_t>(target - site - kPcAhead);
   return 0xea000000u | (static_cast<uint32_t>(off >> 2) & 0x00ffffffu);  // b target
 }
 
-// nop <-> b may be rewritten under a running core (above): nothing to stop.
+// nop <-> b are among the instructions ARMv7 lets one core rewrite while
+// others execute them (ARM DDI 0406C, A3.5.4 "Concurrent modification and
+// execution of instructions"): nothing to stop.
 bool text_patch_stops_others() { return false; }
 #endif
 
