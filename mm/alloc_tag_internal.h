@@ -86,12 +86,14 @@ constexpr uint32_t kFreeTraceOnly = kFeatureKmemtrace;
 // add first; the host's are relaxed atomics.
 #if defined(MM_KERNEL)
 inline bool alloc_hooks_beside_prof() { return g_alloc_hooks_beside_prof != 0; }
+inline uint32_t free_hooks_beside_prof_word() { return g_free_hooks_beside_prof; }
 inline bool free_hooks_beside_prof() { return g_free_hooks_beside_prof != 0; }
 inline bool alloc_trace_only() { return g_alloc_hooks_beside_prof == kAllocTraceOnly; }
 inline bool free_trace_only() { return g_free_hooks_beside_prof == kFreeTraceOnly; }
 #else
 inline bool alloc_hooks_beside_prof() { return __atomic_load_n(&g_alloc_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
-inline bool free_hooks_beside_prof() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED) != 0; }
+inline uint32_t free_hooks_beside_prof_word() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED); }
+inline bool free_hooks_beside_prof() { return free_hooks_beside_prof_word() != 0; }
 inline bool alloc_trace_only() { return __atomic_load_n(&g_alloc_hooks_beside_prof, __ATOMIC_RELAXED) == kAllocTraceOnly; }
 inline bool free_trace_only() { return __atomic_load_n(&g_free_hooks_beside_prof, __ATOMIC_RELAXED) == kFreeTraceOnly; }
 #endif

@@ -741,34 +741,34 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cach
   if (!caller) caller = caller_of_api();
   return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeCache, cp->bufsize, caller, tag);
 }
-// The hooked free with another hook on, out of line, so that the
-// registers it saves do not weigh on the profiled free and kmemtrace's:
-// cache_free_traced keeps the frame of what it inlines whichever path
-// runs (GCC places one prologue). Where kmemtrace's free is not the
-// restartable record (a kernel without ARCH_HAS_RSEQ_RECORD, where it
-// is this function) it stays inline, in the frameless cache_free_traced.
-// Out of line: kmemtrace_on 84 -> 77 on riscv64, 60 -> 59 on arm64, and
-// on arm (with its new restartable record) 103 -> 97; prof_on
-// (kmem_cache) 82 -> 78 on arm, 64 -> 60 on riscv64; kmemleak_on
-// unchanged (bench --icount).
-#if defined(MM_KERNEL) && !defined(ARCH_HAS_RSEQ_RECORD)
-__attribute__((always_inline)) inline
-#else
+// The hooked free with another hook on (or kmemtrace's, where it has no
+// restartable record: a kernel without ARCH_HAS_RSEQ_RECORD), out of line,
+// as the profiled free and kmemtrace's, so that each saves only the
+// registers it needs: kmem_cache_free picks one of the three by the free
+// word (GCC places one prologue for a function, whichever path runs).
+// Out of line from the profiled free: kmemtrace_on 84 -> 77 on riscv64,
+// 60 -> 59 on arm64, and on arm (with its new restartable record)
+// 103 -> 97; prof_on (kmem_cache) 82 -> 78 on arm, 64 -> 60 on riscv64;
+// kmemleak_on unchanged (bench --icount).
 MM_RESTARTABLE_TEXT __attribute__((noinline))
-#endif
 void cache_free_hooked(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
-MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_traced(kmem_cache_t* cp, void* obj,
-                                                                                  uintptr_t caller) {
-  if (__builtin_expect(!free_hooks_beside_prof(), 1)) return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
-#if defined(ARCH_HAS_RSEQ_RECORD)
-  if (__builtin_expect(free_trace_only(), 1))  // kmemtrace alone (kmem_fastpath.h, 8); caller 0 here
-    return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
-#endif
-  return cache_free_hooked(cp, obj, caller);
+// The profiled free, while profiling alone has the free hooks on
+// (kmem_fastpath.h, 7).
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_prof_only(kmem_cache_t* cp, void* obj,
+                                                                                     uintptr_t caller) {
+  return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
 }
+#if defined(ARCH_HAS_RSEQ_RECORD)
+// kmemtrace alone (kmem_fastpath.h, 8), with caller 0. A function of its
+// own, so that it saves only the registers its record needs: inline in
+// the profiled free's function, it paid that one's frame of six.
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace_only(kmem_cache_t* cp, void* obj) {
+  return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
+}
+#endif
 #if defined(ARCH_HAS_RSEQ_RECORD)
 // kmemtrace alone (kmem_fastpath.h, 8): the entry points tail-call it
 // with caller 0 (the kernel's MM_ENTRY_CALLER).
@@ -804,7 +804,16 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp,
   return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 
+// Hooked, the free word (alloc_tag_internal.h) is read once, here, and
+// picks the profiled free, kmemtrace's, or the general one.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (kmemtrace::on_free()) return cache_free_traced(cp, obj, MM_ENTRY_CALLER());
+  if (kmemtrace::on_free()) {
+    uint32_t beside = free_hooks_beside_prof_word();
+    if (__builtin_expect(beside == 0, 1)) return cache_free_prof_only(cp, obj, MM_ENTRY_CALLER());
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    if (__builtin_expect(beside == kFreeTraceOnly, 1)) return cache_free_trace_only(cp, obj);
+#endif
+    return cache_free_hooked(cp, obj, MM_ENTRY_CALLER());
+  }
   cache_free(cp, obj);
 }

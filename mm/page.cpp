@@ -28,8 +28,10 @@
 //    (the coldest half) when full, touched only by its CPU: in restartable
 //    sections on the fast paths where the platform has them, else with IRQs
 //    masked. Cached pages count as free. A slot holds the page and its
-//    physical address, so the fast paths (page_alloc, page_free: inline leaf
-//    code for order 0) convert nothing and touch only the cache; anything
+//    frame in a word (CachedPage: the physical address where a word is 64
+//    bits, the frame number where it is 32), so the fast paths (page_alloc,
+//    page_free: inline leaf code for order 0) look nothing up and touch only
+//    the cache, and an entry is two words; anything
 //    else goes to noinline slow paths (alloc_slow, free_pa). The stack is
 //    top and limit pointers over a sentinel slot whose page is never
 //    kPagePcp (PageCache), as kmem's magazines.
@@ -98,6 +100,7 @@ struct HotBank {
   // The frames the order-0 fast frees take (fast_index): all of them where
   // a word is 64 bits; where it is 32, those below 4 GiB.
   uintptr_t fast_frames;
+  uintptr_t base_frame;  // frame_of(base), for hot_index_of_frame
 };
 
 struct Allocator {
@@ -125,10 +128,31 @@ T load_relaxed(const T& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
 template <typename T>
 void store_relaxed(T& v, T x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
 
+// A cached page: its descriptor and its frame, two words. The frame is the
+// physical address where a word is 64 bits, the frame number where it is
+// 32 (normalize_banks leaves no frame a word cannot number): 32-bit ARM's
+// pop then loads one word where it loaded two, and fits page_alloc's
+// registers with no frame (arch/arm/include/arch/rseq.h, rseq_pop_pair).
 struct CachedPage {
   Page* page;
-  uint64_t pa;  // page's physical address
+  uintptr_t frame;  // frame_of(its physical address)
 };
+// (Word: a template for the compile-time checks below, on every build.)
+template <typename Word>
+constexpr unsigned kFrameShiftIn = sizeof(Word) == 8 ? 0 : kPageShift;
+template <typename Word>
+constexpr Word frame_in(uint64_t pa) { return static_cast<Word>(pa >> kFrameShiftIn<Word>); }
+template <typename Word>
+constexpr uint64_t pa_of_frame_in(Word frame) { return uint64_t{frame} << kFrameShiftIn<Word>; }
+constexpr unsigned kFrameShift = kFrameShiftIn<uintptr_t>;
+constexpr uint64_t kWordFrames = sizeof(uintptr_t) == 8 ? ~uint64_t{0} : uint64_t{1} << 32;  // frames a word numbers
+inline uintptr_t frame_of(uint64_t pa) { return frame_in<uintptr_t>(pa); }
+inline uint64_t pa_of_frame(uintptr_t frame) { return pa_of_frame_in<uintptr_t>(frame); }
+static_assert(pa_of_frame_in<uint32_t>(frame_in<uint32_t>(0x40000000)) == 0x40000000);
+static_assert(pa_of_frame_in<uint32_t>(frame_in<uint32_t>(uint64_t{0xff} << 32 | 0xfffff000)) ==
+              (uint64_t{0xff} << 32 | 0xfffff000));  // LPAE's last frame
+static_assert(frame_in<uint32_t>((uint64_t{1} << 44) - 4096) == 0xffffffff);  // kWordFrames' last
+static_assert(frame_in<uint64_t>(uint64_t{5} << 40) == uint64_t{5} << 40);
 
 // The descriptor the per-CPU stacks' bottom sentinel names: flags 0, never
 // kPagePcp, so that the pop's check of the mark is also its emptiness test.
@@ -173,7 +197,7 @@ struct alignas(64) PageCache {
   void set_count(uintptr_t n) { store_relaxed(top, slot + n); }
   void reset(bool claimed) { ::new (static_cast<void*>(this)) PageCache(claimed); }
 };
-static_assert(sizeof(PageCache) == 512, "a CPU's cache by a shift (page.h, kPageCacheSize)");
+static_assert(sizeof(PageCache) == 64 * sizeof(void*), "a CPU's cache by a shift (page.h, kPageCacheSize)");
 static_assert(offsetof(PageCache, limit) == offsetof(PageCache, top) + sizeof(void*), "rseq_push_pair: limit follows top");
 
 // The slow paths' counters of a CPU's cache (written by its CPU with IRQs
@@ -461,7 +485,7 @@ PageCounts& this_counts() { return g_pcp_counts[plat::cpu_id()]; }
 // would take the stale copy for a reference. Elsewhere heap addresses are
 // not frames' and the slot is left as it is (no store on the fast path).
 inline void forget_popped(CachedPage& e) {
-  if constexpr (plat::kPhysicalHeap) e.pa = 0;
+  if constexpr (plat::kPhysicalHeap) e.frame = 0;
   else (void)e;
 }
 
@@ -480,7 +504,7 @@ void cache_fill(PageCache& c, PageCounts& k) {
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
-    c.stack()[n - 1 - i] = {p, pfn_of(p) << kPageShift};  // pops come out in address order
+    c.stack()[n - 1 - i] = {p, frame_of(pfn_of(p) << kPageShift)};  // pops come out in address order
   }
   c.set_count(n);
   store_relaxed(k.fills, k.fills + n);
@@ -495,7 +519,7 @@ void cache_drain(PageCache& c, PageCounts& k, uintptr_t n) {
   CachedPage* stack = c.stack();
   for (uintptr_t i = 0; i < n; i++) {
     Page* p = stack[i].page;
-    MM_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == stack[i].pa);
+    MM_ASSERT(p->flags == kPagePcp && p->order == 0 && pfn_of(p) << kPageShift == pa_of_frame(stack[i].frame));
     p->flags = 0;
     give_block(p, 0);
   }
@@ -520,7 +544,7 @@ uint64_t try_alloc(unsigned order, bool pushpage) {
     if (c.count() == 0) cache_fill(c, k);
     if (uintptr_t n = c.count()) {
       p = c.top->page;
-      pa = c.top->pa;
+      pa = pa_of_frame(c.top->frame);
       cached = true;
       c.set_count(n - 1);
       forget_popped(c.stack()[n - 1]);
@@ -567,7 +591,7 @@ void run_reclaim_hook() {
     p->flags = kPagePcp;
     if (c.count() == kPageCacheSize) cache_drain(c, this_counts(), kPageCacheBatch);
     uintptr_t n = c.count();
-    c.stack()[n] = {p, pa};
+    c.stack()[n] = {p, frame_of(pa)};
     c.set_count(n + 1);
     store_relaxed(c.pushes, c.pushes + 1);
     plat::irq_restore(s);
@@ -625,14 +649,16 @@ void run_reclaim_hook() {
 // alloc_slow, and so does a corrupt one, whose try_alloc stops with the
 // details. The functions that inline them carry MM_RESTARTABLE_TEXT.
 static_assert(!(plat::kRestartable && plat::kPhysicalHeap), "forget_popped: the sections leave popped entries");
-static_assert(sizeof(CachedPage) == 16 && offsetof(CachedPage, pa) == 8, "rseq_pop_pair's entry layout");
+static_assert(sizeof(CachedPage) == 2 * sizeof(void*) && offsetof(CachedPage, frame) == sizeof(void*),
+              "rseq_pop_pair's entry layout");
 
-// Order 0 from a non-empty cache into pa; false sends the caller to alloc_slow.
-__attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
+// Order 0 from a non-empty cache: its frame (frame_of its address); false
+// sends the caller to alloc_slow.
+__attribute__((always_inline)) inline bool alloc_fast_frame(uintptr_t& frame) {
   if constexpr (plat::kRestartable) {
     void* page;
     if (!plat::rseq_pop_pair<offsetof(PageCache, top), kPagePcp>(reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]),
-                                                                   page, pa))
+                                                                   page, frame))
       return false;
     static_cast<Page*>(page)->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
     return true;
@@ -641,7 +667,7 @@ __attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
   PageCache& c = g_pcp[plat::cpu_slot()];  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
   CachedPage* t = c.top;
   Page* p = t->page;
-  pa = t->pa;
+  frame = t->frame;
   // The sentinel (empty: try_alloc refills), or a corrupted cache
   // (try_alloc pops the same page and stops with the details).
   bool ok = p->flags == kPagePcp;
@@ -653,19 +679,30 @@ __attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
   plat::irq_restore(s);
   return ok;
 }
+// The same, into pa.
+__attribute__((always_inline)) inline bool alloc_fast(uint64_t& pa) {
+  uintptr_t frame;
+  if (!alloc_fast_frame(frame)) return false;
+  pa = pa_of_frame(frame);
+  return true;
+}
 
-// The push of p (an allocated order-0 head of the hot bank) at pa onto a
-// cache that is not full; false (nothing done) if it is, which free_pa
-// then handles. (The [kMaxCpus] slot an unclaimed thread reads is always
-// full.)
+// The push of p (an allocated order-0 head of the hot bank) at pa, an
+// address fast_index took, onto a cache that is not full; false (nothing
+// done) if it is, which free_pa then handles. (The [kMaxCpus] slot an
+// unclaimed thread reads is always full.)
 __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
+  // frame_of(pa), from the low word alone where a word is 32 bits:
+  // fast_index takes only addresses below 4 GiB there (one shift; the
+  // high word's costs another).
+  uintptr_t frame = sizeof(uintptr_t) == 8 ? frame_of(pa) : static_cast<uint32_t>(pa) >> kPageShift;
   if constexpr (plat::kRestartable) {
     p->flags = kPagePcp;
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
     char* base = reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]);
-    if (__builtin_expect((plat::rseq_push_pair<offsetof(PageCache, top)>(base, p, pa)), 1)) {
+    if (__builtin_expect((plat::rseq_push_pair<offsetof(PageCache, top)>(base, p, frame)), 1)) {
       plat::rseq_inc<offsetof(PageCache, pushes)>(base);
       return true;
     }
@@ -681,7 +718,7 @@ __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
-    t[1] = {p, pa};
+    t[1] = {p, frame};
     store_relaxed(c.top, t + 1);
     store_relaxed(c.pushes, c.pushes + 1);
   }
@@ -719,6 +756,11 @@ unsigned normalize_banks(const PhysRange* banks, unsigned nbanks, FrameRange* ou
   for (unsigned i = 0; i < nbanks; i++) {
     FrameRange r{(banks[i].base >> kPageShift) + ((banks[i].base & (kPageBytes - 1)) != 0),
                  end_of(banks[i]) >> kPageShift};
+    if (r.end > kWordFrames) {  // a cached page's frame is a word (CachedPage)
+      plat::log("page_init: RAM 0x%llx-0x%llx is beyond what a word numbers in frames; left unused",
+                static_cast<unsigned long long>(kWordFrames << kPageShift), static_cast<unsigned long long>(end_of(banks[i])));
+      r.end = kWordFrames;
+    }
     if (r.first >= r.end) continue;
     for (unsigned j = 0; j < n;) {
       if (r.first <= out[j].end && out[j].first <= r.end) {
@@ -864,7 +906,7 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   for (unsigned i = 1; i < g.nbanks; i++)
     if (g.banks[i].end - g.banks[i].first > hot->end - hot->first) hot = &g.banks[i];
   g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages, hot->tags,
-           fast_frames_of(hot->first << kPageShift, hot->end - hot->first)};
+           fast_frames_of(hot->first << kPageShift, hot->end - hot->first), frame_of(hot->first << kPageShift)};
   note_reserve_level();
   g.ready = true;  // before any other CPU calls in
   plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
@@ -922,13 +964,17 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
 // the hooked copies, unless its reference is already off (then to the
 // untraced validated free, since nothing else is hooked).
 constexpr int64_t kPageDelta = prof_delta(kPageBytes);
-// False: pa is not the hot bank's, or the counters are not there yet
-// (prof_alloc's turn, out of line: the tagged entry points stay frameless).
-__attribute__((always_inline)) inline bool prof_alloc_fast(uint64_t pa, const AllocTag* tag) {
+// False: the page at frame (alloc_fast_frame's) is not the hot bank's, or
+// the counters are not there yet (prof_alloc's turn, out of line: the
+// tagged entry points stay frameless).
+__attribute__((always_inline)) inline bool prof_alloc_fast(uintptr_t frame, const AllocTag* tag) {
   const PageCache& c = g_pcp[plat::cpu_slot()];
   uintptr_t counters = c.prof;
-  uint64_t i = hot_index(pa);
-  if (__builtin_expect(!counters || i >= g.hot.frames, 0)) return false;  // counters: the tags exist (page_prof_bases_set)
+  // The frame's index in the hot bank: in words, so that 32-bit ARM, whose
+  // frame is a frame number, subtracts one word. (The bank's frame count
+  // fits a word: its descriptors are in the address space.)
+  uintptr_t i = (frame - g.hot.base_frame) >> (kPageShift - kFrameShift);
+  if (__builtin_expect(!counters || i >= static_cast<uintptr_t>(g.hot.frames), 0)) return false;  // counters: the tags exist (page_prof_bases_set)
   uintptr_t ref = prof_index(tag);
   // Not one of this image's tags (a call site in a template): prof_alloc
   // does not count it.
@@ -1012,18 +1058,18 @@ uint32_t* page_tag_slot(uint64_t pa) {
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag) {
-  uint64_t pa;
-  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast(pa)) {
-    if (__builtin_expect(prof_alloc_fast(pa, tag), 1)) return pa;
-    return prof_alloc_pa(pa, tag);
+  uintptr_t frame;
+  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast_frame(frame)) {
+    if (__builtin_expect(prof_alloc_fast(frame, tag), 1)) return pa_of_frame(frame);
+    return prof_alloc_pa(pa_of_frame(frame), tag);
   }
   return alloc_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), tag);
 }
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag) {
-  uint64_t pa;
-  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast(pa)) {
-    if (__builtin_expect(prof_alloc_fast(pa, tag), 1)) return plat::phys_to_virt(pa);
-    return prof_alloc_va(pa, tag);
+  uintptr_t frame;
+  if (__builtin_expect(order == 0 && !alloc_hooks_beside_prof(), 1) && alloc_fast_frame(frame)) {
+    if (__builtin_expect(prof_alloc_fast(frame, tag), 1)) return plat::phys_to_virt(pa_of_frame(frame));
+    return prof_alloc_va(pa_of_frame(frame), tag);
   }
   return alloc_va_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), tag);
 }
@@ -1042,13 +1088,21 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS uint64_t (page_alloc)(unsigned order, int kmfla
   if (kmemtrace::on())
     return alloc_traced(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()), MM_ALLOC_TAG_INDIRECT(kPage));
   uint64_t pa;
-  if (__builtin_expect(order == 0, 1) && alloc_fast(pa)) return pa;
+  if (__builtin_expect(order == 0, 1)) {
+    if (alloc_fast(pa)) return pa;
+    // 0, not order: its register is then free for the pop, and 32-bit
+    // ARM's page_alloc needs no frame (arch/arm's rseq_pop_pair).
+    return alloc_slow(0, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()));
+  }
   return alloc_slow(order, kmflag, reinterpret_cast<void*>(MM_ENTRY_CALLER()));
 }
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void page_free(uint64_t pa, unsigned order) {
   if (kmemtrace::on_free()) return free_hooked_of_api(pa, order, MM_ENTRY_CALLER());
-  if (__builtin_expect(order == 0, 1) && free_fast(pa)) return;
+  if (__builtin_expect(order == 0, 1)) {
+    if (free_fast(pa)) return;
+    return free_pa_of_api(pa, 0, MM_ENTRY_CALLER());  // (0: as page_alloc's)
+  }
   return free_pa_of_api(pa, order, MM_ENTRY_CALLER());
 }
 
@@ -1268,7 +1322,7 @@ bool page_verify() {
         return verify_failed("per-CPU cache holds a frame not marked kPagePcp", pfn_of(p));
       if (p->order != 0 || p->count != 0 || p->next || p->owner)
         return verify_failed("per-CPU cached frame's order, count, next or owner not clear", pfn_of(p));
-      if (pfn_of(p) << kPageShift != c.stack()[i].pa)
+      if (pfn_of(p) << kPageShift != pa_of_frame(c.stack()[i].frame))
         return verify_failed("per-CPU cache slot's address is not its page's", pfn_of(p));
     }
     cached += c.count();

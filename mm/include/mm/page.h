@@ -29,8 +29,8 @@ namespace mm {
 constexpr size_t kPageShift = 12;
 constexpr size_t kPageBytes = size_t{1} << kPageShift;
 constexpr unsigned kMaxOrder = 10;  // blocks of up to 4 MiB
-// (28: the cache structure is then 512 bytes, so a CPU's is found with a
-// shift, not a multiply, on the fast paths.)
+// (28: the cache structure is then 512 bytes, 256 where a word is 32 bits,
+// so a CPU's is found with a shift, not a multiply, on the fast paths.)
 constexpr unsigned kPageCacheSize = 28;   // per-CPU cache of single pages: capacity
 constexpr unsigned kPageCacheBatch = 14;  // pages moved per fill or drain
 

@@ -64,10 +64,10 @@
 //                                         offset (kmem_fastpath.h, 6); declared
 //                                         and never defined where kRestartable
 //                                         is false
-//   bool rseq_pop_pair<kTop, kMark>(char* base, void*& first, uint64_t& second);
-//   bool rseq_push_pair<kTop>(char* base, void* first, uint64_t second);
+//   bool rseq_pop_pair<kTop, kMark>(char* base, void*& first, uintptr_t& second);
+//   bool rseq_push_pair<kTop>(char* base, void* first, uintptr_t second);
 //                                         the page allocator's per-CPU stack of
-//                                         16-byte {pointer, value} entries
+//                                         two-word {pointer, value} entries
 //                                         (page.cpp, 4), the same way: top
 //                                         and limit over a sentinel entry
 //                                         whose pointer's mark is not kMark

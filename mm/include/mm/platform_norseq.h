@@ -21,8 +21,8 @@ RseqPush rseq_push(char* base, void* obj);
 template <size_t kOff>
 void rseq_inc(char* base);
 template <size_t kTop, uint16_t kMark>
-bool rseq_pop_pair(char* base, void*& first, uint64_t& second);
+bool rseq_pop_pair(char* base, void*& first, uintptr_t& second);
 template <size_t kTop>
-bool rseq_push_pair(char* base, void* first, uint64_t second);
+bool rseq_push_pair(char* base, void* first, uintptr_t second);
 
 }  // namespace mm::plat

@@ -92,49 +92,56 @@ on_top:
   return kRseqOnTop;
 }
 
-// The page allocator's per-CPU stack of {pointer, 64-bit value} entries,
-// 16 bytes each (the pointer, 4 bytes of padding, the value): as arm64's
+// The page allocator's per-CPU stack of {pointer, word} entries, 8 bytes
+// each (the word is a frame number: mm/page.cpp, CachedPage): as arm64's
 // rseq_pop_pair and rseq_push_pair (top and limit, two words at base +
-// kTop, over a sentinel entry). The value moves as two words (%Q, %R: its
-// low and high registers); only top's store commits. The pop tests the
-// mark in b's low register, then loads the value there.
+// kTop, over a sentinel entry). The pop's post-indexed load takes the
+// pointer and steps top at once; it tests the mark in the register the
+// word then goes to. Four registers in all, so that page_alloc, whose
+// kmflag must outlive the section for the empty path, fits in r0-r3 and
+// r12 with no frame (a 64-bit value took a fifth, and so r4-r5 saved
+// and restored).
 template <size_t kTop, uint16_t kMark>
-__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uintptr_t& second) {
   static_assert(kMark < 256 && kTop < 4096);
-  uint32_t t;
+  uint32_t t, w;
   void* a;
-  uint64_t b;
   asm volatile goto(
       "1: ldr   %[t], [%[base], #%c[to]]\n"
-      "   ldr   %[a], [%[t]]\n"
-      "   ldrh  %Q[b], [%[a]]\n"
-      "   cmp   %Q[b], #%c[mk]\n"
+      "   ldr   %[a], [%[t]], #-8\n"
+      "   ldrh  %[w], [%[a]]\n"
+      "   cmp   %[w], #%c[mk]\n"
       "   bne   %l[empty]\n"
-      ARM_LDR_PAIR("%Q[b]", "%R[b]", "%[t]", "8", "12")
-      "   sub   %[t], %[t], #16\n"
+      "   ldr   %[w], [%[t], #12]\n"
       "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
-      : [t] "=&r"(t), [a] "=&r"(a), [b] "=&r"(b)
+      : [t] "=&r"(t), [a] "=&r"(a), [w] "=&r"(w)
       : [base] "r"(base), [to] "i"(kTop), [mk] "i"(kMark)
       : "memory", "cc"
       : empty);
   first = a;
-  second = b;
+  second = w;
   return true;
 empty:
   return false;
 }
 
+// The entry goes in with one pre-indexed strd in Thumb-2 (two str in ARM
+// state, whose strd wants an even/odd pair), which also steps top.
 template <size_t kTop>
-__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uintptr_t second) {
   static_assert(kTop % 4 == 0 && kTop < kPairOffsetLimit);
   uint32_t t, l;
   asm volatile goto(
       "1:\n" ARM_LDR_PAIR("%[t]", "%[l]", "%[base]", "%c[to]", "%c[lo]")
       "   cmp   %[t], %[l]\n"
       "   bhs   %l[full]\n"
-      "   str   %[a], [%[t], #16]!\n"
-      ARM_STR_PAIR("%Q[b]", "%R[b]", "%[t]", "8", "12")
+#if defined(__thumb__)
+      "   strd  %[a], %[b], [%[t], #8]!\n"
+#else
+      "   str   %[a], [%[t], #8]!\n"
+      "   str   %[b], [%[t], #4]\n"
+#endif
       "   str   %[t], [%[base], #%c[to]]\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [t] "=&r"(t), [l] "=&r"(l)

@@ -85,11 +85,11 @@ on_top:
 // nothing written. (The pointer is the cache's own; a wild one means a
 // corrupt cache, which the masked path would dereference just the same.)
 template <size_t kTop, uint16_t kMark>
-__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uintptr_t& second) {
   static_assert(kMark < 4096 && kTop % 8 == 0 && kTop < 32768);
   uint64_t t, e;
   void* a;
-  uint64_t b;
+  uintptr_t b;
   asm volatile goto(
       "1: ldr   %[t], [%[base], %[to]]\n"
       "   ldp   %[a], %[b], [%[t]], #-16\n"
@@ -113,7 +113,7 @@ empty:
 // (invisible until the commit) and top + 16 is committed; true. Else false,
 // nothing committed.
 template <size_t kTop>
-__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uintptr_t second) {
   static_assert(kTop % 8 == 0 && kTop <= 504, "ldp's offset");
   uint64_t t, l;
   asm volatile goto(

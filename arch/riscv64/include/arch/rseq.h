@@ -70,11 +70,11 @@ on_top:
 // as arm64's rseq_pop_pair and rseq_push_pair (top and limit over a
 // sentinel entry). The pop tests the mark in b, then loads the value there.
 template <size_t kTop, uint16_t kMark>
-__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uint64_t& second) {
+__attribute__((always_inline)) inline bool rseq_pop_pair(char* base, void*& first, uintptr_t& second) {
   static_assert(kMark < 2048 && kTop < 2048);
   uint64_t t;
   void* a;
-  uint64_t b;
+  uintptr_t b;
   asm volatile goto(
       "1: ld    %[t], %[to](%[base])\n"
       "   ld    %[a], 0(%[t])\n"
@@ -97,7 +97,7 @@ empty:
 }
 
 template <size_t kTop>
-__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uint64_t second) {
+__attribute__((always_inline)) inline bool rseq_push_pair(char* base, void* first, uintptr_t second) {
   static_assert(kTop + 8 < 2048);
   uint64_t t, l;
   asm volatile goto(
