@@ -768,8 +768,6 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_prof_
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace_only(kmem_cache_t* cp, void* obj) {
   return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
 }
-#endif
-#if defined(ARCH_HAS_RSEQ_RECORD)
 // kmemtrace alone (kmem_fastpath.h, 8): the entry points tail-call it
 // with caller 0 (the kernel's MM_ENTRY_CALLER).
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* cache_alloc_trace_only(kmem_cache_t* cp,

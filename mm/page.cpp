@@ -100,7 +100,7 @@ struct HotBank {
   // The frames the order-0 fast frees take (fast_index): all of them where
   // a word is 64 bits; where it is 32, those below 4 GiB.
   uintptr_t fast_frames;
-  uintptr_t base_frame;  // frame_of(base), for hot_index_of_frame
+  uintptr_t base_frame;  // frame_of(base), for prof_alloc_fast's index
 };
 
 struct Allocator {
@@ -480,12 +480,15 @@ PageCache& this_cache() { return g_pcp[plat::cpu_id()]; }
 PageCounts& this_counts() { return g_pcp_counts[plat::cpu_id()]; }
 
 // A slot the stack no longer holds. Where the heap is physical
-// (plat::kPhysicalHeap) its pa is also the address of whatever the page
-// becomes (a slab's first buffer): kmemleak scans .data, where g_pcp is, and
-// would take the stale copy for a reference. Elsewhere heap addresses are
-// not frames' and the slot is left as it is (no store on the fast path).
+// (plat::kPhysicalHeap) and the frame is an address (a word of 64 bits),
+// it is also the address of whatever the page becomes (a slab's first
+// buffer): kmemleak scans .data, where g_pcp is, and would take the stale
+// copy for a reference. Elsewhere heap addresses are not frames' (or the
+// frame is a frame number: the MPS2's, read as an address, falls in its
+// code memory, below its heap) and the slot is left as it is (no store on
+// the fast path).
 inline void forget_popped(CachedPage& e) {
-  if constexpr (plat::kPhysicalHeap) e.frame = 0;
+  if constexpr (plat::kPhysicalHeap && kFrameShift == 0) e.frame = 0;
   else (void)e;
 }
 
@@ -757,8 +760,9 @@ unsigned normalize_banks(const PhysRange* banks, unsigned nbanks, FrameRange* ou
     FrameRange r{(banks[i].base >> kPageShift) + ((banks[i].base & (kPageBytes - 1)) != 0),
                  end_of(banks[i]) >> kPageShift};
     if (r.end > kWordFrames) {  // a cached page's frame is a word (CachedPage)
+      uint64_t from = r.first > kWordFrames ? r.first : kWordFrames;
       plat::log("page_init: RAM 0x%llx-0x%llx is beyond what a word numbers in frames; left unused",
-                static_cast<unsigned long long>(kWordFrames << kPageShift), static_cast<unsigned long long>(end_of(banks[i])));
+                static_cast<unsigned long long>(from << kPageShift), static_cast<unsigned long long>(end_of(banks[i])));
       r.end = kWordFrames;
     }
     if (r.first >= r.end) continue;
