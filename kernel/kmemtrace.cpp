@@ -237,6 +237,9 @@ void setup_rings() {
             (ull)(ram_default >> 10));
     cap = ram_default;
   }
+  // Every slot's ring header, whether or not its ring gets memory (one
+  // without drops its events: its header says it is full).
+  for (unsigned cpu = 0; cpu < kMaxCpus; cpu++) g_percpu[cpu].trace_ring = kmemtrace::ring_header(cpu);
   unsigned cpus = g_boot.cpu_count < kmemtrace::max_cpus() ? g_boot.cpu_count : kmemtrace::max_cpus();
   size_t bytes = kmemtrace::Ring::bytes_for(cap);
   for (unsigned cpu = 0; cpu < cpus; cpu++) {

@@ -105,6 +105,7 @@ void clock_tick() {
 // --- Set-up ------------------------------------------------------------------
 
 unsigned max_cpus() { return plat::kMaxCpus; }
+void* ring_header(unsigned cpu) { return cpu < plat::kMaxCpus ? &detail::g_rec.rings[cpu] : nullptr; }
 
 bool init_cpu(unsigned cpu, void* mem, size_t bytes) {
   if (cpu >= plat::kMaxCpus) return false;

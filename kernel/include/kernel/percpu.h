@@ -66,7 +66,16 @@ struct PerCpu {
   // finish (advisory, relaxed: smp::another_call_waits). After the fields
   // the trap entry code reaches by offset.
   std::atomic<bool> call_waiting{false};
+  // This core's kmemtrace ring (its header in kmemtrace's recorder), for
+  // the restartable ring write (trace/record.h): one load from the core's
+  // own register where the ring's address was a computation from its index.
+  // Set by kmemtrace's setup for every slot, before the other cores start
+  // (which orders it for them) and before recording can start; then
+  // constant.
+  void* trace_ring = nullptr;
 };
+// riscv64's load takes a 12-bit signed offset; arm's ldr, 12 bits.
+static_assert(offsetof(PerCpu, trace_ring) < 2048, "PerCpu::trace_ring out of a load's reach");
 
 extern PerCpu g_percpu[kMaxCpus];
 extern unsigned g_cpu_count;        // cores described by the DTB and started

@@ -76,6 +76,10 @@
 //   uint64_t trace_clock_hz();              reads alike, read after what came
 //                                         before it (trace/abi.h, 3); false:
 //                                         one atomic counter
+//   char* trace_ring();                   this CPU's kmemtrace ring header
+//                                         (kmemtrace::ring_header), for the
+//                                         restartable ring write; kernel only,
+//                                         where the arch has it
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   uint64_t ticks();                     timer ticks since boot (kmemleak's
 //                                         "jiffies"; kernel: kTimerHz a second;

@@ -128,6 +128,11 @@ void clock_tick();
 // --- Set-up and control --------------------------------------------------
 // CPUs that can have a ring (the platform's kMaxCpus).
 unsigned max_cpus();
+// CPU `cpu`'s ring header (a fixed address; null past max_cpus()), which
+// the restartable ring write takes from the platform (plat::trace_ring:
+// the kernel keeps it in PerCpu). A CPU whose ring has no memory finds its
+// header full: its events go to the slow path, which drops them.
+void* ring_header(unsigned cpu);
 // Gives CPU `cpu` the ring memory mem[0, bytes); Ring::bytes_for(cap) is
 // the size for a capacity cap (a power of two). False if cpu is out of
 // range or the memory too small (that CPU then drops every event).

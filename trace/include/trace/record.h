@@ -94,7 +94,7 @@ template <uint32_t kTag>
 __attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uintptr_t ptr, size_t requested, size_t allocated,
                                                                   uint32_t flags, uintptr_t caller) {
   char* base = reinterpret_cast<char*>(&g_rec);
-  char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
+  char* ring = mm::plat::trace_ring();  // &g_rec.rings[cpu_slot()], from the CPU's own register
   // The target CPU: this one (kSameCpu), which the section writes.
   static_assert(kSameCpu == -1);
   return arch::rseq_record_alloc<kRecSeq, Ring::kOffBuf, Ring::kOffMask, kTag>(base, ring, ptr, requested, allocated,
@@ -105,7 +105,7 @@ __attribute__((always_inline)) inline arch::RseqRecord alloc_rseq(uintptr_t ptr,
 template <uint32_t kTag>
 __attribute__((always_inline)) inline arch::RseqRecord free_rseq(uintptr_t ptr, uintptr_t caller) {
   char* base = reinterpret_cast<char*>(&g_rec);
-  char* ring = base + mm::plat::cpu_slot() * sizeof(Ring);
+  char* ring = mm::plat::trace_ring();
   return arch::rseq_record_free<kRecSeq, Ring::kOffBuf, Ring::kOffMask, kTag>(base, ring, ptr, caller);
 }
 

@@ -171,7 +171,11 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 #define ARCH_RSEQ_RECORD_SEQ           \
   "   fence r, i\n"                    \
   "   rdtime %[s]\n"
+// The recorder's address only where the counter is in it (below): an "r"
+// operand the asm does not use still costs its auipc and addi.
+#define ARCH_RSEQ_RECORD_REC(rec) [rec] "i"(0)
 #else
+#define ARCH_RSEQ_RECORD_REC(rec) [rec] "r"(rec)
 #define ARCH_RSEQ_RECORD_SEQ           \
   "   addi  %[u], %[rec], %[so]\n"     \
   "   li    %[h], 1\n"                 \
@@ -198,6 +202,7 @@ enum RseqRecord { kRecorded, kRecordFull };
 
 template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
 __attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, char* ring, uintptr_t ptr, uintptr_t) {
+  (void)rec;  // (ARCH_RSEQ_RECORD_REC)
   uint64_t tag = kTag;
   uint64_t h, u, t, p, s;
   asm volatile goto(
@@ -206,7 +211,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_free(char* rec, cha
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
+      : ARCH_RSEQ_RECORD_REC(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
         [so] "i"(kSeq), [bo] "i"(kBuf), [mo] "i"(kMask)
       : "memory"
       : full);
@@ -221,6 +226,7 @@ template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,
                                                                    uint32_t flags, uintptr_t) {
+  (void)rec;  // (ARCH_RSEQ_RECORD_REC)
   uint64_t tag = kTag;
   uint64_t h, u, t, p, s;
   asm volatile goto(
@@ -234,7 +240,7 @@ __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, ch
       "   sw    %[t], 0(%[ring])\n"  // the commit
       "2:\n" ARCH_RSEQ_ENTRY
       : [h] "=&r"(h), [u] "=&r"(u), [t] "=&r"(t), [p] "=&r"(p), [s] "=&r"(s)
-      : [rec] "r"(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
+      : ARCH_RSEQ_RECORD_REC(rec), [ring] "r"(ring), [tag] "r"(tag), [ptr] "r"(ptr),
         [rq] "r"(requested), [al] "r"(allocated), [la] "r"(flags), [so] "i"(kSeq),
         [bo] "i"(kBuf), [mo] "i"(kMask)
       : "memory"
@@ -245,5 +251,6 @@ full:
 }
 #undef ARCH_RSEQ_RECORD_HEAD
 #undef ARCH_RSEQ_RECORD_SEQ
+#undef ARCH_RSEQ_RECORD_REC
 
 }  // namespace arch

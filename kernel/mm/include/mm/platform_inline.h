@@ -32,6 +32,10 @@ inline unsigned cpu_slot() { return cpu_id(); }
 inline uintptr_t cpu_line_offset() { return arch::this_cpu()->line_offset; }  // kept scaled (kernel/percpu.h)
 #endif
 inline unsigned cpu_count() { return g_cpu_count; }
+// This CPU's kmemtrace ring header (PerCpu::trace_ring), for the
+// restartable ring write (trace/record.h): a load through the register
+// that holds this CPU's PerCpu.
+inline char* trace_ring() { return static_cast<char*>(arch::this_cpu()->trace_ring); }
 
 inline void cpu_relax() { arch::cpu_relax(); }
 inline unsigned highest_bit(uintptr_t x) { return arch::highest_bit(x); }
