@@ -74,7 +74,15 @@ bool run_mailbox(PerCpu& cpu) {
   // scanner would read it as a reference (a call that holds the core, as
   // `kmemleak test`'s, kept a leaked object unreported that way).
   mm::kmemleak_scrub_stack();
-  run_as_call(cpu, fn, cpu.call_arg);
+  // The argument is taken out of the mailbox (.bss, a root of the leak
+  // scanner): left there, an object passed by address stayed referenced
+  // from it until the core's next call, however long the call or the
+  // caller had let go of it. (The poster's write came before its release
+  // of call_fn, our acquire; this one comes before our release of
+  // call_fn, which the next poster acquires before it writes.)
+  void* arg = cpu.call_arg;
+  cpu.call_arg = nullptr;
+  run_as_call(cpu, fn, arg);
   // In this order: once call_fn is clear a new call may be posted (its
   // call_from, call_done = 0), which neither store below may overwrite.
   unsigned from = cpu.call_from;

@@ -13,8 +13,8 @@
 #    a later scan, takes a reported object off the list for that scan (an
 #    object at the start of a slab page, whose address is also the page's,
 #    which the allocators hold: seen once in CI, at the sixth scan). Every
-#    listing holds only leaked objects, most of them, and each leaked
-#    object is in one;
+#    listing holds only leaked objects, all but one at most, and each
+#    leaked object is in one;
 #  - each report's first backtrace frame is in the function of `kmemleak
 #    test` that allocated that object (the test says which, "by leak_...");
 #  - every scan printed its line (duration, pause, bytes, objects);
@@ -90,10 +90,11 @@ for i, listing in enumerate(listings):
     here = {}
     for m in re.finditer(r"unreferenced object 0x([0-9a-f]+) \(size \d+\):\n(?:.*\n){1,5}?  backtrace \(crc [0-9a-f]+\):\n    \[<0x[0-9a-f]+>\] ([^\n]*)", listing):
         here[int(m.group(1), 16)] = m.group(2)
-    # (More than half: a listing must not take its objects off the next
-    # scan's reports, as the shell's copies of their addresses once did.)
-    check(f"listing {i + 1}: only leaked objects, most of them ({len(here)} listed)",
-          set(here) <= set(leaked) and 2 * len(here) > len(leaked))
+    # (All but one: a stale copy of one address at one scan; a listing must
+    # not take its objects off the next scan's reports, as the shell's
+    # copies of their addresses once did.)
+    check(f"listing {i + 1}: only leaked objects, all but one at most ({len(here)} listed)",
+          set(here) <= set(leaked) and len(here) >= len(leaked) - 1)
     reports.update(here)
 check(f"reported = leaked ({sorted(hex(a) for a in reports)} vs {sorted(hex(a) for a in leaked)})",
       set(reports) == set(leaked))
