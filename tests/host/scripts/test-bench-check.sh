@@ -71,6 +71,14 @@ run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_a
     'pairs +kmem_alloc +64 +76.0 +78.1 +\+2.1 +REGRESSED' "${B[@]}"
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 78.1" "page page 4096 2000 102.0" |
   case_ "a wider tolerance lets it pass" 0 '^bench-check: ok' "${B[@]}" --tolerance 3
+# The rows that walk the stack move with code layout: 0.5% of the baseline.
+{ baseline; echo "debug_audit      kmem_cache    64     6477.3"; } >"$tmp/stack"
+run "${ok_rows[@]}" "debug_audit kmem_cache 64 2000 6486.4" |
+  case_ "a stack-walking row may grow by 0.5% (+9.1 of 6477.3)" 0 \
+    'debug_audit +kmem_cache +64 +6477.3 +6486.4 +\+9.1 +ok \(within \+32.3\)' --baseline "$tmp/stack"
+run "${ok_rows[@]}" "debug_audit kmem_cache 64 2000 6510.0" |
+  case_ "a stack-walking row grown by more than 0.5% fails" 1 \
+    'debug_audit +kmem_cache +64 +6477.3 +6510.0 +\+32.7 +REGRESSED: \+32.7 > \+32.3' --baseline "$tmp/stack"
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "page page 4096 2000 102.0" |
   case_ "a baseline row missing from the run fails, naming it" 1 \
     'pairs +kmem_alloc +64 +76.0 +- +- +ERROR: in the baseline, missing from the run' "${B[@]}"
