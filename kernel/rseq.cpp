@@ -10,6 +10,7 @@ extern "C" const rseq::Section __rseq_table_start[], __rseq_table_end[];
 // Written by each CPU in its own interrupt entry (interrupts masked), read
 // relaxed by tests: statistics.
 uint64_t g_restarts[kMaxCpus];
+uintptr_t g_last_restart_pc[kMaxCpus];  // the pc each CPU's last rewind found, the same way
 }  // namespace
 
 namespace rseq {
@@ -20,6 +21,7 @@ uintptr_t restart_in_text(uintptr_t pc) {
   for (const Section* s = __rseq_table_start; s < __rseq_table_end; s++) {
     if (pc - s->start < s->end - s->start) {
       __atomic_store_n(&g_restarts[cpu_id()], g_restarts[cpu_id()] + 1, __ATOMIC_RELAXED);
+      __atomic_store_n(&g_last_restart_pc[cpu_id()], pc, __ATOMIC_RELAXED);
       return s->restart;
     }
   }
@@ -39,5 +41,8 @@ void check_table() {
 unsigned table_size() { return static_cast<unsigned>(__rseq_table_end - __rseq_table_start); }
 
 uint64_t restarts(unsigned cpu) { return cpu < kMaxCpus ? __atomic_load_n(&g_restarts[cpu], __ATOMIC_RELAXED) : 0; }
+uintptr_t last_restart_pc(unsigned cpu) {
+  return cpu < kMaxCpus ? __atomic_load_n(&g_last_restart_pc[cpu], __ATOMIC_RELAXED) : 0;
+}
 
 }  // namespace rseq

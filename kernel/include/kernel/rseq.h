@@ -68,7 +68,10 @@ inline uintptr_t restart_pc(uintptr_t pc) {
 void check_table();
 // Sections in the table.
 unsigned table_size();
-// Rewinds done on a CPU since boot (statistics, for tests).
+// Rewinds done on a CPU since boot (statistics, for tests), and the
+// interrupted pc of its last one (0: none yet), for a test that finds a
+// rewind it did not expect to say where.
 uint64_t restarts(unsigned cpu);
+uintptr_t last_restart_pc(unsigned cpu);
 
 }  // namespace rseq
