@@ -303,19 +303,27 @@ KTEST(monotonic_clock_advances) {
   KEXPECT(b < a + 1000000000ull);
 }
 
-// mm's ticks (kmemleak's stamps) follow the counter: never ahead of it, at
-// most two ticks behind (RISC-V's coarse_counter is the reading of the
-// latest tick on any hart), and they advance with it.
+// mm's ticks (kmemleak's stamps) follow the counter: never ahead of it,
+// close behind it (RISC-V's coarse_counter is the reading of the latest tick
+// on any hart), and they advance with it. "Close behind" is checked on the
+// best of eight readings, each taken just after an interrupt: the counter is
+// QEMU's virtual clock, which runs on while the host deschedules a vCPU
+// thread, so any one reading can lag by many periods on a loaded machine
+// (CI saw more than 2 on riscv64). A tick count that stopped following the
+// counter lags in every reading.
 KTEST(mm_ticks_follow_the_counter) {
   const uint64_t per_tick = arch::counter_frequency() / kTimerHz;
   KASSERT(per_tick > 0);
-  for (int round = 0; round < 5; round++) {
+  uint64_t best = ~0ull;
+  for (int round = 0; round < 8; round++) {
+    arch::wait_for_interrupt();  // a tick (or another interrupt) later
     uint64_t t = mm::plat::ticks();
     uint64_t exact = arch::counter() / per_tick;
     KEXPECT(t <= exact);
-    KEXPECT(exact - t <= 2);
-    arch::wait_for_interrupt();  // a tick (or another interrupt) later
+    if (t <= exact && exact - t < best) best = exact - t;
   }
+  if (best > 2) kprintf("  ticks lag the counter by %llu periods at best\n", static_cast<unsigned long long>(best));
+  KEXPECT(best <= 2);
   uint64_t start = mm::plat::ticks();
   uint64_t deadline = timer::now_ns() + 2000000000ull;
   while (mm::plat::ticks() < start + 5 && timer::now_ns() < deadline) arch::wait_for_interrupt();
