@@ -628,6 +628,11 @@ __attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, si
 }
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {
+#if !defined(MM_KERNEL)
+  // kmem_alloc's first use on the host, through a hooked copy (kmem_alloc.cpp, 4).
+  if (__builtin_expect(cp == &g_no_class, 0) && type == kmemtrace::kTypeKmalloc)
+    return kmem_alloc_first_use(requested, kmflag, caller, tag);
+#endif
   // A debugged cache gets the size asked for (its redzone starts there).
   void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);

@@ -14,15 +14,17 @@
 // 3. kmem_free takes the size: a size of another class is caught by the
 //    owner check of the cache it names (the buffer belongs to another
 //    cache), a large size by segkmem's check of the span.
-// 4. Before kmem_init (on the host, the first call) the tables are empty:
-//    kmem_alloc takes its large path, which brings kmem up and retries. In
-//    the kernel, where kmem_init runs at boot before any allocation, they
-//    name g_no_class instead of nothing: a cache with no magazines, whose
-//    fast paths miss and whose slow paths refuse the call with a report.
-//    The fast path then needs no null test of the entry (one instruction
-//    per call).
+// 4. Before kmem_init the tables name g_no_class instead of nothing: a
+//    cache with no magazines, whose fast paths miss. The fast path then
+//    needs no null test of the entry (two instructions per call on the
+//    host, one on arm). In the kernel, where kmem_init runs at boot before
+//    any allocation, its slow paths refuse the call with a report. On the
+//    host, where kmem starts on first use, kmem_alloc's miss on it takes
+//    the large path, which brings kmem up and retries (the hooked copies'
+//    miss: alloc_slow_traced, kmem_alloc_first_use); a free of it is
+//    refused with a report.
 //    The tables are read plainly on the kernel's fast path, with relaxed
-//    loads on the host's (size_cache). kmem_alloc_init fills
+//    loads on the host's (table_entry). kmem_alloc_init fills
 //    them with release stores, so a thread that reads a cache pointer
 //    while another runs kmem_init sees the cache initialised through it (an
 //    address dependency); its first allocation then takes the slow path,
@@ -33,7 +35,6 @@
 
 namespace mm {
 
-#if defined(MM_KERNEL)
 // (4) Per-CPU caches as CpuCache's initialisers leave them, with no
 // magazine (top and limit at g_no_rounds), so every pop and push misses
 // into alloc_slow / free_slow, which know it. No owner check: a free goes
@@ -44,7 +45,6 @@ namespace mm {
 constinit kmem_cache g_no_class = {.owner_check = kOwnerNone};
 #pragma GCC diagnostic pop
 kmem_cache_t* kmem_no_class() { return &g_no_class; }
-#endif
 
 namespace {
 
@@ -58,10 +58,7 @@ constexpr size_t kSmallMax = 1024;   // table step 8 up to here
 constexpr size_t kAllocMax = 16384;  // table step 1024 up to here
 kmem_cache_t* g_alloc_caches[kAllocCaches];
 
-// Size -> cache. Until kmem_init, null on the host (kmem_alloc then takes
-// its large path, which brings kmem up on first use and retries) and
-// g_no_class in the kernel (4).
-#if defined(MM_KERNEL)
+// Size -> cache: g_no_class until kmem_init (4).
 template <size_t N>
 struct NoClassTable {
   kmem_cache_t* e[N];
@@ -73,28 +70,28 @@ constinit NoClassTable<kSmallMax / 8> g_small{};
 constinit NoClassTable<kAllocMax / 1024> g_large{};
 kmem_cache_t* (&g_small_table)[kSmallMax / 8] = g_small.e;     // (size - 1) >> 3
 kmem_cache_t* (&g_large_table)[kAllocMax / 1024] = g_large.e;  // (size - 1) >> 10
-#else
-kmem_cache_t* g_small_table[kSmallMax / 8];     // (size - 1) >> 3
-kmem_cache_t* g_large_table[kAllocMax / 1024];  // (size - 1) >> 10
-#endif
 
-// An entry is written once, by kmem_alloc_init's release store, and what
-// it points to is reached through the loaded address (4). Host: a relaxed
+// An entry is written by kmem_alloc_init's release store, and what it
+// points to is reached through the loaded address (4). Host: a relaxed
 // load, since a thread's first kmem_alloc may race another's kmem_init.
 // Kernel: a plain load (kmem_init runs before the other CPUs start, whose
 // start orders it), which arm64 folds into a scaled-index load: two
-// instructions fewer on the pair than the atomic form.
+// instructions fewer on the pair than the atomic form. Never null.
 inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
 #if defined(MM_KERNEL)
   kmem_cache_t* cp = *e;
+#else
+  kmem_cache_t* cp = __atomic_load_n(e, __ATOMIC_RELAXED);
+#endif
   if (!cp) __builtin_unreachable();  // g_no_class until kmem_init (4)
   return cp;
-#else
-  return __atomic_load_n(e, __ATOMIC_RELAXED);
-#endif
 }
+// The class of a size: null for a size no class serves (0, or more than
+// kAllocMax), g_no_class before kmem_init (4). Most calls are small:
+// expected so, GCC lays the small table's load in line (on the host it
+// jumped out and back otherwise).
 inline kmem_cache_t* size_cache(size_t size) {
-  if (size - 1 < kSmallMax) return table_entry(&g_small_table[(size - 1) >> 3]);
+  if (__builtin_expect(size - 1 < kSmallMax, 1)) return table_entry(&g_small_table[(size - 1) >> 3]);
   if (size - 1 < kAllocMax) return table_entry(&g_large_table[(size - 1) >> 10]);
   return nullptr;
 }
@@ -125,7 +122,16 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* alloc_uncached(size_t size, 
 // kmem_alloc's body, untraced.
 __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_alloc(cp, kmflag);
+  if (__builtin_expect(cp != nullptr, 1)) {
+#if defined(MM_KERNEL)
+    return cache_alloc(cp, kmflag);
+#else
+    // cache_alloc's untraced path, with the host's first use on its miss (4).
+    void* obj;
+    if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
+    if (__builtin_expect(cp != &g_no_class, 1)) return alloc_slow(cp, kmflag);
+#endif
+  }
   return alloc_uncached(size, kmflag, nullptr, 0);
 }
 
@@ -151,6 +157,21 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t siz
   return p;
 }
 
+#if !defined(MM_KERNEL)
+}  // namespace
+
+// The hooked copies' miss on g_no_class (alloc_slow_traced): the host's
+// first use (4). kmem comes up, and the traced copy looks the size up
+// again, in the filled tables.
+__attribute__((noinline)) void* kmem_alloc_first_use(size_t size, int kmflag, uintptr_t caller,
+                                                     const AllocTag* tag) {
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) kmem_init();
+  return kmem_alloc_traced(size, kmflag, caller, tag);
+}
+
+namespace {
+#endif
+
 // kmem_free of a size no class serves (a large buffer, or a refused free);
 // caller for the reports, 0 when kmem_free tail-called this (take our own).
 __attribute__((noinline)) void kmem_free_uncached(void* buf, size_t size, uintptr_t caller) {
@@ -166,11 +187,14 @@ __attribute__((noinline)) void kmem_free_uncached(void* buf, size_t size, uintpt
   segkmem_free_large(buf, size, caller);
 }
 
-// kmem_free's body, untraced; caller for the reports (or 0, as above).
+// kmem_free's body, untraced; caller for the reports, or 0 from the entry
+// point, which then passes MM_ENTRY_CALLER() on the uncached branch alone
+// (the host's is a load, kept off the fast path).
+// Before kmem_init a class's free is g_no_class's, refused by free_slow (4).
 __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
-  return kmem_free_uncached(buf, size, caller);
+  return kmem_free_uncached(buf, size, caller ? caller : MM_ENTRY_CALLER());
 }
 
 // caller 0: tail-called by kmem_free (or kmem_free_traced), whose caller
@@ -306,5 +330,5 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
   if (kmemtrace::on_free()) return kmem_free_traced(buf, size, MM_ENTRY_CALLER());
-  kmem_free_body(buf, size, MM_ENTRY_CALLER());
+  kmem_free_body(buf, size, 0);
 }

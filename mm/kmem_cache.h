@@ -353,11 +353,14 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
                            void (*dtor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
                            int cflags);
 void report(const char* kind, const char* where, const void* addr, uintptr_t caller, uint64_t detail = 0);
-#if defined(MM_KERNEL)
 // What kmem_alloc's size tables name before kmem_init (kmem_alloc.cpp, 4):
 // no magazines (its pops and pushes miss), no owner check; alloc_slow and
 // free_slow refuse it with a report.
 extern kmem_cache g_no_class;
+#if !defined(MM_KERNEL)
+// A hooked kmem_alloc's miss on g_no_class: kmem's first use on the host
+// (kmem_alloc.cpp, 4).
+void* kmem_alloc_first_use(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag);
 #endif
 inline uintptr_t caller_of_api() {
   return reinterpret_cast<uintptr_t>(__builtin_extract_return_addr(__builtin_return_address(0)));

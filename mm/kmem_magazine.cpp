@@ -268,7 +268,6 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
   return alloc_slow(cache_at(base), kmflag);
 }
 
-#if defined(MM_KERNEL)
 // kmem_alloc's tables before kmem_init (kmem_alloc.cpp, 4), out of line
 // and tail-called so that the slow paths keep their shape: the report, and
 // nothing allocated or freed.
@@ -279,7 +278,6 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
 [[gnu::noinline, gnu::cold]] void no_class_free(void* obj, uintptr_t caller) {
   report("kmem_free before kmem_init", "kmem_alloc", obj, caller ? caller : caller_of_api(), 0);
 }
-#endif
 
 // The magazine part of alloc_slow, a function of its own so that
 // alloc_slow's tests and tail calls above it need no frame: GCC saves
@@ -316,10 +314,8 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
   // No magazine layer (a debugged cache among them): untraced, alloc_slow
   // is the entry point's tail call, so its return address is the caller.
   if (cp->flags & KMC_NOMAGAZINE) return alloc_unmagazined(cp, kmflag, 0, caller_of_api());
-#if defined(MM_KERNEL)
   // (After the test above, which keeps its frameless tail call.)
   if (__builtin_expect(cp == &g_no_class, 0)) return no_class_alloc();  // before kmem_init (kmem_alloc.cpp, 4)
-#endif
   return alloc_magazine(cp, kmflag);
 }
 
@@ -385,9 +381,7 @@ void free_unmagazined(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t size
 // Slow path of kmem_cache_free: the loaded magazine is full (or absent).
 __attribute__((noinline)) void free_slow(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   if (cp->flags & KMC_NOMAGAZINE) return free_unmagazined(cp, obj, caller, 0);
-#if defined(MM_KERNEL)
   if (__builtin_expect(cp == &g_no_class, 0)) return no_class_free(obj, caller);  // before kmem_init
-#endif
   return free_magazine(cp, obj, caller);
 }
 

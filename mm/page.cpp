@@ -224,6 +224,16 @@ constinit plat::Lock g_lock;
 constinit decltype(page_caches_of(std::make_index_sequence<plat::kCpuSlots>())) g_page_caches{};
 constexpr auto& g_pcp = g_page_caches.cpu;
 constinit PageCounts g_pcp_counts[plat::kCpuSlots]{};
+// This CPU's cache (or the [kMaxCpus] one: cpu_slot) on the fast paths,
+// from its line offset scaled by the cache's size in lines: the same one
+// load where the slot index is a load (kernel), and on x86-64, whose
+// addressing scales by the word size, one shift and one add fewer than from
+// the index (2 instructions on each of the page pair's sides).
+__attribute__((always_inline)) inline PageCache& pcp_of_this_slot() {
+  static_assert(sizeof(PageCache) / 64 * 64 == sizeof(PageCache));
+  return *reinterpret_cast<PageCache*>(reinterpret_cast<char*>(g_pcp) +
+                                       plat::cpu_line_offset() * (sizeof(PageCache) / 64));
+}
 // Pages a refill takes: kPageCacheBatch, or a 16th of RAM where that is less
 // (a board with 64 pages: 3), so the caches do not hold what a run of
 // contiguous frames needs. Written by page_init.
@@ -278,6 +288,18 @@ constexpr uint32_t kHeadWordOrder0 = kPageHead;
 // -mno-unaligned-access, in page_free's fast path.)
 static_assert(alignof(Page) >= alignof(uint32_t));
 typedef uint32_t __attribute__((may_alias)) PageWord;
+// p->flags = f on the order-0 fast paths, where flags' high byte is 0
+// before (their checks: kPagePcp exactly, is_order0_head) and f's is too:
+// a byte store. For a halfword, GCC builds the immediate in a register
+// first on x86-64 (a 16-bit immediate's length-changing prefix stalls the
+// decoders): one instruction more on each side of the host's page pair.
+// The same one store elsewhere.
+__attribute__((always_inline)) inline void set_flags_low(Page* p, PageFlags f) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "flags' low byte comes first");
+  static_assert(kPageHead < 256 && kPagePcp < 256);
+  *reinterpret_cast<uint8_t*>(&p->flags) = static_cast<uint8_t>(f);
+}
+
 inline bool is_order0_head(const Page* p) {
   return (*reinterpret_cast<const PageWord*>(p) & kHeadWordMask) == kHeadWordOrder0;
 }
@@ -660,14 +682,14 @@ static_assert(sizeof(CachedPage) == 2 * sizeof(void*) && offsetof(CachedPage, fr
 __attribute__((always_inline)) inline bool alloc_fast_frame(uintptr_t& frame) {
   if constexpr (plat::kRestartable) {
     void* page;
-    if (!plat::rseq_pop_pair<offsetof(PageCache, top), kPagePcp>(reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]),
+    if (!plat::rseq_pop_pair<offsetof(PageCache, top), kPagePcp>(reinterpret_cast<char*>(&pcp_of_this_slot()),
                                                                    page, frame))
       return false;
-    static_cast<Page*>(page)->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
+    set_flags_low(static_cast<Page*>(page), kPageHead);  // mark_allocated(p, 0): order, count, next, owner are already 0
     return true;
   }
   plat::IrqState s = plat::irq_save();
-  PageCache& c = g_pcp[plat::cpu_slot()];  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
+  PageCache& c = pcp_of_this_slot();  // the empty [kMaxCpus] sends an unclaimed thread to alloc_slow
   CachedPage* t = c.top;
   Page* p = t->page;
   frame = t->frame;
@@ -677,7 +699,7 @@ __attribute__((always_inline)) inline bool alloc_fast_frame(uintptr_t& frame) {
   if (__builtin_expect(ok, 1)) {
     store_relaxed(c.top, t - 1);
     forget_popped(*t);
-    p->flags = kPageHead;  // mark_allocated(p, 0): order, count, next, owner are already 0
+    set_flags_low(p, kPageHead);  // mark_allocated(p, 0): order, count, next, owner are already 0
   }
   plat::irq_restore(s);
   return ok;
@@ -700,30 +722,30 @@ __attribute__((always_inline)) inline bool cache_push(Page* p, uint64_t pa) {
   // high word's costs another).
   uintptr_t frame = sizeof(uintptr_t) == 8 ? frame_of(pa) : static_cast<uint32_t>(pa) >> kPageShift;
   if constexpr (plat::kRestartable) {
-    p->flags = kPagePcp;
+    set_flags_low(p, kPagePcp);
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
-    char* base = reinterpret_cast<char*>(&g_pcp[plat::cpu_slot()]);
+    char* base = reinterpret_cast<char*>(&pcp_of_this_slot());
     if (__builtin_expect((plat::rseq_push_pair<offsetof(PageCache, top)>(base, p, frame)), 1)) {
       plat::rseq_inc<offsetof(PageCache, pushes)>(base);
       return true;
     }
-    p->flags = kPageHead;  // not cached: an allocated head again, for free_pa
+    set_flags_low(p, kPageHead);  // not cached: an allocated head again, for free_pa
     return false;
   }
   plat::IrqState s = plat::irq_save();
-  PageCache& c = g_pcp[plat::cpu_slot()];
+  PageCache& c = pcp_of_this_slot();
   CachedPage* t = c.top;
   bool ok = t < c.limit;
   if (__builtin_expect(ok, 1)) {
-    p->flags = kPagePcp;
+    set_flags_low(p, kPagePcp);
     p->count = 0;
     p->next = nullptr;
     p->owner = nullptr;
     t[1] = {p, frame};
     store_relaxed(c.top, t + 1);
-    store_relaxed(c.pushes, c.pushes + 1);
+    plat::count_own(c.pushes);
   }
   plat::irq_restore(s);
   return ok;
@@ -972,7 +994,7 @@ constexpr int64_t kPageDelta = prof_delta(kPageBytes);
 // the counters are not there yet (prof_alloc's turn, out of line: the
 // tagged entry points stay frameless).
 __attribute__((always_inline)) inline bool prof_alloc_fast(uintptr_t frame, const AllocTag* tag) {
-  const PageCache& c = g_pcp[plat::cpu_slot()];
+  const PageCache& c = pcp_of_this_slot();
   uintptr_t counters = c.prof;
   // The frame's index in the hot bank: in words, so that 32-bit ARM, whose
   // frame is a frame number, subtracts one word. (The bank's frame count
@@ -998,7 +1020,7 @@ __attribute__((noinline)) void* prof_alloc_va(uint64_t pa, const AllocTag* tag) 
 // 1: freed; 0: nothing done (the hooked free's turn); -1: the reference is
 // off and counted, the page still the caller's (the cache was full).
 __attribute__((always_inline)) inline int free_prof_fast(uint64_t pa) {
-  uintptr_t counters = g_pcp[plat::cpu_slot()].prof;
+  uintptr_t counters = pcp_of_this_slot().prof;
   uintptr_t i = fast_index(pa);
   if (__builtin_expect(!counters || i >= load_relaxed(g.fast_limit), 0)) return 0;
   Page* p = g.hot.pages + static_cast<size_t>(i);

@@ -54,6 +54,40 @@ void dtor(void* buf, void* priv) {
   std::memset(buf, 0, 8);
 }
 
+// Before kmem_init, kmem_alloc's size tables name a cache with no
+// magazines (mm/kmem_alloc.cpp, 4), so that the fast paths need no null
+// test of the entry. On the host kmem starts on first use: a free through
+// the tables is refused with a report and changes nothing; the first
+// allocation misses on that cache and brings kmem up. Needs a process of
+// its own, as ctest runs each test.
+TEST(kmem, FirstUseThroughTheSizeTablesBringsKmemUp) {
+  if (mm::kmem_ready()) GTEST_SKIP() << "kmem is up already: run this test in a process of its own (ctest does)";
+  Errors e;
+  alignas(64) char local[64];
+  kmem_free(local, 64);
+  ASSERT_EQ(Errors::seen.size(), 1u);
+  EXPECT_STREQ(Errors::seen[0].kind, "kmem_free before kmem_init");
+  EXPECT_EQ(Errors::seen[0].address, reinterpret_cast<uintptr_t>(local));
+  EXPECT_FALSE(mm::kmem_ready());
+  kmem_free(local, 100000);  // a large size: refused by the large path
+  ASSERT_EQ(Errors::seen.size(), 2u);
+  EXPECT_STREQ(Errors::seen[1].kind, "kmem_free before any allocation");
+  EXPECT_FALSE(mm::kmem_ready());
+
+  void* p = kmem_alloc(64, KM_SLEEP);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(mm::kmem_ready());
+  std::memset(p, 0x5A, 64);
+  kmem_free(p, 64);
+  void* q = kmem_alloc(64, KM_SLEEP);  // now from the magazine the free loaded
+  EXPECT_EQ(q, p);
+  kmem_free(q, 64);
+  void* big = kmem_alloc(5000, KM_SLEEP);  // the large table's classes are up too
+  ASSERT_NE(big, nullptr);
+  kmem_free(big, 5000);
+  EXPECT_EQ(Errors::seen.size(), 2u);
+}
+
 TEST(kmem, AllocFreeGivesDistinctAlignedBuffers) {
   for (size_t align : {size_t{0}, size_t{8}, size_t{64}, size_t{256}}) {
     kmem_cache_t* cp = kmem_cache_create("t_basic", 40, align, nullptr, nullptr, nullptr, nullptr, nullptr, 0);

@@ -140,12 +140,11 @@ uint64_t error_count();
 // Brings up vmem and kmem over the page allocator (page_init first). The
 // kernel calls it at boot; on the host it runs on first use.
 void kmem_init();
-#if defined(MM_KERNEL)
-// The cache kmem_alloc's size tables name before kmem_init (kernel): every
+// The cache kmem_alloc's size tables name before kmem_init: every
 // allocation from it fails and every free is refused, each with a report
-// ("kmem_alloc before kmem_init", "kmem_free before kmem_init").
+// ("kmem_alloc before kmem_init", "kmem_free before kmem_init"). (On the
+// host, kmem_alloc itself brings kmem up when it meets it.)
 kmem_cache_t* kmem_no_class();
-#endif
 bool kmem_ready();
 
 }  // namespace mm

@@ -32,6 +32,11 @@ inline unsigned cpu_slot() { return cpu_id(); }
 inline uintptr_t cpu_line_offset() { return arch::this_cpu()->line_offset; }  // kept scaled (kernel/percpu.h)
 #endif
 inline unsigned cpu_count() { return g_cpu_count; }
+// c + 1, stored relaxed, where this CPU is c's only writer and others read
+// it relaxed (statistics); with interrupts masked (the masked fast paths).
+inline void count_own(uintptr_t& c) {
+  __atomic_store_n(&c, __atomic_load_n(&c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
 // This CPU's kmemtrace ring header (PerCpu::trace_ring), for the
 // restartable ring write (trace/record.h): a load through the register
 // that holds this CPU's PerCpu.
