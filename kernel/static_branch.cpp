@@ -43,7 +43,7 @@
 namespace {
 
 struct Site {
-  uintptr_t site, target;
+  uintptr_t site, target, alt;  // the arch's record (arch/ops.h)
 };
 // Both keys' sites: the allocation hooks' first, then the free hooks'
 // (linker/kernel.ld.in).
@@ -113,13 +113,22 @@ bool patch(uintptr_t site, uintptr_t target, bool on) {
 struct Batch {
   const Site* first;
   const Site* last;
-  bool on;
+  static_branch::Way way;
   bool ok;
 };
 
+// A site may go from a branch to one target straight to a branch to the
+// other: on arm64 and in ARM state one aligned store of one B for another,
+// which the architecture lets a core execute while it changes (it runs the
+// old branch or the new); where a site is written in halves (riscv64,
+// Thumb-2) the other cores are parked and this one is masked, as for the
+// nop.
 void patch_batch(void* arg) {
   auto* b = static_cast<Batch*>(arg);
-  for (const Site* s = b->first; s < b->last; s++) b->ok = patch(s->site, s->target, b->on) && b->ok;
+  for (const Site* s = b->first; s < b->last; s++) {
+    uintptr_t target = b->way == static_branch::Way::kAlt ? s->alt : s->target;
+    b->ok = patch(s->site, target, b->way != static_branch::Way::kOff) && b->ok;
+  }
 }
 
 // The same with interrupts masked here: a handler that allocates must not
@@ -133,8 +142,8 @@ void patch_batch_masked(void* arg) {
 
 // Patches [first, last) with the other cores parked if the arch needs it,
 // then resynchronises every core's instruction fetch.
-bool patch_all(const Site* first, const Site* last, bool on) {
-  Batch b{first, last, on, true};
+bool patch_all(const Site* first, const Site* last, static_branch::Way way) {
+  Batch b{first, last, way, true};
   if (arch::text_patch_stops_others()) smp::stop_others(patch_batch_masked, &b);
   else patch_batch(&b);
   smp::call_on_all([](void*) { arch::sync_instructions(); }, nullptr);
@@ -156,7 +165,7 @@ namespace static_branch {
 #if !defined(ARCH_HAS_STATIC_BRANCH)
 bool init() { return true; }
 bool patch_site(uintptr_t, uintptr_t, bool) { return false; }
-bool set(Key, bool) { return true; }
+bool set(Key, Way) { return true; }
 #else
 bool init() {
   if (g_alias) return true;
@@ -167,18 +176,18 @@ bool init() {
 
 bool patch_site(uintptr_t site, uintptr_t target, bool on) {
   if (!g_alias) return false;
-  Site s{site, target};
-  return patch_all(&s, &s + 1, on);
+  Site s{site, target, target};
+  return patch_all(&s, &s + 1, on ? Way::kTarget : Way::kOff);
 }
 
-bool set(Key key, bool on) {
+bool set(Key key, Way way) {
   if (!g_alias) return false;
   const Site *first, *last;
   key_sites(key, first, last);
-  if (patch_all(first, last, on)) return true;
+  if (patch_all(first, last, way)) return true;
   kprintf("static_branch: could not patch every %s site; all set back to off\n",
           key == Key::kAllocHooks ? "allocation hook" : "free hook");
-  patch_all(first, last, false);
+  patch_all(first, last, Way::kOff);
   return false;
 }
 #endif

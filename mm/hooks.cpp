@@ -15,8 +15,16 @@ namespace mm {
 namespace {
 plat::Lock g_lock;
 unsigned g_features;  // under g_lock; read relaxed for statistics
-bool g_alloc_switch;  // the switches as last set, under g_lock
-bool g_free_switch;
+plat::HookMode g_alloc_switch = plat::HookMode::kOff;  // the switches as last set, under g_lock
+plat::HookMode g_free_switch = plat::HookMode::kOff;
+
+// What a switch wants for the features of its side: kTraceOnly while
+// kmemtrace alone does, exactly when alloc_trace_only() / free_trace_only()
+// read true (alloc_tag_internal.h: profiling neither counts nor subtracts).
+plat::HookMode mode_for(unsigned side) {
+  if (side == 0) return plat::HookMode::kOff;
+  return side == kFeatureKmemtrace ? plat::HookMode::kTraceOnly : plat::HookMode::kHooked;
+}
 }  // namespace
 
 uint32_t g_alloc_hooks_beside_prof = kNotCounting;  // profiling does not count yet (note_features)
@@ -52,11 +60,12 @@ bool alloc_hooks_set(unsigned feature, bool on) {
     note_features();
   }
   for (;;) {
-    bool alloc_want, free_want, alloc_flip, ok;
+    plat::HookMode alloc_want, free_want;
+    bool alloc_flip, ok;
     {
       Guard<> g(g_lock);
-      alloc_want = (g_features & kFeaturesOnAlloc) != 0;
-      free_want = (g_features & kFeaturesOnFree) != 0;
+      alloc_want = mode_for(g_features & kFeaturesOnAlloc);
+      free_want = mode_for(g_features & kFeaturesOnFree);
       if (alloc_want == g_alloc_switch && free_want == g_free_switch) return true;
       alloc_flip = alloc_want != g_alloc_switch;
       if (alloc_flip) g_alloc_switch = alloc_want;
@@ -64,9 +73,10 @@ bool alloc_hooks_set(unsigned feature, bool on) {
     }
     ok = alloc_flip ? plat::set_alloc_hooks(alloc_want) : plat::set_free_hooks(free_want);
     if (!ok) {
+      // The platform left the switch off.
       Guard<> g(g_lock);
-      if (alloc_flip) g_alloc_switch = !alloc_want;
-      else g_free_switch = !free_want;
+      if (alloc_flip) g_alloc_switch = plat::HookMode::kOff;
+      else g_free_switch = plat::HookMode::kOff;
       return false;
     }
   }

@@ -773,44 +773,60 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_prof_
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace_only(kmem_cache_t* cp, void* obj) {
   return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
 }
-// kmemtrace alone (kmem_fastpath.h, 8): the entry points tail-call it
-// with caller 0 (the kernel's MM_ENTRY_CALLER).
-MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* cache_alloc_trace_only(kmem_cache_t* cp,
-                                                                                       int kmflag,
-                                                                                       const AllocTag* tag) {
-  return cache_alloc_trace<kmemtrace::kTypeCache>(cp, kmflag, cp->bufsize, tag);
-}
 #endif
 }  // namespace
 
-// The Solaris name, for calls that do not go through the macro (mm/kmem.h):
-// counted at this function's own tag.
-MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
-  if (kmemtrace::on()) {
+// kmemtrace alone (kmem_fastpath.h, 8): while it is the only feature with
+// the allocation hooks on, the macro's call sites (mm/kmem.h) call it
+// straight from their three-way site, and kmem_cache_alloc tail-calls it
+// from its own; with caller 0 (the kernel's MM_ENTRY_CALLER). Where there
+// is no restartable record, the tagged copy (no site branches here then:
+// plat::alloc_hooks_mode never says kTraceOnly).
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_cache_alloc_trace_only(kmem_cache_t* cp,
+                                                                                            int kmflag,
+                                                                                            const AllocTag* tag) {
 #if defined(ARCH_HAS_RSEQ_RECORD)
-    if (__builtin_expect(alloc_trace_only(), 1)) return cache_alloc_trace_only(cp, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
+  return cache_alloc_trace<kmemtrace::kTypeCache>(cp, kmflag, cp->bufsize, tag);
+#else
+  return kmem_cache_alloc_tagged(cp, kmflag, tag);
 #endif
+}
+
+// The Solaris name, for calls that do not go through the macro (mm/kmem.h):
+// counted at this function's own tag. One three-way site (HookMode): the
+// nop, kmemtrace's fast path alone, or the traced copy.
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int kmflag) {
+  plat::HookMode mode = plat::alloc_hooks_mode();
+  if (mode != plat::HookMode::kOff) {
+    if (mode == plat::HookMode::kTraceOnly) return kmem_cache_alloc_trace_only(cp, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
     return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
   }
   return cache_alloc(cp, kmflag);
 }
 
-// The hooked copy itself (the macro's call lands here): the profiled fast
-// path while profiling alone has the hooks on (kmem_fastpath.h, 7), else
-// the traced copy.
+// The hooked copy itself (the macro's call lands here while another
+// feature than kmemtrace has the hooks on): the profiled fast path while
+// profiling alone has them (kmem_fastpath.h, 7), else the traced copy
+// (kmemtrace's path where kmemtrace alone is on, where the platform has no
+// three-way sites, or for a call in a switch's change).
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, 0, tag, MM_ENTRY_CALLER());  // 0: a kmem_cache_alloc (alloc_slow_prof)
 #if defined(ARCH_HAS_RSEQ_RECORD)
-  if (__builtin_expect(alloc_trace_only(), 1)) return cache_alloc_trace_only(cp, kmflag, tag);
+  if (__builtin_expect(alloc_trace_only(), 1)) return kmem_cache_alloc_trace_only(cp, kmflag, tag);
 #endif
   return cache_alloc_traced(cp, kmflag, MM_ENTRY_CALLER(), tag);
 }
 
-// Hooked, the free word (alloc_tag_internal.h) is read once, here, and
-// picks the profiled free, kmemtrace's, or the general one.
+// Hooked, kmemtrace alone gets its own free from the three-way site
+// (HookMode); otherwise the free word (alloc_tag_internal.h) is read once,
+// here, and picks the profiled free, kmemtrace's, or the general one.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_cache_free(kmem_cache_t* cp, void* obj) {
-  if (kmemtrace::on_free()) {
+  plat::HookMode mode = plat::free_hooks_mode();
+  if (mode != plat::HookMode::kOff) {
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    if (mode == plat::HookMode::kTraceOnly) return cache_free_trace_only(cp, obj);
+#endif
     uint32_t beside = free_hooks_beside_prof_word();
     if (__builtin_expect(beside == 0, 1)) return cache_free_prof_only(cp, obj, MM_ENTRY_CALLER());
 #if defined(ARCH_HAS_RSEQ_RECORD)

@@ -237,10 +237,17 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 // tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER). The entry
 // point's own arguments first, in their registers, so that the call moves
 // only cp.
-MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only(size_t size, int kmflag,
-                                                                                      const AllocTag* tag,
-                                                                                      kmem_cache_t* cp) {
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only_cp(size_t size, int kmflag,
+                                                                                         const AllocTag* tag,
+                                                                                         kmem_cache_t* cp) {
   return cache_alloc_trace<kmemtrace::kTypeKmalloc>(cp, kmflag, size, tag);
+}
+// The same for kmem_free, from its three-way site (HookMode): kmemtrace
+// alone has the free hooks on, so no class is debugged (kFeatureDebug's).
+MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_trace_only(void* buf, size_t size) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free_trace<kmemtrace::kTypeKmalloc>(cp, buf);
+  return kmem_free_hooked(buf, size, 0);
 }
 #endif
 
@@ -288,12 +295,31 @@ void kmem_alloc_init() {
 
 using namespace mm;
 
+// kmemtrace alone (mm/kmem.h): the macro's call sites call it from their
+// three-way site, kmem_alloc tail-calls it from its own. Where there is no
+// restartable record the tagged copy (never called then: no site is
+// three-way).
+MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int kmflag, const AllocTag* tag) {
+#if defined(ARCH_HAS_RSEQ_RECORD)
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return kmem_alloc_trace_only_cp(size, kmflag, tag, cp);
+  return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
+#else
+  return kmem_alloc_tagged(size, kmflag, tag);
+#endif
+}
+
 // The Solaris names, for calls that do not go through the macros
-// (mm/kmem.h): counted at these functions' own tags.
+// (mm/kmem.h): counted at these functions' own tags. kmem_alloc and
+// kmem_free have a three-way site (HookMode): the nop, kmemtrace's path
+// alone (whose size lookup is its own: on the site's branch here it cost
+// the untraced path a move on riscv64), or the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
-  // (kmemtrace alone takes the hooked copy here: the size lookup for its
-  // fast path, on this branch, cost the untraced path a move on riscv64.)
-  if (kmemtrace::on()) return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  plat::HookMode mode = plat::alloc_hooks_mode();
+  if (mode != plat::HookMode::kOff) {
+    if (mode == plat::HookMode::kTraceOnly) return kmem_alloc_trace_only(size, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
+    return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), MM_ALLOC_TAG_INDIRECT(kKmem));
+  }
   return kmem_alloc_body(size, kmflag);
 }
 
@@ -316,7 +342,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, size, tag, MM_ENTRY_CALLER());
 #if defined(ARCH_HAS_RSEQ_RECORD)
-  if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1)) return kmem_alloc_trace_only(size, kmflag, tag, cp);
+  if (__builtin_expect(cp != nullptr && alloc_trace_only(), 1)) return kmem_alloc_trace_only_cp(size, kmflag, tag, cp);
 #endif
   return kmem_alloc_traced(size, kmflag, MM_ENTRY_CALLER(), tag);
 }
@@ -329,6 +355,12 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
-  if (kmemtrace::on_free()) return kmem_free_traced(buf, size, MM_ENTRY_CALLER());
+  plat::HookMode mode = plat::free_hooks_mode();
+  if (mode != plat::HookMode::kOff) {
+#if defined(ARCH_HAS_RSEQ_RECORD)
+    if (mode == plat::HookMode::kTraceOnly) return kmem_free_trace_only(buf, size);
+#endif
+    return kmem_free_traced(buf, size, MM_ENTRY_CALLER());
+  }
   kmem_free_body(buf, size, 0);
 }

@@ -42,13 +42,20 @@ void on_each_cpu(void (*fn)(void*), void* arg) {
 void set_cpu_exit_hook(void (*)()) {}  // kernel CPUs never leave
 
 bool g_alloc_hooks, g_free_hooks;
-bool set_alloc_hooks(bool on) {
-  __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
-  return static_branch::set(static_branch::Key::kAllocHooks, on);
+namespace {
+static_branch::Way way_of(HookMode mode) {
+  return mode == HookMode::kOff      ? static_branch::Way::kOff
+         : mode == HookMode::kHooked ? static_branch::Way::kTarget
+                                     : static_branch::Way::kAlt;
 }
-bool set_free_hooks(bool on) {
-  __atomic_store_n(&g_free_hooks, on, __ATOMIC_RELAXED);
-  return static_branch::set(static_branch::Key::kFreeHooks, on);
+}  // namespace
+bool set_alloc_hooks(HookMode mode) {
+  __atomic_store_n(&g_alloc_hooks, mode != HookMode::kOff, __ATOMIC_RELAXED);
+  return static_branch::set(static_branch::Key::kAllocHooks, way_of(mode));
+}
+bool set_free_hooks(HookMode mode) {
+  __atomic_store_n(&g_free_hooks, mode != HookMode::kOff, __ATOMIC_RELAXED);
+  return static_branch::set(static_branch::Key::kFreeHooks, way_of(mode));
 }
 
 void stop_others(void (*fn)(void*), void* arg) { smp::freeze_others(fn, arg); }

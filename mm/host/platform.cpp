@@ -617,12 +617,12 @@ void heap_window(uintptr_t& base, size_t& size) {
 void on_each_cpu(void (*fn)(void*), void* arg) { fn(arg); }
 
 bool g_alloc_hooks, g_free_hooks;
-bool set_alloc_hooks(bool on) {
-  __atomic_store_n(&g_alloc_hooks, on, __ATOMIC_RELAXED);
+bool set_alloc_hooks(HookMode mode) {
+  __atomic_store_n(&g_alloc_hooks, mode != HookMode::kOff, __ATOMIC_RELAXED);
   return true;
 }
-bool set_free_hooks(bool on) {
-  __atomic_store_n(&g_free_hooks, on, __ATOMIC_RELAXED);
+bool set_free_hooks(HookMode mode) {
+  __atomic_store_n(&g_free_hooks, mode != HookMode::kOff, __ATOMIC_RELAXED);
   return true;
 }
 

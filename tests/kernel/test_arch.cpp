@@ -81,7 +81,7 @@ KTEST(map_large_leaf_then_split_it_by_a_partial_unmap) {
 // was (before, the offset was masked into a branch to somewhere else).
 namespace {
 struct StaticSite {
-  uintptr_t site, target;
+  uintptr_t site, target, alt;
 };
 extern "C" const StaticSite __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
 

@@ -688,7 +688,7 @@ KTEST(move_callback_relocates_objects_and_frees_slabs) {
 // exactly one alloc and one free event on this CPU; off again, nothing more.
 namespace {
 struct StaticSite {
-  uintptr_t site, target;
+  uintptr_t site, target, alt;
 };
 // The allocation hooks' sites, then the free hooks' (linker/kernel.ld.in).
 extern "C" const StaticSite __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
@@ -701,21 +701,34 @@ constexpr bool kStaticBranches =
 #else
     false;
 #endif
-bool sites_hold(const StaticSite* first, const StaticSite* last, bool on) {
-  for (const StaticSite* s = first; s < last; s++)
-    if (*reinterpret_cast<const volatile uint32_t*>(s->site) != arch::static_branch_insn(s->site, s->target, on))
+using mm::plat::HookMode;
+// Every site holds its nop (kOff), its branch to target (kHooked) or to
+// alt (kTraceOnly: a three-way site's kmemtrace path; a two-way site's alt
+// is its target).
+bool sites_hold(const StaticSite* first, const StaticSite* last, HookMode mode) {
+  for (const StaticSite* s = first; s < last; s++) {
+    uintptr_t to = mode == HookMode::kTraceOnly ? s->alt : s->target;
+    if (*reinterpret_cast<const volatile uint32_t*>(s->site) != arch::static_branch_insn(s->site, to, mode != HookMode::kOff))
       return false;
+  }
   return true;
 }
-bool alloc_sites_hold(bool on) {
-  if (!kStaticBranches) return mm::plat::alloc_hooks_on() == on;
-  return sites_hold(__static_branches_start, __static_branches_free_start, on);
+bool alloc_sites_hold(HookMode mode) {
+  if (!kStaticBranches) return mm::plat::alloc_hooks_on() == (mode != HookMode::kOff);
+  return sites_hold(__static_branches_start, __static_branches_free_start, mode);
 }
-bool free_sites_hold(bool on) {
-  if (!kStaticBranches) return mm::plat::free_hooks_on() == on;
-  return sites_hold(__static_branches_free_start, __static_branches_end, on);
+bool free_sites_hold(HookMode mode) {
+  if (!kStaticBranches) return mm::plat::free_hooks_on() == (mode != HookMode::kOff);
+  return sites_hold(__static_branches_free_start, __static_branches_end, mode);
 }
-bool sites_hold(bool on) { return alloc_sites_hold(on) && free_sites_hold(on); }
+bool sites_hold(HookMode mode) { return alloc_sites_hold(mode) && free_sites_hold(mode); }
+// Sites with two targets: the three-way ones (kmem_cache_alloc, kmem_alloc
+// and their macros' call sites, kmem_cache_free, kmem_free).
+size_t three_way_sites(const StaticSite* first, const StaticSite* last) {
+  size_t n = 0;
+  for (const StaticSite* s = first; s < last; s++) n += s->alt != s->target;
+  return n;
+}
 
 void cache_events(uint64_t& allocs, uint64_t& frees) {
   kmemtrace::TypeCounts tc;
@@ -754,7 +767,11 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   if (kmemtrace::enabled()) KSKIP("tracing is on (kmemtrace bootarg): the test needs it off");
   kmemtrace::clear();
   KEXPECT(!kStaticBranches || &__static_branches_end[0] - &__static_branches_start[0] >= 10);  // every entry point has one
-  KEXPECT(sites_hold(false));
+  KEXPECT(sites_hold(HookMode::kOff));
+  // The entry points' own three-way sites at least (their macros' call
+  // sites add more on both keys' allocation side).
+  KEXPECT(!kStaticBranches || three_way_sites(__static_branches_start, __static_branches_free_start) >= 2);
+  KEXPECT(!kStaticBranches || three_way_sites(__static_branches_free_start, __static_branches_end) >= 2);
   kmem_cache_t* cp = kmem_cache_create("test_trace", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   KASSERT(cp);
   kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));  // warm: a slab, a magazine
@@ -763,13 +780,15 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   KEXPECT_EQ(a + f, 0u);
 
   kmemtrace::start();
-  KEXPECT(sites_hold(true));
+  // kmemtrace alone: the three-way sites branch to its own paths. (No
+  // static branches: the flags are on, HookMode::kHooked.)
+  KEXPECT(sites_hold(kStaticBranches ? HookMode::kTraceOnly : HookMode::kHooked));
   arch::IrqState s = arch::irq_save();  // both on this CPU, nothing else in between
   void* p = kmem_cache_alloc(cp, KM_NOSLEEP);
   kmem_cache_free(cp, p);
   arch::irq_restore(s);
   kmemtrace::stop();
-  KEXPECT(sites_hold(false));
+  KEXPECT(sites_hold(HookMode::kOff));
   cache_events(a, f);
   KEXPECT_EQ(a, 1u);
   KEXPECT_EQ(f, 1u);
@@ -799,12 +818,90 @@ KTEST(kmemleak_alone_hooks_the_allocations_not_the_frees) {
     KSKIP("a feature holds the allocators' hooks on (the kmemtrace, kmemleak or kmem.fail bootarg)");
   KEXPECT(!kStaticBranches || &__static_branches_free_start[0] > &__static_branches_start[0]);  // both keys have sites
   KEXPECT(!kStaticBranches || &__static_branches_end[0] > &__static_branches_free_start[0]);
-  KEXPECT(sites_hold(false));
+  KEXPECT(sites_hold(HookMode::kOff));
   kmemleak_enable(true);
-  KEXPECT(alloc_sites_hold(true));
-  KEXPECT(free_sites_hold(false));
+  KEXPECT(alloc_sites_hold(HookMode::kHooked));
+  KEXPECT(free_sites_hold(HookMode::kOff));
   kmemleak_enable(false);
-  KEXPECT(sites_hold(false));
+  KEXPECT(sites_hold(HookMode::kOff));
+}
+
+namespace {
+// Events of type on every CPU's ring.
+void type_events(uint8_t type, uint64_t& allocs, uint64_t& frees) {
+  kmemtrace::TypeCounts tc;
+  allocs = frees = 0;
+  for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++)
+    if (kmemtrace::count_types(cpu, tc)) {
+      allocs += tc.allocs[type];
+      frees += tc.frees[type];
+    }
+}
+// Through each kind of three-way site: the macros' call sites and the
+// entry points' own, for kmem_cache and kmem_alloc. Each call must record
+// one event, whichever path its site took.
+void calls_through_every_site(kmem_cache_t* cp) {
+  arch::IrqState s = arch::irq_save();  // on this CPU, nothing else in between
+  void* a = kmem_cache_alloc(cp, KM_NOSLEEP);
+  void* b = (kmem_cache_alloc)(cp, KM_NOSLEEP);
+  void* c = kmem_alloc(48, KM_NOSLEEP);
+  void* d = (kmem_alloc)(48, KM_NOSLEEP);
+  kmem_cache_free(cp, a);
+  kmem_cache_free(cp, b);
+  kmem_free(c, 48);
+  kmem_free(d, 48);
+  arch::irq_restore(s);
+  KEXPECT(a && b && c && d);
+}
+}  // namespace
+
+// kmemtrace alone: the three-way sites branch to its own paths. Another
+// feature that wants the allocations (kmemleak) moves the allocation sites
+// straight to the hooked copies, and away again when it leaves; the free
+// sites stay on kmemtrace's (kmemleak needs no frees). Every call records
+// its event in each of the three settings.
+KTEST(kmemtrace_sites_move_between_its_own_paths_and_the_hooked_copies) {
+  if (kmemtrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
+  if (mm::alloc_hooks_features() != 0)
+    KSKIP("a feature holds the allocators' hooks on (the kmemtrace, kmemleak or kmem.fail bootarg)");
+  kmemtrace::clear();
+  kmem_cache_t* cp = kmem_cache_create("test_trace3", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  KASSERT(cp);
+  kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));  // warm: a slab, a magazine
+  kmem_free(kmem_alloc(48, KM_SLEEP), 48);
+  const HookMode trace_only = kStaticBranches ? HookMode::kTraceOnly : HookMode::kHooked;
+  uint64_t ca, cf, ka, kf;
+  auto expect_events = [&](uint64_t n) {
+    type_events(kmemtrace::kTypeCache, ca, cf);
+    type_events(kmemtrace::kTypeKmalloc, ka, kf);
+    KEXPECT_EQ(ca, n);
+    KEXPECT_EQ(cf, n);
+    KEXPECT_EQ(ka, n);
+    KEXPECT_EQ(kf, n);
+  };
+
+  kmemtrace::start();
+  KEXPECT(sites_hold(trace_only));
+  calls_through_every_site(cp);
+  expect_events(2);
+
+  kmemleak_enable(true);
+  KEXPECT(alloc_sites_hold(HookMode::kHooked));
+  KEXPECT(free_sites_hold(trace_only));
+  calls_through_every_site(cp);
+  expect_events(4);
+
+  kmemleak_enable(false);
+  KEXPECT(sites_hold(trace_only));
+  calls_through_every_site(cp);
+  expect_events(6);
+
+  kmemtrace::stop();
+  KEXPECT(sites_hold(HookMode::kOff));
+  calls_through_every_site(cp);
+  expect_events(6);
+  kmemtrace::clear();
+  KEXPECT(kmem_cache_destroy(cp));
 }
 
 // Allocator paths that fan out to every core (draining the per-CPU page

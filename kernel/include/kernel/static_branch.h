@@ -2,20 +2,29 @@
 // that is patched into a branch when the switch is on (the arch's
 // static_branch_* in <arch/ops.h>, sites listed in .static_branches).
 // Two switches: the allocators' hooks on allocation and on free (mm/hooks.h).
+// Each site has two targets (the arch's records: {site, target, alt}):
+// a three-way site branches to alt while kmemtrace alone wants the hooks,
+// a two-way site lists its one target twice.
 #pragma once
 #include <cstdint>
 
 namespace static_branch {
 enum class Key { kAllocHooks, kFreeHooks };
+// What every site of a key holds: its nop, a branch to its target, or one
+// to its alt.
+enum class Way { kOff, kTarget, kAlt };
 
 // Reserves the page of virtual addresses patching writes through. Once, at
 // boot, with the heap arena up.
 bool init();
-// Patches every site of key to branch (on) or fall through (off), on every
-// online core. Not from interrupt context; one caller at a time (mm's
-// hooks switch). False if a site could not be patched (then none is left
-// half done: all the key's sites are set back to off).
-bool set(Key key, bool on);
+// Patches every site of key to fall through (kOff) or branch to its target
+// or its alt, on every online core, straight from what it held (a branch
+// to one target becomes a branch to the other without passing through the
+// nop, so that no call goes unhooked in between). Not from interrupt
+// context; one caller at a time (mm's hooks switch). False if a site could
+// not be patched (then none is left half done: all the key's sites are set
+// back to off).
+bool set(Key key, Way way);
 // Patches the one site to branch to target (on) or to its nop (off), as
 // set does every site of a key. False, with a report and nothing written,
 // if site or target is outside the kernel text or target is beyond the

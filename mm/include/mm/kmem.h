@@ -65,11 +65,32 @@ void kmem_free(void* buf, size_t size);
 void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const mm::AllocTag* tag);
 void* kmem_alloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
 void* kmem_zalloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
+// kmemtrace's own fast paths, which a call site's three-way static branch
+// (MM_ALLOC_HOOKS3; mm/platform.h, HookMode) calls while kmemtrace alone
+// has the hooks on, with the call site's tag (profiling does not count
+// then; a miss passes it on).
+void* kmem_cache_alloc_trace_only(kmem_cache_t* cp, int kmflag, const mm::AllocTag* tag);
+void* kmem_alloc_trace_only(size_t size, int kmflag, const mm::AllocTag* tag);
 #define MM_ALLOC_HOOKS(tagged, plain) (::mm::plat::alloc_hooks_on() ? (tagged) : (plain))
+// One site (alloc_hooks_mode() once) and one tag (MM_ALLOC_TAG once) per
+// call: fn_trace_only / fn_tagged take (a, b, tag), fn (a, b).
+#define MM_ALLOC_HOOKS3(fn_trace_only, fn_tagged, fn, a, b)                               \
+  ({                                                                                    \
+    ::mm::plat::HookMode mm_mode_ = ::mm::plat::alloc_hooks_mode();                    \
+    void* mm_p_;                                                                        \
+    if (mm_mode_ == ::mm::plat::HookMode::kOff) {                                       \
+      mm_p_ = fn((a), (b));                                                             \
+    } else {                                                                            \
+      const ::mm::AllocTag* mm_tag_ = MM_ALLOC_TAG(kKmem);                              \
+      if (mm_mode_ == ::mm::plat::HookMode::kTraceOnly) mm_p_ = fn_trace_only((a), (b), mm_tag_); \
+      else mm_p_ = fn_tagged((a), (b), mm_tag_);                                        \
+    }                                                                                   \
+    mm_p_;                                                                              \
+  })
 #define kmem_cache_alloc(cp, kmflag) \
-  MM_ALLOC_HOOKS(::kmem_cache_alloc_tagged((cp), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_cache_alloc((cp), (kmflag)))
+  MM_ALLOC_HOOKS3(::kmem_cache_alloc_trace_only, ::kmem_cache_alloc_tagged, ::kmem_cache_alloc, cp, kmflag)
 #define kmem_alloc(size, kmflag) \
-  MM_ALLOC_HOOKS(::kmem_alloc_tagged((size), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_alloc((size), (kmflag)))
+  MM_ALLOC_HOOKS3(::kmem_alloc_trace_only, ::kmem_alloc_tagged, ::kmem_alloc, size, kmflag)
 #define kmem_zalloc(size, kmflag) \
   MM_ALLOC_HOOKS(::kmem_zalloc_tagged((size), (kmflag), MM_ALLOC_TAG(kKmem)), ::kmem_zalloc((size), (kmflag)))
 

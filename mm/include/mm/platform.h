@@ -94,6 +94,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include <mm/hook_mode.h>
 #include <mm/platform_inline.h>
 
 namespace mm::plat {
@@ -127,12 +129,13 @@ void on_each_cpu(void (*fn)(void*), void* arg);
 // exits), so its per-CPU caches can be flushed. Kernel: CPUs never leave.
 void set_cpu_exit_hook(void (*fn)());
 
+
 // Flip the allocators' hook switches (alloc_hooks_on, free_hooks_on): in
 // the kernel, patch every static-branch site of the switch on every core.
 // Not from interrupt context. False if it could not (the switch is then
 // left off).
-bool set_alloc_hooks(bool on);
-bool set_free_hooks(bool on);
+bool set_alloc_hooks(HookMode mode);
+bool set_free_hooks(HookMode mode);
 
 // Runs fn(arg) on this CPU, with interrupts masked, while every other CPU
 // is stopped where it was (kernel: in an IPI handler, so never inside a

@@ -108,8 +108,11 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
-// the section of its key as {site, target}. Two keys: the allocators' hooks
-// on allocation (.static_branches) and on free (.static_branches.free).
+// the section of its key as {site, target, alt}. Two keys: the allocators'
+// hooks on allocation (.static_branches) and on free
+// (.static_branches.free). A three-way site (static_branch_*_mode) has a
+// second target, alt, which kmemtrace alone gets (mm/platform.h,
+// HookMode); a two-way site lists its one target twice.
 // Thumb-2: a 32-bit nop.w <-> b.w, on any halfword (arch/arm/mmu.cpp).
 #define ARCH_HAS_STATIC_BRANCH 1
 #if defined(__thumb__)
@@ -124,13 +127,29 @@ constexpr unsigned kStaticBranchSiteAlign = 4;  // every ARM instruction's
       "1: " ARCH_STATIC_BRANCH_NOP "\n"    \
       ".pushsection " section ", \"a\"\n"  \
       ".balign 4\n"                        \
-      ".word 1b, %l[on]\n"                 \
+      ".word 1b, %l[on], %l[on]\n"         \
       ".popsection\n" ::::on);             \
   return false;                            \
 on:                                        \
   return true;
+#define ARCH_STATIC_BRANCH_MODE(section) \
+  asm goto(                                   \
+      "1: " ARCH_STATIC_BRANCH_NOP "\n"       \
+      ".pushsection " section ", \"a\"\n"     \
+      ".balign 4\n"                           \
+      ".word 1b, %l[hooked], %l[alt]\n"       \
+      ".popsection\n" ::::hooked, alt);       \
+  return 0;                                   \
+hooked:                                       \
+  return 1;                                   \
+alt:                                          \
+  return 2;
 __attribute__((always_inline)) inline bool static_branch_alloc_hooks() { ARCH_STATIC_BRANCH(".static_branches") }
 __attribute__((always_inline)) inline bool static_branch_free_hooks() { ARCH_STATIC_BRANCH(".static_branches.free") }
+// 0: the nop; 1: branched to the site's target; 2: to its alt.
+__attribute__((always_inline)) inline unsigned static_branch_alloc_mode() { ARCH_STATIC_BRANCH_MODE(".static_branches") }
+__attribute__((always_inline)) inline unsigned static_branch_free_mode() { ARCH_STATIC_BRANCH_MODE(".static_branches.free") }
+#undef ARCH_STATIC_BRANCH_MODE
 #undef ARCH_STATIC_BRANCH
 #undef ARCH_STATIC_BRANCH_NOP
 

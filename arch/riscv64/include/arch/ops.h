@@ -145,8 +145,11 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 
 // A static branch (kernel/static_branch.cpp): false, as one nop, until the
 // nop is patched into a branch to the `true` side; every site is listed in
-// the section of its key as {site, target}. Two keys: the allocators' hooks
-// on allocation (.static_branches) and on free (.static_branches.free).
+// the section of its key as {site, target, alt}. Two keys: the allocators'
+// hooks on allocation (.static_branches) and on free
+// (.static_branches.free). A three-way site (static_branch_*_mode) has a
+// second target, alt, which kmemtrace alone gets (mm/platform.h,
+// HookMode); a two-way site lists its one target twice.
 #define ARCH_HAS_STATIC_BRANCH 1
 constexpr unsigned kStaticBranchSiteAlign = 2;  // see below
 // The site is a 4-byte nop (never a compressed one, so that a jal fits), on
@@ -154,21 +157,34 @@ constexpr unsigned kStaticBranchSiteAlign = 2;  // see below
 // of padding, executed, at half the sites. Patching writes a misaligned
 // site as two halves, which is safe because the other harts are parked
 // while text changes (arch::text_patch_stops_others).
+#define ARCH_STATIC_BRANCH_SITE(section, targets) \
+  ".option push\n"                                \
+  ".option norvc\n"                               \
+  "1: nop\n"                                      \
+  ".option pop\n"                                 \
+  ".pushsection " section ", \"a\"\n"             \
+  ".balign 8\n"                                   \
+  ".dword 1b, " targets "\n"                      \
+  ".popsection\n"
 #define ARCH_STATIC_BRANCH(section) \
-  asm goto(                                                                \
-      ".option push\n"                                                     \
-      ".option norvc\n"                                                    \
-      "1: nop\n"                                                           \
-      ".option pop\n"                                                      \
-      ".pushsection " section ", \"a\"\n"                                  \
-      ".balign 8\n"                                                        \
-      ".dword 1b, %l[on]\n"                                                \
-      ".popsection\n" ::::on);                                             \
-  return false;                                                            \
-on:                                                                        \
+  asm goto(ARCH_STATIC_BRANCH_SITE(section, "%l[on], %l[on]")::::on); \
+  return false;                                                      \
+on:                                                                  \
   return true;
+#define ARCH_STATIC_BRANCH_MODE(section) \
+  asm goto(ARCH_STATIC_BRANCH_SITE(section, "%l[hooked], %l[alt]")::::hooked, alt); \
+  return 0;                                                                       \
+hooked:                                                                           \
+  return 1;                                                                       \
+alt:                                                                              \
+  return 2;
 __attribute__((always_inline)) inline bool static_branch_alloc_hooks() { ARCH_STATIC_BRANCH(".static_branches") }
 __attribute__((always_inline)) inline bool static_branch_free_hooks() { ARCH_STATIC_BRANCH(".static_branches.free") }
+// 0: the nop; 1: branched to the site's target; 2: to its alt.
+__attribute__((always_inline)) inline unsigned static_branch_alloc_mode() { ARCH_STATIC_BRANCH_MODE(".static_branches") }
+__attribute__((always_inline)) inline unsigned static_branch_free_mode() { ARCH_STATIC_BRANCH_MODE(".static_branches.free") }
+#undef ARCH_STATIC_BRANCH_MODE
+#undef ARCH_STATIC_BRANCH_SITE
 #undef ARCH_STATIC_BRANCH
 
 }  // namespace arch

@@ -1,6 +1,7 @@
 // mm/'s inline platform operations in the kernel (the contract is in
 // mm/include/mm/platform.h).
 #pragma once
+#include <mm/hook_mode.h>
 #include <cstddef>
 #include <kernel/config.h>
 #include <kernel/percpu.h>
@@ -127,6 +128,26 @@ __attribute__((always_inline)) inline bool free_hooks_on() {
   return arch::static_branch_free_hooks();
 #else
   return __builtin_expect(g_free_hooks, 0);
+#endif
+}
+// The same switches as three ways (HookMode), for the entry points that
+// have a fast path of kmemtrace's own: one site, the nop while off, and
+// while kmemtrace alone has the switch on a branch straight to that path
+// (the site's alt) instead of to the hooked copy that would pick it.
+static_assert(static_cast<unsigned>(HookMode::kHooked) == 1 && static_cast<unsigned>(HookMode::kTraceOnly) == 2,
+              "arch::static_branch_*_mode's values");
+__attribute__((always_inline)) inline HookMode alloc_hooks_mode() {
+#if defined(ARCH_HAS_STATIC_BRANCH)
+  return static_cast<HookMode>(arch::static_branch_alloc_mode());
+#else
+  return alloc_hooks_on() ? HookMode::kHooked : HookMode::kOff;
+#endif
+}
+__attribute__((always_inline)) inline HookMode free_hooks_mode() {
+#if defined(ARCH_HAS_STATIC_BRANCH)
+  return static_cast<HookMode>(arch::static_branch_free_mode());
+#else
+  return free_hooks_on() ? HookMode::kHooked : HookMode::kOff;
 #endif
 }
 

@@ -12,6 +12,7 @@
 // a portable fallback), so the library builds on any Linux host; the
 // presets host-aarch64 and host-riscv64 check that it does.
 #pragma once
+#include <mm/hook_mode.h>
 #include <atomic>
 #include <cstdint>
 #include <mm/platform_norseq.h>
@@ -57,6 +58,14 @@ inline void cpu_relax() {
 extern bool g_alloc_hooks, g_free_hooks;
 __attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(g_alloc_hooks, 0); }
 __attribute__((always_inline)) inline bool free_hooks_on() { return __builtin_expect(g_free_hooks, 0); }
+// Three ways where the kernel has static branches (its platform_inline.h);
+// here the hooked copies pick kmemtrace's paths themselves.
+__attribute__((always_inline)) inline HookMode alloc_hooks_mode() {
+  return alloc_hooks_on() ? HookMode::kHooked : HookMode::kOff;
+}
+__attribute__((always_inline)) inline HookMode free_hooks_mode() {
+  return free_hooks_on() ? HookMode::kHooked : HookMode::kOff;
+}
 
 // kmemtrace's sequence numbers: one counter for every thread on the host
 // (trace/include/trace/abi.h, 3).
