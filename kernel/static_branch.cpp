@@ -97,6 +97,8 @@ bool patch(uintptr_t site, uintptr_t target, bool on) {
   // the nop's low half (opcode OP-IMM, rd x0) also stays while the high
   // half changes: in between, the site is an addi to x0 (a hint), never a
   // jal with part of its offset (on: high half first; off: low half first).
+  // From a branch to one target straight to one to the other, the site in
+  // between is a branch elsewhere: only the parking keeps that unseen.
   // If the second store fails (no alias mapping), the first half goes back
   // to what it was: a mix is no instruction to leave behind (on Thumb-2 it
   // is another branch).

@@ -119,10 +119,12 @@ bool failslab_set(const FailConfig& c) {
   __atomic_store_n(&g_times_left, c.times, __ATOMIC_RELAXED);
   __atomic_store_n(&g_space_left, c.space, __ATOMIC_RELAXED);
   __atomic_store_n(&g_injected, uint64_t{0}, __ATOMIC_RELAXED);
-  // When the hooks were off, the patching's cross-calls order all of the
-  // above before any core runs a hooked copy. When they were on (another
-  // feature), a core may see the flag with part of the old configuration:
-  // one decision made with mixed knobs, no worse.
+  // When the hooks were off, or on for kmemtrace alone (the kernel's
+  // three-way sites at kmemtrace's own paths, which decide nothing), the
+  // patching's cross-calls order all of the above before any core runs a
+  // hooked copy. When they were on for another feature, a core may see the
+  // flag with part of the old configuration: one decision made with mixed
+  // knobs, no worse.
   __atomic_store_n(&g_failslab_on, 1u, __ATOMIC_RELAXED);
   if (alloc_hooks_set(kFeatureFailslab, true)) return true;
   failslab_off();

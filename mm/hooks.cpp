@@ -62,21 +62,28 @@ bool alloc_hooks_set(unsigned feature, bool on) {
   for (;;) {
     plat::HookMode alloc_want, free_want;
     bool alloc_flip, ok;
+    plat::HookMode was;
     {
       Guard<> g(g_lock);
       alloc_want = mode_for(g_features & kFeaturesOnAlloc);
       free_want = mode_for(g_features & kFeaturesOnFree);
       if (alloc_want == g_alloc_switch && free_want == g_free_switch) return true;
       alloc_flip = alloc_want != g_alloc_switch;
+      was = alloc_flip ? g_alloc_switch : g_free_switch;
       if (alloc_flip) g_alloc_switch = alloc_want;
       else g_free_switch = free_want;
     }
     ok = alloc_flip ? plat::set_alloc_hooks(alloc_want) : plat::set_free_hooks(free_want);
     if (!ok) {
-      // The platform left the switch off.
+      // The platform left the switch off. Between two settings that are
+      // both on (kmemtrace alone, and with another feature) that would
+      // stop the features already on: set back what it was, if it can be.
+      bool back = was != plat::HookMode::kOff &&
+                  (alloc_flip ? plat::set_alloc_hooks(was) : plat::set_free_hooks(was));
       Guard<> g(g_lock);
-      if (alloc_flip) g_alloc_switch = plat::HookMode::kOff;
-      else g_free_switch = plat::HookMode::kOff;
+      plat::HookMode now = back ? was : plat::HookMode::kOff;
+      if (alloc_flip) g_alloc_switch = now;
+      else g_free_switch = now;
       return false;
     }
   }

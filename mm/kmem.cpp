@@ -781,6 +781,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace
 // straight from their three-way site, and kmem_cache_alloc tail-calls it
 // from its own; with caller 0 (the kernel's MM_ENTRY_CALLER). Where there
 // is no restartable record, the tagged copy (no site branches here then:
+// every arch with three-way sites has the record, and elsewhere
 // plat::alloc_hooks_mode never says kTraceOnly).
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_cache_alloc_trace_only(kmem_cache_t* cp,
                                                                                             int kmflag,

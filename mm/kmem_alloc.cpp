@@ -140,20 +140,21 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag) {
   if (!caller) caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
+#if !defined(MM_KERNEL)
+  if (__builtin_expect(cp == &g_no_class, 0)) {  // the host's first use (4): kmem comes up first,
+    kmem_init();                                 // so that fault injection decides once, on the class
+    cp = size_cache(size);
+  }
+#endif
   if (__builtin_expect(cp != nullptr, 1))
     return cache_alloc<true>(cp, kmflag, kmemtrace::kTypeKmalloc, size, caller, tag);
+  // A size no class serves (0, or a large one).
   if (failslab_armed() && (kmflag & KM_NOSLEEP) && size && failslab_should_fail("kmem_alloc", size)) return nullptr;
   size_t chunk;
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
-  if (p && prof_counting()) {
-    if (kmem_cache_t* c = size_cache(size)) prof_stamp_irq(c, p, tag);  // kmem came up on this call (host)
-    else vmem_prof_retag(segkmem_default_arena(), p, chunk, tag);  // counted at segkmem's call until now
-  }
-  if (p && leak_stamping()) {
-    if (kmem_cache_t* c = size_cache(size)) leak_stamp(c, p, caller);  // kmem came up on this call (host)
-    else leak_note_large(p, caller);
-  }
+  if (p && prof_counting()) vmem_prof_retag(segkmem_default_arena(), p, chunk, tag);  // counted at segkmem's call until now
+  if (p && leak_stamping()) leak_note_large(p, caller);
   return p;
 }
 
@@ -202,6 +203,11 @@ __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_hooked(void* buf, size_t size, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
   kmem_cache_t* cp = size_cache(size);
+#if !defined(MM_KERNEL)
+  // g_no_class, the host's before kmem_init (4): kmem_free_body refuses
+  // it below, unrecorded.
+  if (cp == &g_no_class) return kmem_free_body(buf, size, caller);
+#endif
   if (__builtin_expect(cp != nullptr, 1)) {
     if (cp->debug) {  // no magazines: straight to the slab layer, which checks the size (kmem_debug.cpp)
       if (prof_freeing()) prof_unstamp(cp, buf, caller);
@@ -297,8 +303,8 @@ using namespace mm;
 
 // kmemtrace alone (mm/kmem.h): the macro's call sites call it from their
 // three-way site, kmem_alloc tail-calls it from its own. Where there is no
-// restartable record the tagged copy (never called then: no site is
-// three-way).
+// restartable record the tagged copy (never called then: every arch with
+// three-way sites has the record).
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int kmflag, const AllocTag* tag) {
 #if defined(ARCH_HAS_RSEQ_RECORD)
   kmem_cache_t* cp = size_cache(size);

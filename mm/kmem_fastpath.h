@@ -69,9 +69,12 @@
 //    points into (or of the next), before the slab layer reports it.
 // 8. kmemtrace's fast paths (the top of the traced cache_alloc and
 //    cache_free): while kmemtrace is the only feature with the hooks on
-//    (alloc_trace_only, free_trace_only: the same words as 7) and the arch
-//    has the restartable ring write (trace/record.h, 2), the traced copies
-//    run the magazine pop and push above, untouched, and record the event
+//    and the arch has the restartable ring write (trace/record.h, 2). The
+//    three-way static branches of the entry points and of the macros' call
+//    sites branch straight to them then (mm/hook_mode.h; set by
+//    mm/hooks.cpp), and the hooked copies also pick them by the words of 7
+//    (alloc_trace_only, free_trace_only) for a call that meets a switch
+//    while it changes. They run the magazine pop and push above, untouched, and record the event
 //    in a section of its own: after the pop (the buffer is ours: nothing
 //    another CPU or an interrupt does can involve it before we return it),
 //    before the push (once pushed, an interrupt could allocate it and

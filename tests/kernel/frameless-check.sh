@@ -8,9 +8,11 @@
 # call they make is a tail call. A real call (bl, blx, blr; jal, jalr, call)
 # from one would break the frame-pointer chain of its callee's backtraces.
 # Checked in the disassembly of the image.
-# kmemtrace's frameless copies (cache_alloc_trace_only, kmem_alloc_trace_only,
-# cache_free_trace_only; only where the arch has the restartable ring
-# write) and kmem_free_traced read the link register itself as their
+# kmemtrace's frameless copies (kmem_cache_alloc_trace_only,
+# kmem_alloc_trace_only_cp, cache_free_trace_only, kmem_free_trace_only;
+# only where the arch has the restartable ring write; and
+# kmem_alloc_trace_only, which the macros' call sites call and which
+# tail-calls the first of them) and kmem_free_traced read the link register itself as their
 # caller (mm/kmem_cache.h, caller_of_leaf): that is only right while nothing else is written to it
 # in them, so any write to x30 / ra fails too, except a reload of a saved
 # value from the stack and arm64's xpaclri (which only strips a signature:
@@ -26,11 +28,11 @@ set -uo pipefail
 objdump=$1 nm=$2 elf=$3
 syms=$("$nm" -S "$elf") || { echo "FAILED: $nm $elf"; exit 1; }
 fail=0
-optional=" cache_alloc_trace_only kmem_alloc_trace_only cache_free_trace_only "
-leaf_callers=" cache_alloc_trace_only kmem_alloc_trace_only cache_free_trace_only kmem_free_traced "
+optional=" kmem_alloc_trace_only_cp cache_free_trace_only kmem_free_trace_only "
+leaf_callers=" kmem_cache_alloc_trace_only kmem_alloc_trace_only_cp cache_free_trace_only kmem_free_trace_only kmem_free_traced "
 for f in kmem_cache_alloc kmem_cache_free kmem_alloc kmem_free cache_free_prof_only kmem_free_traced page_alloc \
   page_free free_hooked_of_api kmem_cache_alloc_tagged kmem_alloc_tagged page_alloc_tagged page_alloc_va_tagged \
-  cache_alloc_trace_only kmem_alloc_trace_only cache_free_trace_only; do
+  kmem_cache_alloc_trace_only kmem_alloc_trace_only kmem_alloc_trace_only_cp cache_free_trace_only kmem_free_trace_only; do
   # The mangled name: global (_Z<len><name>), in namespace mm
   # (_ZN2mm<len><name>E), in an anonymous one (_ZN12_GLOBAL__N_1<len><name>E)
   # or in an anonymous one inside mm, a .constprop clone included.

@@ -844,22 +844,25 @@ void calls_through_every_site(kmem_cache_t* cp) {
   arch::IrqState s = arch::irq_save();  // on this CPU, nothing else in between
   void* a = kmem_cache_alloc(cp, KM_NOSLEEP);
   void* b = (kmem_cache_alloc)(cp, KM_NOSLEEP);
-  void* c = kmem_alloc(48, KM_NOSLEEP);
-  void* d = (kmem_alloc)(48, KM_NOSLEEP);
+  void* c = kmem_alloc(64, KM_NOSLEEP);
+  void* d = (kmem_alloc)(64, KM_NOSLEEP);
   kmem_cache_free(cp, a);
   kmem_cache_free(cp, b);
-  kmem_free(c, 48);
-  kmem_free(d, 48);
+  kmem_free(c, 64);
+  kmem_free(d, 64);
   arch::irq_restore(s);
   KEXPECT(a && b && c && d);
 }
 }  // namespace
 
 // kmemtrace alone: the three-way sites branch to its own paths. Another
-// feature that wants the allocations (kmemleak) moves the allocation sites
-// straight to the hooked copies, and away again when it leaves; the free
-// sites stay on kmemtrace's (kmemleak needs no frees). Every call records
-// its event in each of the three settings.
+// feature that wants the allocations (fault injection: kmemleak would do,
+// but its tables and backtraces stay, which a 256 KiB board's later tests
+// cannot spare) moves the allocation sites straight to the hooked copies,
+// and back when it leaves; the free sites stay on kmemtrace's (it needs no
+// frees). Every call through each kind of site records its event in each
+// setting, and injecting into the calls' caches shows that the hooked
+// copies are what runs: they fail the calls.
 KTEST(kmemtrace_sites_move_between_its_own_paths_and_the_hooked_copies) {
   if (kmemtrace::ring_capacity() == 0) KSKIP("no kmemtrace rings (see the boot log)");
   if (mm::alloc_hooks_features() != 0)
@@ -868,40 +871,69 @@ KTEST(kmemtrace_sites_move_between_its_own_paths_and_the_hooked_copies) {
   kmem_cache_t* cp = kmem_cache_create("test_trace3", 40, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   KASSERT(cp);
   kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));  // warm: a slab, a magazine
-  kmem_free(kmem_alloc(48, KM_SLEEP), 48);
+  kmem_free(kmem_alloc(64, KM_SLEEP), 64);
   const HookMode trace_only = kStaticBranches ? HookMode::kTraceOnly : HookMode::kHooked;
-  uint64_t ca, cf, ka, kf;
-  auto expect_events = [&](uint64_t n) {
+  // What one round of calls adds to every CPU's events of both types.
+  auto round_records = [&](uint64_t n) {
+    uint64_t ca0, cf0, ka0, kf0, ca, cf, ka, kf;
+    type_events(kmemtrace::kTypeCache, ca0, cf0);
+    type_events(kmemtrace::kTypeKmalloc, ka0, kf0);
+    calls_through_every_site(cp);
     type_events(kmemtrace::kTypeCache, ca, cf);
     type_events(kmemtrace::kTypeKmalloc, ka, kf);
-    KEXPECT_EQ(ca, n);
-    KEXPECT_EQ(cf, n);
-    KEXPECT_EQ(ka, n);
-    KEXPECT_EQ(kf, n);
+    KEXPECT_EQ(ca - ca0, n);
+    KEXPECT_EQ(cf - cf0, n);
+    KEXPECT_EQ(ka - ka0, n);
+    KEXPECT_EQ(kf - kf0, n);
   };
 
   kmemtrace::start();
   KEXPECT(sites_hold(trace_only));
-  calls_through_every_site(cp);
-  expect_events(2);
+  round_records(2);
 
-  kmemleak_enable(true);
+  // Fault injection for a cache nobody uses: the hooked copies run (and
+  // record), and fail nothing.
+  mm::FailConfig fc;
+  const char* why = "";
+  KASSERT(mm::failslab_parse("100,1,-1,cache=no_such_cache", fc, &why));
+  KASSERT(mm::failslab_set(fc));
   KEXPECT(alloc_sites_hold(HookMode::kHooked));
   KEXPECT(free_sites_hold(trace_only));
-  calls_through_every_site(cp);
-  expect_events(4);
-
-  kmemleak_enable(false);
+  round_records(2);
+  mm::failslab_off();
   KEXPECT(sites_hold(trace_only));
-  calls_through_every_site(cp);
-  expect_events(6);
+  round_records(2);
+
+  // Fault injection for one cache at a time, every call: the hooked copies
+  // fail each NOSLEEP call through every kind of site.
+  struct Injection {
+    const char* spec;
+    bool cache;  // test_trace3: kmem_cache_alloc's sites; else kmem_alloc's
+  };
+  const Injection injections[] = {{"100,1,-1,cache=test_trace3", true}, {"100,1,-1,cache=kmem_alloc_64", false}};
+  for (const Injection& inj : injections) {
+    KASSERT(mm::failslab_parse(inj.spec, fc, &why));
+    KASSERT(mm::failslab_set(fc));
+    KEXPECT(alloc_sites_hold(HookMode::kHooked));
+    KEXPECT(free_sites_hold(trace_only));
+    bool cache = inj.cache;
+    void* a = cache ? kmem_cache_alloc(cp, KM_NOSLEEP) : kmem_alloc(64, KM_NOSLEEP);
+    void* b = cache ? (kmem_cache_alloc)(cp, KM_NOSLEEP) : (kmem_alloc)(64, KM_NOSLEEP);
+    mm::failslab_off();
+    KEXPECT(a == nullptr);
+    KEXPECT(b == nullptr);
+    if (a) cache ? kmem_cache_free(cp, a) : kmem_free(a, 64);
+    if (b) cache ? kmem_cache_free(cp, b) : kmem_free(b, 64);
+  }
+  KEXPECT(sites_hold(trace_only));
+  round_records(2);
 
   kmemtrace::stop();
   KEXPECT(sites_hold(HookMode::kOff));
-  calls_through_every_site(cp);
-  expect_events(6);
+  round_records(0);
   kmemtrace::clear();
   KEXPECT(kmem_cache_destroy(cp));
+  mm::kmem_reap(true);  // what the calls left in magazines: a 256 KiB board's later tests need the frames
 }
 
 // Allocator paths that fan out to every core (draining the per-CPU page

@@ -4,8 +4,10 @@
 // entry point and one by every freeing one. While no feature needs a side,
 // its entry points pay only for testing the switch (in the kernel a static
 // branch: one nop); while one does, they take their hooked copies, which
-// look at each feature's own flag. kmemleak needs nothing on a free, so
-// with only kmemleak on, frees run exactly as with every feature off.
+// look at each feature's own flag, or, while kmemtrace alone does, its own
+// fast paths (the kernel's three-way sites: mm/hook_mode.h). kmemleak
+// needs nothing on a free, so with only kmemleak on, frees run exactly as
+// with every feature off.
 #pragma once
 
 namespace mm {

@@ -66,7 +66,7 @@ void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const mm::AllocTag* 
 void* kmem_alloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
 void* kmem_zalloc_tagged(size_t size, int kmflag, const mm::AllocTag* tag);
 // kmemtrace's own fast paths, which a call site's three-way static branch
-// (MM_ALLOC_HOOKS3; mm/platform.h, HookMode) calls while kmemtrace alone
+// (MM_ALLOC_HOOKS3; mm/hook_mode.h) calls while kmemtrace alone
 // has the hooks on, with the call site's tag (profiling does not count
 // then; a miss passes it on).
 void* kmem_cache_alloc_trace_only(kmem_cache_t* cp, int kmflag, const mm::AllocTag* tag);

@@ -43,6 +43,11 @@
 //                                         point (kernel: a static branch, one
 //                                         patched nop; host: a load and a branch)
 //   bool free_hooks_on();                 the same, by every freeing entry point
+//   HookMode alloc_hooks_mode();          the same switches as three ways
+//   HookMode free_hooks_mode();           (mm/hook_mode.h), where an entry point
+//                                         or call site has a path for
+//                                         kmemtrace alone; kHooked or kOff
+//                                         where the platform has no three-way sites
 //   constexpr bool kRestartable;          restartable per-CPU sections (kernel,
 //                                         where the arch has them: kernel/rseq.h);
 //                                         false: mask instead (the host)

@@ -111,8 +111,7 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 // the section of its key as {site, target, alt}. Two keys: the allocators'
 // hooks on allocation (.static_branches) and on free
 // (.static_branches.free). A three-way site (static_branch_*_mode) has a
-// second target, alt, which kmemtrace alone gets (mm/platform.h,
-// HookMode); a two-way site lists its one target twice.
+// second target, alt, which kmemtrace alone gets (mm/hook_mode.h); a two-way site lists its one target twice.
 // Thumb-2: a 32-bit nop.w <-> b.w, on any halfword (arch/arm/mmu.cpp).
 #define ARCH_HAS_STATIC_BRANCH 1
 #if defined(__thumb__)

@@ -148,8 +148,7 @@ constexpr bool kLeafFramesSaveOnlyFp = true;
 // the section of its key as {site, target, alt}. Two keys: the allocators'
 // hooks on allocation (.static_branches) and on free
 // (.static_branches.free). A three-way site (static_branch_*_mode) has a
-// second target, alt, which kmemtrace alone gets (mm/platform.h,
-// HookMode); a two-way site lists its one target twice.
+// second target, alt, which kmemtrace alone gets (mm/hook_mode.h); a two-way site lists its one target twice.
 #define ARCH_HAS_STATIC_BRANCH 1
 constexpr unsigned kStaticBranchSiteAlign = 2;  // see below
 // The site is a 4-byte nop (never a compressed one, so that a jal fits), on
