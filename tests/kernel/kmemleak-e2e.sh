@@ -14,7 +14,9 @@
 #    object at the start of a slab page, whose address is also the page's,
 #    which the allocators hold: seen once in CI, at the sixth scan). Every
 #    listing holds only leaked objects, all but one at most, and each
-#    leaked object is in one;
+#    leaked object is in one; `kmemleak summary` before the second
+#    listing (its copies of the groups' example addresses, like the
+#    listings' of the objects', must not hide them from the next scan);
 #  - each report's first backtrace frame is in the function of `kmemleak
 #    test` that allocated that object (the test says which, "by leak_...");
 #  - every scan printed its line (duration, pause, bytes, objects);
@@ -43,6 +45,7 @@ input='kmem exercise 400 background
 kmemleak test
 kmemleak scan
 kmemleak scan
+kmemleak summary
 kmemleak all
 kmemleak scan
 kmemleak all
@@ -96,6 +99,9 @@ for i, listing in enumerate(listings):
     check(f"listing {i + 1}: only leaked objects, all but one at most ({len(here)} listed)",
           set(here) <= set(leaked) and len(here) >= len(leaked) - 1)
     reports.update(here)
+summary = re.search(r"magpie> kmemleak summary\n(.*?)(?=magpie> )", text, re.S)
+examples = {int(a, 16) for a in re.findall(r"^\d+ +\d+  \S+ +0x([0-9a-f]+)", summary.group(1), re.M)} if summary else set()
+check(f"the summary's examples are leaked objects ({len(examples)})", examples and examples <= set(leaked))
 check(f"reported = leaked ({sorted(hex(a) for a in reports)} vs {sorted(hex(a) for a in leaked)})",
       set(reports) == set(leaked))
 for a, fn in leaked.items():
