@@ -12,8 +12,28 @@
 #include "lock.h"
 
 namespace mm {
+#if !defined(MM_KERNEL)
+// kmem_alloc's and kmem_free's switch on the host, folded into their
+// small-size bound (kmem_alloc.cpp, 5). Weak: vmem and the page allocator
+// also build without kmem (a host test does).
+__attribute__((weak)) void kmem_alloc_hooks_bound(bool free_side, bool hooks_on);
+#endif
 namespace {
 plat::Lock g_lock;
+
+// Sets a side's switch (and on the host kmem_alloc's bound for it: closed
+// before the switch goes on, opened after it goes off).
+bool set_switch(bool free_side, plat::HookMode mode) {
+#if !defined(MM_KERNEL)
+  if (kmem_alloc_hooks_bound && mode != plat::HookMode::kOff) kmem_alloc_hooks_bound(free_side, true);
+#endif
+  bool ok = free_side ? plat::set_free_hooks(mode) : plat::set_alloc_hooks(mode);
+#if !defined(MM_KERNEL)
+  // Off, by request or because the platform could not (it leaves it off).
+  if (kmem_alloc_hooks_bound && (mode == plat::HookMode::kOff || !ok)) kmem_alloc_hooks_bound(free_side, false);
+#endif
+  return ok;
+}
 unsigned g_features;  // under g_lock; read relaxed for statistics
 plat::HookMode g_alloc_switch = plat::HookMode::kOff;  // the switches as last set, under g_lock
 plat::HookMode g_free_switch = plat::HookMode::kOff;
@@ -73,13 +93,12 @@ bool alloc_hooks_set(unsigned feature, bool on) {
       if (alloc_flip) g_alloc_switch = alloc_want;
       else g_free_switch = free_want;
     }
-    ok = alloc_flip ? plat::set_alloc_hooks(alloc_want) : plat::set_free_hooks(free_want);
+    ok = set_switch(!alloc_flip, alloc_flip ? alloc_want : free_want);
     if (!ok) {
       // The platform left the switch off. Between two settings that are
       // both on (kmemtrace alone, and with another feature) that would
       // stop the features already on: set back what it was, if it can be.
-      bool back = was != plat::HookMode::kOff &&
-                  (alloc_flip ? plat::set_alloc_hooks(was) : plat::set_free_hooks(was));
+      bool back = was != plat::HookMode::kOff && set_switch(!alloc_flip, was);
       Guard<> g(g_lock);
       plat::HookMode now = back ? was : plat::HookMode::kOff;
       if (alloc_flip) g_alloc_switch = now;

@@ -30,6 +30,15 @@
 //    address dependency); its first allocation then takes the slow path,
 //    which orders the rest (alloc_slow, host only). In the kernel kmem_init
 //    runs before the other CPUs start.
+// 5. The host's hook switches are flags, a load and a branch at every call
+//    (mm/host/include/mm/platform_inline.h), where the kernel has a patched
+//    nop. kmem_alloc and kmem_free fold theirs into their small-size test
+//    instead: a size takes the small fast path below a bound that is
+//    kSmallMax while that side's hooks are off and 0 while they are on
+//    (every size then goes on to the test of the switch). mm/hooks.cpp
+//    sets it through kmem_alloc_hooks_bound: to 0 before the switch goes
+//    on, back after it goes off, so a call that sees the bound open sees a
+//    switch that is off or just turning on (the window every switch has).
 #include <mm/segkmem.h>
 #include "kmem_fastpath.h"
 
@@ -96,6 +105,17 @@ inline kmem_cache_t* size_cache(size_t size) {
   return nullptr;
 }
 
+#if !defined(MM_KERNEL)
+// (5) [0]: kmem_alloc's, [1]: kmem_free's. Read plainly (one compare with
+// the memory operand), as the host reads its switches; stored relaxed.
+size_t g_hooks_bound[2] = {kSmallMax, kSmallMax};
+
+// kmem_alloc's small path on the host, below the bound: the table's entry
+// (never null), the magazine pop, and on a miss the slow path, or the
+// large path where the entry is g_no_class (the first use: 4).
+__attribute__((always_inline)) inline void* kmem_alloc_small(size_t size, int kmflag);
+#endif
+
 // Sizes no size cache serves (before kmem_init on the host: every size).
 // *chunk (if chunk is not null) gets the bytes allocated.
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void* alloc_uncached(size_t size, int kmflag, size_t* chunk, uintptr_t caller) {
@@ -134,6 +154,16 @@ __attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmf
   }
   return alloc_uncached(size, kmflag, nullptr, 0);
 }
+
+#if !defined(MM_KERNEL)
+__attribute__((always_inline)) inline void* kmem_alloc_small(size_t size, int kmflag) {
+  kmem_cache_t* cp = table_entry(&g_small_table[(size - 1) >> 3]);
+  void* obj;
+  if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
+  if (__builtin_expect(cp != &g_no_class, 1)) return alloc_slow(cp, kmflag);
+  return alloc_uncached(size, kmflag, nullptr, 0);
+}
+#endif
 
 // caller 0: the entry point tail-called this, so its own return address is
 // the entry point's caller (kmem.cpp, cache_alloc_traced).
@@ -268,6 +298,12 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_trace_
 constexpr uint64_t kSmallRam = uint64_t{1} << 20;
 bool class_wanted(size_t size, bool small_ram) { return !small_ram || (size & (size - 1)) == 0; }
 
+#if !defined(MM_KERNEL)
+void kmem_alloc_hooks_bound(bool free_side, bool hooks_on) {
+  __atomic_store_n(&g_hooks_bound[free_side ? 1 : 0], hooks_on ? size_t{0} : kSmallMax, __ATOMIC_RELAXED);
+}
+#endif
+
 void kmem_alloc_init() {
   bool small_ram = page_ram_bytes() < kSmallRam;
   for (unsigned i = 0; i < kAllocCaches; i++) {
@@ -321,6 +357,9 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int km
 // alone (whose size lookup is its own: on the site's branch here it cost
 // the untraced path a move on riscv64), or the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
+#if !defined(MM_KERNEL)
+  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1)) return kmem_alloc_small(size, kmflag);  // (5)
+#endif
   plat::HookMode mode = plat::alloc_hooks_mode();
   if (mode != plat::HookMode::kOff) {
     if (mode == plat::HookMode::kTraceOnly) return kmem_alloc_trace_only(size, kmflag, MM_ALLOC_TAG_INDIRECT(kKmem));
@@ -359,8 +398,27 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   return p;
 }
 
+#if !defined(MM_KERNEL)
+namespace {
+// The rest of the host's kmem_free (5), out of line: a second inlined
+// magazine push in kmem_free (the large table's) made GCC merge the two
+// owner checks' results into a flag it then tested (2 more on every call).
+__attribute__((noinline)) void kmem_free_rest(void* buf, size_t size, uintptr_t caller) {
+  if (plat::free_hooks_on()) return kmem_free_traced(buf, size, caller);
+  kmem_free_body(buf, size, caller);
+}
+}  // namespace
+#endif
+
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
+#if !defined(MM_KERNEL)
+  if (__builtin_expect(size - 1 < g_hooks_bound[1], 1)) {  // (5): the small table's class, or g_no_class (4)
+    kmem_cache_t* cp = table_entry(&g_small_table[(size - 1) >> 3]);
+    return cache_free(cp, buf);
+  }
+  return kmem_free_rest(buf, size, MM_ENTRY_CALLER());
+#endif
   plat::HookMode mode = plat::free_hooks_mode();
   if (mode != plat::HookMode::kOff) {
 #if defined(ARCH_HAS_RSEQ_RECORD)
