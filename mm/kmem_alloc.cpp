@@ -109,11 +109,6 @@ inline kmem_cache_t* size_cache(size_t size) {
 // (5) [0]: kmem_alloc's, [1]: kmem_free's. Read plainly (one compare with
 // the memory operand), as the host reads its switches; stored relaxed.
 size_t g_hooks_bound[2] = {kSmallMax, kSmallMax};
-
-// kmem_alloc's small path on the host, below the bound: the table's entry
-// (never null), the magazine pop, and on a miss the slow path, or the
-// large path where the entry is g_no_class (the first use: 4).
-__attribute__((always_inline)) inline void* kmem_alloc_small(size_t size, int kmflag);
 #endif
 
 // Sizes no size cache serves (before kmem_init on the host: every size).
@@ -139,31 +134,27 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* alloc_uncached(size_t size, 
   return p;
 }
 
-// kmem_alloc's body, untraced.
-__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
-  kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) {
+// An untraced allocation from cp, size's class: cache_alloc, where on the
+// host a miss on g_no_class is kmem's first use (4) and takes the large
+// path, which brings kmem up.
+__attribute__((always_inline)) inline void* class_alloc(kmem_cache_t* cp, size_t size, int kmflag) {
 #if defined(MM_KERNEL)
-    return cache_alloc(cp, kmflag);
+  (void)size;
+  return cache_alloc(cp, kmflag);
 #else
-    // cache_alloc's untraced path, with the host's first use on its miss (4).
-    void* obj;
-    if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
-    if (__builtin_expect(cp != &g_no_class, 1)) return alloc_slow(cp, kmflag);
-#endif
-  }
-  return alloc_uncached(size, kmflag, nullptr, 0);
-}
-
-#if !defined(MM_KERNEL)
-__attribute__((always_inline)) inline void* kmem_alloc_small(size_t size, int kmflag) {
-  kmem_cache_t* cp = table_entry(&g_small_table[(size - 1) >> 3]);
   void* obj;
   if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) return obj;
   if (__builtin_expect(cp != &g_no_class, 1)) return alloc_slow(cp, kmflag);
   return alloc_uncached(size, kmflag, nullptr, 0);
-}
 #endif
+}
+
+// kmem_alloc's body, untraced.
+__attribute__((always_inline)) inline void* kmem_alloc_body(size_t size, int kmflag) {
+  kmem_cache_t* cp = size_cache(size);
+  if (__builtin_expect(cp != nullptr, 1)) return class_alloc(cp, size, kmflag);
+  return alloc_uncached(size, kmflag, nullptr, 0);
+}
 
 // caller 0: the entry point tail-called this, so its own return address is
 // the entry point's caller (kmem.cpp, cache_alloc_traced).
@@ -192,11 +183,10 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t siz
 }  // namespace
 
 // The hooked copies' miss on g_no_class (alloc_slow_traced): the host's
-// first use (4). kmem comes up, and the traced copy looks the size up
-// again, in the filled tables.
+// first use (4), which the traced copy handles (kmem comes up, and it
+// looks the size up again in the filled tables).
 __attribute__((noinline)) void* kmem_alloc_first_use(size_t size, int kmflag, uintptr_t caller,
                                                      const AllocTag* tag) {
-  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) kmem_init();
   return kmem_alloc_traced(size, kmflag, caller, tag);
 }
 
@@ -358,7 +348,8 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int km
 // the untraced path a move on riscv64), or the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
 #if !defined(MM_KERNEL)
-  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1)) return kmem_alloc_small(size, kmflag);  // (5)
+  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1))  // (5): the small table's class, or g_no_class (4)
+    return class_alloc(table_entry(&g_small_table[(size - 1) >> 3]), size, kmflag);
 #endif
   plat::HookMode mode = plat::alloc_hooks_mode();
   if (mode != plat::HookMode::kOff) {
@@ -418,7 +409,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
     return cache_free(cp, buf);
   }
   return kmem_free_rest(buf, size, MM_ENTRY_CALLER());
-#endif
+#else
   plat::HookMode mode = plat::free_hooks_mode();
   if (mode != plat::HookMode::kOff) {
 #if defined(ARCH_HAS_RSEQ_RECORD)
@@ -427,4 +418,5 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
     return kmem_free_traced(buf, size, MM_ENTRY_CALLER());
   }
   kmem_free_body(buf, size, 0);
+#endif
 }
