@@ -2,9 +2,14 @@
 // ladder of size caches.
 //
 // 1. Sizes 1 to 16 KiB go to the smallest of 36 "kmem_alloc_N" caches that
-//    fits (8 B steps at the bottom, growing by about 1/8 at the top). Two
-//    tables map a size to its cache in one indexed load: 8-byte steps up to
-//    1 KiB, 1 KiB steps up to 16 KiB. The caches are ordinary caches
+//    fits (8 B steps at the bottom, growing by about 1/8 at the top). One
+//    table maps a size to its cache in one indexed load: an entry per 8
+//    bytes up to 16 KiB (2048 entries: 16 KiB of table on 64-bit, 8 KiB on
+//    32-bit), so every class costs one compare and one load. (Two tables,
+//    8-byte steps to 1 KiB and 1 KiB steps above, cost the sizes above
+//    1 KiB a second compare, a shift and, on the host, the hook switch's
+//    own test: 4096-byte pairs were 73 against 63 for 1024 on arm64, 79
+//    against 62 on the host.) The caches are ordinary caches
 //    (KMC_KMEM_ALLOC only changes how a wrong size is reported), so
 //    kmem_alloc's fast path is the table load plus kmem_cache_alloc's.
 // 2. Larger sizes are whole pages from the heap (segkmem_alloc_large), each
@@ -32,9 +37,9 @@
 //    runs before the other CPUs start.
 // 5. The host's hook switches are flags, a load and a branch at every call
 //    (mm/host/include/mm/platform_inline.h), where the kernel has a patched
-//    nop. kmem_alloc and kmem_free fold theirs into their small-size test
-//    instead: a size takes the small fast path below a bound that is
-//    kSmallMax while that side's hooks are off and 0 while they are on
+//    nop. kmem_alloc and kmem_free fold theirs into their size test
+//    instead: a size takes the table's fast path below a bound that is
+//    kAllocMax while that side's hooks are off and 0 while they are on
 //    (every size then goes on to the test of the switch). mm/hooks.cpp
 //    sets it through kmem_alloc_hooks_bound: to 0 before the switch goes
 //    on, back after it goes off, so a call that sees the bound open sees a
@@ -63,8 +68,8 @@ constexpr uint32_t kAllocSizes[] = {8,    16,   32,   48,   64,   80,   96,    1
                                     1536, 1792, 2048, 2560, 3072, 3584,  4096, 5120, 6144, 7168, 8192,
                                     10240, 12288, 16384};
 constexpr unsigned kAllocCaches = sizeof(kAllocSizes) / sizeof(kAllocSizes[0]);
-constexpr size_t kSmallMax = 1024;   // table step 8 up to here
-constexpr size_t kAllocMax = 16384;  // table step 1024 up to here
+constexpr size_t kAllocMax = 16384;  // the largest class: the table's entries, 8 bytes apart, reach it
+static_assert(kAllocSizes[kAllocCaches - 1] == kAllocMax);
 kmem_cache_t* g_alloc_caches[kAllocCaches];
 
 // Size -> cache: g_no_class until kmem_init (4).
@@ -75,10 +80,8 @@ struct NoClassTable {
     for (auto& p : e) p = &g_no_class;
   }
 };
-constinit NoClassTable<kSmallMax / 8> g_small{};
-constinit NoClassTable<kAllocMax / 1024> g_large{};
-kmem_cache_t* (&g_small_table)[kSmallMax / 8] = g_small.e;     // (size - 1) >> 3
-kmem_cache_t* (&g_large_table)[kAllocMax / 1024] = g_large.e;  // (size - 1) >> 10
+constinit NoClassTable<kAllocMax / 8> g_classes{};
+kmem_cache_t* (&g_class_table)[kAllocMax / 8] = g_classes.e;  // (size - 1) >> 3
 
 // An entry is written by kmem_alloc_init's release store, and what it
 // points to is reached through the loaded address (4). Host: a relaxed
@@ -96,19 +99,18 @@ inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
   return cp;
 }
 // The class of a size: null for a size no class serves (0, or more than
-// kAllocMax), g_no_class before kmem_init (4). Most calls are small:
-// expected so, GCC lays the small table's load in line (on the host it
-// jumped out and back otherwise).
+// kAllocMax), g_no_class before kmem_init (4). Most calls have a class:
+// expected so, GCC lays the table's load in line (on the host it jumped
+// out and back otherwise).
 inline kmem_cache_t* size_cache(size_t size) {
-  if (__builtin_expect(size - 1 < kSmallMax, 1)) return table_entry(&g_small_table[(size - 1) >> 3]);
-  if (size - 1 < kAllocMax) return table_entry(&g_large_table[(size - 1) >> 10]);
+  if (__builtin_expect(size - 1 < kAllocMax, 1)) return table_entry(&g_class_table[(size - 1) >> 3]);
   return nullptr;
 }
 
 #if !defined(MM_KERNEL)
 // (5) [0]: kmem_alloc's, [1]: kmem_free's. Read plainly (one compare with
 // the memory operand), as the host reads its switches; stored relaxed.
-size_t g_hooks_bound[2] = {kSmallMax, kSmallMax};
+size_t g_hooks_bound[2] = {kAllocMax, kAllocMax};
 #endif
 
 // Sizes no size cache serves (before kmem_init on the host: every size).
@@ -290,7 +292,7 @@ bool class_wanted(size_t size, bool small_ram) { return !small_ram || (size & (s
 
 #if !defined(MM_KERNEL)
 void kmem_alloc_hooks_bound(bool free_side, bool hooks_on) {
-  __atomic_store_n(&g_hooks_bound[free_side ? 1 : 0], hooks_on ? size_t{0} : kSmallMax, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_hooks_bound[free_side ? 1 : 0], hooks_on ? size_t{0} : kAllocMax, __ATOMIC_RELAXED);
 }
 #endif
 
@@ -305,20 +307,14 @@ void kmem_alloc_init() {
     g_alloc_caches[i] = cache_create(name, kAllocSizes[i], align, nullptr, nullptr, nullptr, nullptr, nullptr,
                                      KMC_KMEM_ALLOC);
   }
-  // Size tables: the smallest cache that fits. Each entry is stored with
+  // The size table: the smallest cache that fits. Each entry is stored with
   // release: the cache (and all kmem_init did before) to whoever reads it (4).
   // (Classes without a cache are passed over: the last, kAllocMax, always has one.)
   unsigned c = 0;
-  for (size_t i = 0; i < kSmallMax / 8; i++) {
+  for (size_t i = 0; i < kAllocMax / 8; i++) {
     size_t size = (i + 1) * 8;
     while (kAllocSizes[c] < size || !g_alloc_caches[c]) c++;
-    __atomic_store_n(&g_small_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
-  }
-  c = 0;
-  for (size_t i = 0; i < kAllocMax / 1024; i++) {
-    size_t size = (i + 1) * 1024;
-    while (kAllocSizes[c] < size || !g_alloc_caches[c]) c++;
-    __atomic_store_n(&g_large_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
+    __atomic_store_n(&g_class_table[i], g_alloc_caches[c], __ATOMIC_RELEASE);
   }
 }
 
@@ -348,8 +344,8 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int km
 // the untraced path a move on riscv64), or the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
 #if !defined(MM_KERNEL)
-  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1))  // (5): the small table's class, or g_no_class (4)
-    return class_alloc(table_entry(&g_small_table[(size - 1) >> 3]), size, kmflag);
+  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1))  // (5): the table's class, or g_no_class (4)
+    return class_alloc(table_entry(&g_class_table[(size - 1) >> 3]), size, kmflag);
 #endif
   plat::HookMode mode = plat::alloc_hooks_mode();
   if (mode != plat::HookMode::kOff) {
@@ -392,7 +388,7 @@ void* kmem_zalloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
 #if !defined(MM_KERNEL)
 namespace {
 // The rest of the host's kmem_free (5), out of line: a second inlined
-// magazine push in kmem_free (the large table's) made GCC merge the two
+// magazine push in kmem_free (kmem_free_body's) made GCC merge the two
 // owner checks' results into a flag it then tested (2 more on every call).
 __attribute__((noinline)) void kmem_free_rest(void* buf, size_t size, uintptr_t caller) {
   if (plat::free_hooks_on()) return kmem_free_traced(buf, size, caller);
@@ -404,8 +400,8 @@ __attribute__((noinline)) void kmem_free_rest(void* buf, size_t size, uintptr_t 
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
   if (!buf) return;
 #if !defined(MM_KERNEL)
-  if (__builtin_expect(size - 1 < g_hooks_bound[1], 1)) {  // (5): the small table's class, or g_no_class (4)
-    kmem_cache_t* cp = table_entry(&g_small_table[(size - 1) >> 3]);
+  if (__builtin_expect(size - 1 < g_hooks_bound[1], 1)) {  // (5): the table's class, or g_no_class (4)
+    kmem_cache_t* cp = table_entry(&g_class_table[(size - 1) >> 3]);
     return cache_free(cp, buf);
   }
   return kmem_free_rest(buf, size, MM_ENTRY_CALLER());

@@ -82,7 +82,7 @@ TEST(kmem, FirstUseThroughTheSizeTablesBringsKmemUp) {
   void* q = kmem_alloc(64, KM_SLEEP);  // now from the magazine the free loaded
   EXPECT_EQ(q, p);
   kmem_free(q, 64);
-  void* big = kmem_alloc(5000, KM_SLEEP);  // the large table's classes are up too
+  void* big = kmem_alloc(5000, KM_SLEEP);  // a class above 1 KiB is up too
   ASSERT_NE(big, nullptr);
   kmem_free(big, 5000);
   EXPECT_EQ(Errors::seen.size(), 2u);
@@ -174,6 +174,32 @@ TEST(kmem, KmemAllocEverySizeAndZalloc) {
   }
   EXPECT_EQ(kmem_alloc(0, KM_SLEEP), nullptr);
   for (auto& [p, size] : v) kmem_free(p, size);
+}
+
+// The size table (mm/kmem_alloc.cpp, 1): every size up to 16 KiB takes the
+// smallest class that holds it, including the sizes either side of each
+// class (one entry per 8 bytes: a size 1 past a class is the next one's),
+// and a size above the last class is a large allocation.
+TEST(kmem, EverySizeTakesTheSmallestClassThatFits) {
+  const size_t ladder[] = {8,    16,   32,   48,   64,   80,   96,   112,  128,   160,   192,  224,
+                           256,  320,  384,  448,  512,  640,  768,  896,  1024,  1280,  1536, 1792,
+                           2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384};
+  mm::WhatIs w;
+  size_t c = 0;
+  for (size_t size = 1; size <= 16384; size++) {
+    while (ladder[c] < size) c++;
+    void* p = kmem_alloc(size, KM_NOSLEEP);
+    ASSERT_NE(p, nullptr) << size;
+    ASSERT_TRUE(mm::kmem_whatis(p, w)) << size;
+    char want[32];
+    std::snprintf(want, sizeof want, "kmem_alloc_%zu", ladder[c]);
+    ASSERT_STREQ(w.name, want) << "size " << size;
+    kmem_free(p, size);
+  }
+  void* big = kmem_alloc(16385, KM_SLEEP);
+  ASSERT_TRUE(mm::kmem_whatis(big, w));
+  EXPECT_EQ(w.kind, mm::WhatKind::kLargeAlloc);
+  kmem_free(big, 16385);
 }
 
 TEST(kmem, RandomOperationsMatchAModel) {
