@@ -353,7 +353,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
                            void (*dtor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
                            int cflags);
 void report(const char* kind, const char* where, const void* addr, uintptr_t caller, uint64_t detail = 0);
-// What kmem_alloc's size tables name before kmem_init (kmem_alloc.cpp, 4):
+// What kmem_alloc's size table names before kmem_init (kmem_alloc.cpp, 4):
 // no magazines (its pops and pushes miss), no owner check; alloc_slow and
 // free_slow refuse it with a report.
 extern kmem_cache g_no_class;

@@ -303,7 +303,7 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
 __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
 #if !defined(MM_KERNEL)
   // Host, where kmem starts on first use: a thread may have found cp in
-  // kmem_alloc's size tables (read plainly, kmem_alloc.cpp 4) while another
+  // kmem_alloc's size table (read plainly, kmem_alloc.cpp 4) while another
   // thread was still in kmem_init. Its first allocation from any cache
   // comes here (its magazines start empty): g_ready's acquire, or
   // kmem_init's lock while init still runs, orders all that kmem_init wrote
