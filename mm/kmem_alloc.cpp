@@ -101,13 +101,20 @@ inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
 // The class of a size: null for a size no class serves (0, or more than
 // kAllocMax), g_no_class before kmem_init (4). Most calls have a class:
 // expected so, GCC lays the table's load in line (on the host it jumped
-// out and back otherwise). The bound as a shift: arm64 then compares the
-// shifted register with zero, where size - 1 < kAllocMax became a compare
-// with 16383, which no immediate holds (a move more on each side).
-constexpr unsigned kAllocMaxShift = 14;
-static_assert(kAllocMax == size_t{1} << kAllocMaxShift);
+// out and back otherwise).
 inline kmem_cache_t* size_cache(size_t size) {
-  if (__builtin_expect((size - 1) >> kAllocMaxShift == 0, 1)) return table_entry(&g_class_table[(size - 1) >> 3]);
+#if defined(__aarch64__)
+  // The bound as a shift: arm64 compares the shifted register with zero,
+  // where size - 1 < kAllocMax became a compare with 16383, which no
+  // immediate holds (a move more on each side). x86-64 pays a move and a
+  // shift for it instead of a compare, and arm and RISC-V the same either
+  // way: they keep the compare.
+  static_assert(kAllocMax == size_t{1} << 14);
+  bool in_table = (size - 1) >> 14 == 0;
+#else
+  bool in_table = size - 1 < kAllocMax;
+#endif
+  if (__builtin_expect(in_table, 1)) return table_entry(&g_class_table[(size - 1) >> 3]);
   return nullptr;
 }
 
