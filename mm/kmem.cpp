@@ -241,6 +241,32 @@ void prof_bases_copy(kmem_cache_t* cp) {
   }
 }
 
+// Owner ids (kmem_cache.h, OwnerCheck): bit i set = id i is some cache's.
+// Id 0 is no cache's (a page with no id). Under g_caches_lock.
+uint64_t g_owner_ids_used[kOwnerIds / 64] = {1};
+
+// An id for a cache being published, or kOwnerIndex when every one is
+// taken (its frees then take the page index's check).
+uint32_t owner_id_take() {
+  assert_held(g_caches_lock);
+  for (unsigned w = 0; w < kOwnerIds / 64; w++) {
+    if (uint64_t free = ~g_owner_ids_used[w]) {
+      unsigned b = static_cast<unsigned>(__builtin_ctzll(free));
+      g_owner_ids_used[w] |= uint64_t{1} << b;
+      return w * 64 + b;
+    }
+  }
+  return kOwnerIndex;
+}
+
+// Gives back the id of a cache whose every slab is gone: no page carries
+// it any more, so the next cache to take it cannot match a stale one.
+void owner_id_give(kmem_cache_t* cp) {
+  if (!owner_has_id(cp->owner_check)) return;
+  Guard<> g(g_caches_lock);
+  g_owner_ids_used[cp->owner_check / 64] &= ~(uint64_t{1} << (cp->owner_check % 64));
+}
+
 void unlink(kmem_cache_t* cp) {
   assert_held(g_caches_lock);
   if (cp->list_prev) cp->list_prev->list_next = cp->list_next;
@@ -257,6 +283,7 @@ void cache_teardown(kmem_cache_t* cp) {
   depot_reap(cp, true);
   slab_reap(cp);
   MM_ASSERT(cp->buf_slab_inuse == 0 && cp->buf_total == 0);
+  owner_id_give(cp);
   if (cp->hash && cp->hash != cp->hash0) {
     size_t bytes = cp->hash_buckets * sizeof(HashEnt*);
     unsigned order = 0;
@@ -419,6 +446,7 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   // thread (kmem_cache_create) or by kmem_init's release of g_ready
   // (magazine and size caches).
   Guard<> g(g_caches_lock);
+  if (cp->owner_check == kOwnerIndex) cp->owner_check = owner_id_take();  // no slab yet: no page to mark
   prof_bases_copy(cp);  // under the lock: kmem_prof_bases_set sets them for the caches it finds linked
   cp->list_prev = g_caches_last;
   cp->list_next = nullptr;

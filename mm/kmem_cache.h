@@ -241,12 +241,25 @@ struct SlabList {
   uint64_t count = 0;
 };
 
-// How the free fast path checks that a buffer belongs to the cache.
+// How the free fast path checks that a buffer belongs to the cache
+// (kmem_cache::owner_check): kOwnerOnSlab, an owner id, or one of the two
+// values past the ids.
+// - An off-slab cache of heap memory has an owner id, 1 to kOwnerIds - 1,
+//   while it lives: the word of the heap's owner ids (heap_index.h) of each
+//   page of its slabs. The check compares the buffer's page's word with it.
+//   A mismatch, and a cache created while every id was taken
+//   (kOwnerIndex, which no word holds), take the page index's check.
+// - Ids are taken when a cache is published and given back once its last
+//   slab is gone (kmem.cpp, owner_id_take, owner_id_give), so no page of a
+//   live slab carries a stale one.
 enum OwnerCheck : uint32_t {
-  kOwnerOnSlab = 0,    // the slab header at the end of the buffer's page
-  kOwnerIndex = 1,     // the heap page index (segkmem_page_of) -> Slab
-  kOwnerNone = 2,      // memory that is no heap memory (integer arenas)
+  kOwnerOnSlab = 0,         // the slab header at the end of the buffer's page
+  kOwnerIds = 4096,         // ids are 1 to kOwnerIds - 1 (a bitmap of kOwnerIds / 8 bytes)
+  kOwnerIndex = 0x10000,    // no id: the heap page index (segkmem_page_of) -> Slab
+  kOwnerNone = 0x10001,     // memory that is no heap memory (integer arenas)
 };
+inline bool owner_has_id(uint32_t check) { return check != kOwnerOnSlab && check < kOwnerIds; }
+inline bool owner_heap_offslab(uint32_t check) { return check != kOwnerOnSlab && check != kOwnerNone; }
 
 }  // namespace mm
 
@@ -256,7 +269,7 @@ struct kmem_cache {
   // the profiled paths' fields, then the per-CPU layer, whose every
   // CpuCache field is then a small offset from its CPU's base (cpu_base:
   // arm64's ldp reaches 504) ---------------------------------------------
-  uint32_t owner_check;    // mm::OwnerCheck
+  uint32_t owner_check;    // mm::OwnerCheck: kOwnerOnSlab, an owner id, kOwnerIndex or kOwnerNone
   uint32_t flags;
   uint64_t chunk;
   bool tracked;  // kmemleak objects: not KMC_NOTRACK, not a quantum cache, heap memory

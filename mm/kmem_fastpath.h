@@ -11,8 +11,9 @@
 // 2. The free checks, before it touches the magazine, that the buffer
 //    belongs to the cache (OwnerCheck): for on-slab caches the slab header
 //    at the end of the buffer's page names its cache (a mask and a load);
-//    for off-slab caches of the heap the page index names the slab, which
-//    names the cache (caches of integer arenas are not checked). A wrong
+//    for off-slab caches of the heap the owner id of the buffer's page
+//    (heap_index.h) is the cache's, or else the page index names the slab,
+//    which names the cache (caches of integer arenas are not checked). A wrong
 //    cache, a wrong kmem_free size and a pointer into no slab of this cache
 //    are refused there, with a report. A free of the buffer on top of the
 //    loaded magazine (an immediate double free) is refused too (the
@@ -147,9 +148,26 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // it would read as the magazine's bottom sentinel and hide the rounds
 // beneath it (kmem_cache.h, CpuCache). The other two refuse it by their
 // lookups (the on-slab header of page 0 faults, as any wild pointer).
+//
+// Off-slab caches of the heap first compare the owner id of obj's page
+// (heap_index.h) with theirs: equal, obj is in a slab of cp. Any other
+// answer (another cache's page, a page with no slab, an address past the
+// ids or outside the heap, a cache with no id or of no heap memory: their
+// owner_check is no page's id) goes on to the check that decides it. A
+// plain load of an aligned 16-bit word (single-copy atomic on every arch):
+// a legitimate free got its buffer through the allocator, which stored its
+// slab's ids (mark_slab_pages) before the buffer left the slab layer under
+// slab_lock. A stray pointer racing a slab's creation or destruction reads
+// the old id or the new one: 0 or another cache's sends it on to the
+// index; a slab of cp's being made or torn down around it is the race
+// owner_by_index has too (the page it points into changes under it).
 __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, const void* obj) {
-  if (__builtin_expect(cp->owner_check != kOwnerOnSlab, 0))
-    return cp->owner_check == kOwnerIndex ? !owner_by_index(cp, obj) : obj == nullptr;
+  uint32_t check = cp->owner_check;
+  if (__builtin_expect(check != kOwnerOnSlab, 0)) {
+    uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
+    if (__builtin_expect(off < g_heap_index.id_span && g_heap_index.ids[off >> kPageShift] == check, 1)) return false;
+    return check == kOwnerNone ? obj == nullptr : !owner_by_index(cp, obj);
+  }
   return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
 }
 

@@ -231,6 +231,12 @@ void mark_slab_pages(kmem_cache_t* cp, Slab* sp, bool on) {
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags & ~kPageSlab), __ATOMIC_RELAXED);
       __atomic_store_n(&p->owner, static_cast<void*>(const_cast<void**>(g_no_owner)), __ATOMIC_RELAXED);
     }
+    // The page's owner id (heap_index.h): relaxed, as the free that reads
+    // it is ordered after this by the buffer's way out of the slab layer.
+    uintptr_t off = va - g_heap_index.base;
+    if (owner_has_id(cp->owner_check) && off < g_heap_index.id_span)
+      __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint16_t>(on ? cp->owner_check : 0),
+                       __ATOMIC_RELAXED);
   }
 }
 

@@ -27,7 +27,9 @@
 //    them before the frames go back to the page allocator. Leaves are
 //    created under g_index_lock and published with a release store; an
 //    entry is set with release too (the descriptor's fields before it), so
-//    lock-free readers (heap_index.h) read through them in order.
+//    lock-free readers (heap_index.h) read through them in order. Beside
+//    it, taken at init too, the owner ids: a 16-bit word per heap page
+//    naming the off-slab cache whose slab holds it (heap_index.h).
 // 6. Large kmem_alloc allocations (segkmem_alloc_large) mark their pages
 //    kPageLarge with the allocation's start, and the first page's count with
 //    its page count: segkmem_free_large refuses a pointer that is not the
@@ -83,7 +85,7 @@ namespace {
 vmem_t* g_heap;     // g_heap and g_default: written once, as g_heap_index
 vmem_t* g_default;
 uint64_t g_mapped_pages;  // relaxed: statistics only
-uint64_t g_index_pages;   // directory and leaves (relaxed: statistics only)
+uint64_t g_index_pages;   // directory, leaves and owner ids (relaxed: statistics only)
 
 constexpr uint64_t kMinHeap = uint64_t{256} << 20;
 constexpr uint64_t kMaxHeapPerRam = 4;
@@ -343,7 +345,22 @@ void segkmem_init() {
   auto* dir = static_cast<Page***>(index_page_alloc(order));
   if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
   for (size_t i = 0; i < dir_bytes / sizeof(Page**); i++) dir[i] = empty_leaf();
-  g_heap_index = HeapIndex{base, static_cast<uintptr_t>(size), dir};
+  // The owner ids (heap_index.h): two bytes per page, in one buddy block
+  // of at most kMaxOrder; a smaller one if that much is not free, covering
+  // less of the heap (the pages past it take the index's check).
+  size_t id_bytes = static_cast<size_t>(size >> kPageShift) * sizeof(uint16_t);
+  unsigned id_order = 0;
+  while ((kPageBytes << id_order) < id_bytes && id_order < kMaxOrder) id_order++;
+  uint16_t* ids = nullptr;
+  for (;; id_order--) {
+    ids = static_cast<uint16_t*>(index_page_alloc(id_order));
+    if (ids || id_order == 0) break;
+  }
+  if (id_bytes > (kPageBytes << id_order)) id_bytes = kPageBytes << id_order;
+  if (!ids) id_bytes = 0;
+  if (ids) __builtin_memset(ids, 0, id_bytes);
+  g_heap_index = HeapIndex{base, static_cast<uintptr_t>(id_bytes / sizeof(uint16_t)) << kPageShift, ids,
+                           static_cast<uintptr_t>(size), dir};
   // The window's first page is never handed out: its address is the
   // heap's base, a value the allocators keep in registers and frames all
   // the time, and an object there would look referenced to kmemleak's
