@@ -447,6 +447,9 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   // (magazine and size caches).
   Guard<> g(g_caches_lock);
   if (cp->owner_check == kOwnerIndex) cp->owner_check = owner_id_take();  // no slab yet: no page to mark
+  cp->ids_base = g_heap_index.base;
+  cp->ids_span = g_heap_index.id_span;
+  cp->ids = g_heap_index.ids;
   prof_bases_copy(cp);  // under the lock: kmem_prof_bases_set sets them for the caches it finds linked
   cp->list_prev = g_caches_last;
   cp->list_next = nullptr;
@@ -620,8 +623,14 @@ uint64_t kmem_metadata_pages() {
 // The fast paths' cold paths (kmem_fastpath.h). Untraced, they are tail
 // calls, so their own return address is the caller of the entry point.
 
+__attribute__((noinline, cold)) void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  report_owner(cp, obj, caller);
+}
 __attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  report_owner(cp, obj, caller ? caller : caller_of_api());
+  if (!caller) caller = caller_of_api();
+  if (!owner_heap_offslab(cp->owner_check) || !owner_by_index(cp, obj)) return report_owner(cp, obj, caller);
+  kmemtrace::record_free(cp->flags & KMC_KMEM_ALLOC ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache, caller, obj);
+  free_slow(cp, obj, caller);
 }
 __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_double_free(cp, obj, caller ? caller : caller_of_api());

@@ -281,6 +281,15 @@ struct kmem_cache {
   // prof_shift entries, fewer than 2 per buffer).
   uint32_t prof_shift;
   int64_t prof_delta;  // prof_delta(chunk): what one buffer adds to its tag's counter
+  // The heap's owner ids (heap_index.h: base, id_span, ids), copied here
+  // when the cache is published (g_heap_index is written once, before any
+  // cache is made): the free's owner check of an off-slab cache (an owner
+  // id in owner_check) loads them from the cache it already addresses,
+  // with no address of a global to form and no register to hold one. In
+  // the line's room before cpu (kmem_fastpath.h checks it stays at 64).
+  uintptr_t ids_base;
+  uintptr_t ids_span;
+  const uint16_t* ids;
   mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
   // --- cold -------------------------------------------------------------
   char name[mm::kNameLen];

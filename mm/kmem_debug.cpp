@@ -608,7 +608,7 @@ void debug_report_bad_pointer(kmem_cache_t* cp, void* obj, uintptr_t caller) {
                           a - start, &d});
     return;
   }
-  free_bad_owner(cp, obj, caller);
+  report_wrong_owner(cp, obj, caller);
 }
 
 void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller) {

@@ -99,7 +99,14 @@ namespace mm {
 // "take your own".
 // noinline: inlined, their caller_of_api() would give the entry point a
 // stack frame (it reads the link register) on its fast path too.
+// free_bad_owner: the owner check said no (wrong_owner). For an off-slab
+// cache of the heap it was the owner ids' answer, which the page index
+// decides: cp's buffer after all (a cache with no id, a page past the
+// ids), it is freed as the magazine path frees it, recorded first if
+// kmemtrace records; anything else is reported.
 [[gnu::noinline, gnu::cold]] void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
+// The report alone (a free the slab layer found in no buffer of cp).
+[[gnu::noinline, gnu::cold]] void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline]] void free_slow_entry(kmem_cache_t* cp, void* obj, uintptr_t caller);
 // The same two for the cache whose CpuCache of this CPU is at base (as
@@ -150,7 +157,8 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // lookups (the on-slab header of page 0 faults, as any wild pointer).
 //
 // Off-slab caches of the heap first compare the owner id of obj's page
-// (heap_index.h) with theirs: equal, obj is in a slab of cp. Any other
+// (heap_index.h, through the cache's copies of its base, span and array)
+// with theirs: equal, obj is in a slab of cp. Any other
 // answer (another cache's page, a page with no slab, an address past the
 // ids or outside the heap, a cache with no id or of no heap memory: their
 // owner_check is no page's id) goes on to the check that decides it. A
@@ -164,9 +172,12 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, const void* obj) {
   uint32_t check = cp->owner_check;
   if (__builtin_expect(check != kOwnerOnSlab, 0)) {
-    uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
-    if (__builtin_expect(off < g_heap_index.id_span && g_heap_index.ids[off >> kPageShift] == check, 1)) return false;
-    return check == kOwnerNone ? obj == nullptr : !owner_by_index(cp, obj);
+    uintptr_t off = reinterpret_cast<uintptr_t>(obj) - cp->ids_base;
+    if (__builtin_expect(off < cp->ids_span && cp->ids[off >> kPageShift] == check, 1)) return false;
+    // Out of line, so that nothing of the index's check holds a register
+    // here (on 32-bit ARM it made every free save two): free_bad_owner
+    // asks the page index first, and frees what it finds to be cp's.
+    return check != kOwnerNone || obj == nullptr;
   }
   return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
 }
@@ -175,6 +186,7 @@ __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, c
 // cpu_base(cp) + kCpuOff + the field's offset: one register for the base,
 // every offset folded into its instruction (kCpuOff is 64: kmem_cache.h).
 constexpr size_t kCpuOff = offsetof(kmem_cache, cpu);
+static_assert(kCpuOff == 64, "the hot fields before cpu outgrew their line");
 static_assert(kCpuOff + sizeof(CpuCache) <= 256, "CpuCache fields out of ldp/ldrd reach");
 static_assert(offsetof(kmem_cache, prof_delta) + 8 <= 256, "out of ldrd reach");
 static_assert(sizeof(CpuCache) == 64, "plat::cpu_line_offset scales by 64");
