@@ -522,6 +522,7 @@ MM_RACY_STATS_READER void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStat
   o.objs_per_slab = cp->objs_per_slab;
   o.color_max = cp->color_max;
   o.offslab = cp->offslab;
+  o.owner_id = owner_has_id(cp->owner_check) ? cp->owner_check : 0;
   o.arena = cp->arena_name;
   uint64_t cpu_rounds = 0, frees = 0;
   // Allocations are derived (kmem_cache.h, CpuCache::extra): frees plus

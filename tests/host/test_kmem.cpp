@@ -709,6 +709,88 @@ TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
   EXPECT_TRUE(kmem_cache_destroy(b));
 }
 
+// The off-slab owner check's ids (kmem_cache.h, OwnerCheck): each off-slab
+// heap cache gets its own; once every id is taken, a new cache has none and
+// its frees are decided by the page index alone: its own buffers go back
+// to it, another cache's are refused, both ways. An id given back by a
+// destroyed cache is taken by the next cache, whose frees then pass the
+// one-compare check, and a buffer of the destroyed cache's memory (gone)
+// is not one of its own.
+TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
+  Errors errors;
+  std::vector<kmem_cache_t*> made;
+  kmem_cache_t* last = nullptr;
+  std::vector<uint32_t> ids;
+  for (int i = 0; i < 5000; i++) {
+    kmem_cache_t* cp = kmem_cache_create("t_ids", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                         KMC_NOMAGAZINE);
+    ASSERT_NE(cp, nullptr);
+    made.push_back(cp);
+    uint32_t id = stats_of(cp).owner_id;
+    if (!id) {
+      last = cp;
+      break;
+    }
+    ids.push_back(id);
+  }
+  ASSERT_NE(last, nullptr) << "5000 off-slab caches and every one had an owner id";
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "two live caches share an owner id";
+  // Magazines on: the free's fast path is the one under test.
+  kmem_cache_t* noid = kmem_cache_create("t_noid", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  kmem_cache_t* withid = made.front();
+  kmem_cache_t* other = kmem_cache_create("t_noid_b", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  ASSERT_EQ(stats_of(noid).owner_id, 0u);
+  ASSERT_TRUE(stats_of(noid).offslab);
+
+  void* x[8];
+  for (auto& p : x) p = kmem_cache_alloc(noid, KM_SLEEP);
+  const uint64_t frees = stats_of(noid).frees;
+  for (auto* p : x) kmem_cache_free(noid, p);
+  EXPECT_EQ(errors.seen.size(), 0u);
+  EXPECT_EQ(stats_of(noid).frees, frees + 8);
+  void* y = kmem_cache_alloc(noid, KM_SLEEP);
+  void* w = kmem_cache_alloc(withid, KM_SLEEP);
+  kmem_cache_free(other, y);  // a buffer of the cache with no id, to another
+  ASSERT_EQ(errors.seen.size(), 1u);
+  EXPECT_NE(std::strstr(errors.seen[0].kind, "wrong cache"), nullptr);
+  kmem_cache_free(noid, w);  // a buffer of a cache with an id, to the one without
+  ASSERT_EQ(errors.seen.size(), 2u);
+  EXPECT_STREQ(errors.seen[1].where, "t_noid");
+  EXPECT_NE(std::strstr(errors.seen[1].kind, "wrong cache"), nullptr);
+  int on_stack;
+  kmem_cache_free(noid, &on_stack);
+  ASSERT_EQ(errors.seen.size(), 3u);
+  EXPECT_NE(std::strstr(errors.seen[2].kind, "never allocated"), nullptr);
+  kmem_cache_free(noid, y);
+  kmem_cache_free(withid, w);
+  EXPECT_EQ(errors.seen.size(), 3u);
+
+  // withid's id goes back with it, and the next cache takes it.
+  const uint32_t freed = stats_of(withid).owner_id;
+  void* old = kmem_cache_alloc(withid, KM_SLEEP);
+  kmem_cache_free(withid, old);
+  EXPECT_TRUE(kmem_cache_destroy(withid));
+  made.erase(made.begin());
+  kmem_cache_t* again = kmem_cache_create("t_again", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  EXPECT_EQ(stats_of(again).owner_id, freed);
+  void* z = kmem_cache_alloc(again, KM_SLEEP);
+  const uint64_t again_frees = stats_of(again).frees;
+  kmem_cache_free(again, z);
+  EXPECT_EQ(stats_of(again).frees, again_frees + 1);
+  EXPECT_EQ(errors.seen.size(), 3u);
+
+  for (auto* cp : made) EXPECT_TRUE(kmem_cache_destroy(cp));
+  EXPECT_TRUE(kmem_cache_destroy(noid));
+  EXPECT_TRUE(kmem_cache_destroy(other));
+  EXPECT_TRUE(kmem_cache_destroy(again));
+  // Every id is back: a new off-slab cache has one.
+  kmem_cache_t* after = kmem_cache_create("t_after", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  EXPECT_NE(stats_of(after).owner_id, 0u);
+  EXPECT_TRUE(kmem_cache_destroy(after));
+  EXPECT_EQ(errors.seen.size(), 3u);
+}
+
 // Large kmem_alloc (above 16 KiB): the free checks the pointer and the size
 // against the allocation's pages and refuses, before anything is freed.
 TEST(kmem, LargeKmemFreeChecksPointerAndSize) {

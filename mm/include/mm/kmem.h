@@ -108,6 +108,7 @@ struct KmemCacheStats {
   uint64_t cpu_rounds;        // objects held in per-CPU magazines
   uint64_t pages;             // pages held by the cache's slabs
   bool offslab;               // bookkeeping kept outside the slab
+  uint32_t owner_id;          // an off-slab heap cache's owner id (the free's check), 0 if it has none
   const char* arena;
 };
 void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out);
