@@ -340,24 +340,31 @@ void segkmem_init() {
     size = heap_size_for_ram(page_ram_bytes(), window);
   }
   size_t dir_bytes = static_cast<size_t>(size >> kIndexLeafShift) * sizeof(Page**);
+  // The owner ids (heap_index.h): two bytes per page. In the directory's
+  // page when both fit in one (a small heap: a board with little RAM must
+  // not give a page of it for a kilobyte), else in a buddy block of their
+  // own of at most kMaxOrder, a smaller one if that much is not free,
+  // covering less of the heap (the pages past it take the index's check).
+  size_t id_bytes = static_cast<size_t>(size >> kPageShift) * sizeof(uint16_t);
+  bool shared = dir_bytes + id_bytes <= kPageBytes;
   unsigned order = 0;
   while ((kPageBytes << order) < dir_bytes) order++;
   auto* dir = static_cast<Page***>(index_page_alloc(order));
   if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
   for (size_t i = 0; i < dir_bytes / sizeof(Page**); i++) dir[i] = empty_leaf();
-  // The owner ids (heap_index.h): two bytes per page, in one buddy block
-  // of at most kMaxOrder; a smaller one if that much is not free, covering
-  // less of the heap (the pages past it take the index's check).
-  size_t id_bytes = static_cast<size_t>(size >> kPageShift) * sizeof(uint16_t);
-  unsigned id_order = 0;
-  while ((kPageBytes << id_order) < id_bytes && id_order < kMaxOrder) id_order++;
   uint16_t* ids = nullptr;
-  for (;; id_order--) {
-    ids = static_cast<uint16_t*>(index_page_alloc(id_order));
-    if (ids || id_order == 0) break;
+  if (shared) {
+    ids = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(dir) + dir_bytes);  // dir_bytes: a multiple of a pointer
+  } else {
+    unsigned id_order = 0;
+    while ((kPageBytes << id_order) < id_bytes && id_order < kMaxOrder) id_order++;
+    for (;; id_order--) {
+      ids = static_cast<uint16_t*>(index_page_alloc(id_order));
+      if (ids || id_order == 0) break;
+    }
+    if (id_bytes > (kPageBytes << id_order)) id_bytes = kPageBytes << id_order;
+    if (!ids) id_bytes = 0;
   }
-  if (id_bytes > (kPageBytes << id_order)) id_bytes = kPageBytes << id_order;
-  if (!ids) id_bytes = 0;
   if (ids) __builtin_memset(ids, 0, id_bytes);
   g_heap_index = HeapIndex{base, static_cast<uintptr_t>(id_bytes / sizeof(uint16_t)) << kPageShift, ids,
                            static_cast<uintptr_t>(size), dir};
