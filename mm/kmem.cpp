@@ -627,11 +627,21 @@ uint64_t kmem_metadata_pages() {
 __attribute__((noinline, cold)) void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_owner(cp, obj, caller);
 }
-__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  if (!caller) caller = caller_of_api();
+namespace {
+template <bool kRecord>
+__attribute__((always_inline)) inline void bad_owner_body(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   if (!owner_heap_offslab(cp->owner_check) || !owner_by_index(cp, obj)) return report_owner(cp, obj, caller);
-  kmemtrace::record_free(cp->flags & KMC_KMEM_ALLOC ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache, caller, obj);
+  if constexpr (kRecord)
+    kmemtrace::record_free(cp->flags & KMC_KMEM_ALLOC ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache, caller,
+                           obj);
   free_slow(cp, obj, caller);
+}
+}  // namespace
+__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  bad_owner_body<true>(cp, obj, caller ? caller : caller_of_api());
+}
+__attribute__((noinline, cold)) void free_bad_owner_untraced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  bad_owner_body<false>(cp, obj, caller ? caller : caller_of_api());
 }
 __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_double_free(cp, obj, caller ? caller : caller_of_api());

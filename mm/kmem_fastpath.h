@@ -103,8 +103,11 @@ namespace mm {
 // cache of the heap it was the owner ids' answer, which the page index
 // decides: cp's buffer after all (a cache with no id, a page past the
 // ids), it is freed as the magazine path frees it, recorded first if
-// kmemtrace records; anything else is reported.
+// kmemtrace records; anything else is reported. The untraced paths call
+// free_bad_owner_untraced, which records nothing: they run while kmemtrace
+// is off, or after free_trace_full has recorded the free.
 [[gnu::noinline, gnu::cold]] void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
+[[gnu::noinline, gnu::cold]] void free_bad_owner_untraced(kmem_cache_t* cp, void* obj, uintptr_t caller);
 // The report alone (a free the slab layer found in no buffer of cp).
 [[gnu::noinline, gnu::cold]] void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller);
 [[gnu::noinline, gnu::cold]] void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller);
@@ -321,7 +324,8 @@ __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* ob
                                                       uintptr_t caller = 0) {
   if constexpr (kProf)
     if (__builtin_expect(prof_freeing(), 0)) return free_unstamp(cp, obj, type, caller);
-  if (__builtin_expect(wrong_owner(cp, obj), 0)) return free_bad_owner(cp, obj, caller);
+  if (__builtin_expect(wrong_owner(cp, obj), 0))
+    return kTraced ? free_bad_owner(cp, obj, caller) : free_bad_owner_untraced(cp, obj, caller);
   if (!kTraced || (plat::kRestartable && !kmemtrace::enabled())) {  // as in cache_alloc
     char* base = cpu_base(cp);
     plat::RseqPush r = magazine_push(cp, base, obj);

@@ -401,13 +401,19 @@ KTEST(bad_frees_are_reported_and_refused) {
 }
 
 // Off-slab caches (kmem_alloc from 640 bytes, large buffers) check their
-// frees through the heap page index: refused on the free itself, so nothing
-// bad reaches a magazine to be handed out again.
+// frees through their pages' owner ids (each cache has its own), then the
+// heap page index: refused on the free itself, so nothing bad reaches a
+// magazine to be handed out again.
 KTEST(off_slab_bad_frees_are_refused_on_the_free) {
   ErrorCapture cap;
   kmem_cache_t* a = kmem_cache_create("test_off_a", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   kmem_cache_t* b = kmem_cache_create("test_off_b", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   KASSERT(a && b);
+  mm::KmemCacheStats sa, sb;
+  mm::kmem_cache_stats(a, sa);
+  mm::kmem_cache_stats(b, sb);
+  KEXPECT(sa.offslab && sb.offslab);
+  KEXPECT(sa.owner_id != 0 && sb.owner_id != 0 && sa.owner_id != sb.owner_id);
   void* x = kmem_cache_alloc(a, KM_SLEEP);
   kmem_cache_free(b, x);  // wrong cache
   KEXPECT_EQ(ErrorCapture::count, 1u);
