@@ -25,8 +25,10 @@ constexpr unsigned kIndexLeafShift = kPageShift + 9;
 // (heap / 2048 bytes: 0.2% of RAM for a heap window of four times RAM), up
 // to a buddy block's worth: ids covers the first id_span bytes of the heap
 // (all of it up to 8 GiB of heap); a page past it has no id, and its
-// buffers take the index's check. Written by kmem (mark_slab_pages) under
-// the rules that order the index's owner words; read with plain loads.
+// buffers take the index's check. Written by kmem (mark_slab_pages) with
+// relaxed stores, read with plain loads: a legitimate free is ordered
+// after its slab's store by the buffer's way out of the slab layer (under
+// slab_lock); a stray pointer may read an old word, as it may an old owner.
 struct HeapIndex {
   uintptr_t base;
   uintptr_t id_span;  // bytes of heap, from base, that ids covers

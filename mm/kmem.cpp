@@ -627,20 +627,32 @@ uint64_t kmem_metadata_pages() {
 __attribute__((noinline, cold)) void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_owner(cp, obj, caller);
 }
+// The page index decides what the owner ids could not (kmem_fastpath.h,
+// wrong_owner). cp's buffer after all (a cache with no id, a page past the
+// ids) is freed as the fast path frees it: recorded first if kmemtrace
+// records (the record precedes the push, as on the masked path), then the
+// magazine push with its test of the buffer on top (an immediate double
+// free), else the slow path. Null is nobody's (page 0 of a physical heap
+// may be a slab's).
 namespace {
 template <bool kRecord>
 __attribute__((always_inline)) inline void bad_owner_body(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  if (!owner_heap_offslab(cp->owner_check) || !owner_by_index(cp, obj)) return report_owner(cp, obj, caller);
+  if (!obj || !owner_heap_offslab(cp->owner_check) || !owner_by_index(cp, obj)) return report_owner(cp, obj, caller);
   if constexpr (kRecord)
     kmemtrace::record_free(cp->flags & KMC_KMEM_ALLOC ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache, caller,
                            obj);
+  plat::RseqPush r = magazine_push(cp, cpu_base(cp), obj);
+  if (r == plat::kRseqPushed) return;
+  if (r == plat::kRseqOnTop) return report_double_free(cp, obj, caller);
   free_slow(cp, obj, caller);
 }
 }  // namespace
-__attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_bad_owner(kmem_cache_t* cp, void* obj,
+                                                                        uintptr_t caller) {
   bad_owner_body<true>(cp, obj, caller ? caller : caller_of_api());
 }
-__attribute__((noinline, cold)) void free_bad_owner_untraced(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void free_bad_owner_untraced(kmem_cache_t* cp, void* obj,
+                                                                                 uintptr_t caller) {
   bad_owner_body<false>(cp, obj, caller ? caller : caller_of_api());
 }
 __attribute__((noinline, cold)) void free_twice(kmem_cache_t* cp, void* obj, uintptr_t caller) {

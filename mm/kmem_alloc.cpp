@@ -225,9 +225,13 @@ __attribute__((noinline)) void kmem_free_uncached(void* buf, size_t size, uintpt
 // point, which then passes MM_ENTRY_CALLER() on the uncached branch alone
 // (the host's is a load, kept off the fast path).
 // Before kmem_init a class's free is g_no_class's, refused by free_slow (4).
+// Null is a no-op: the size class's owner check lets it go (cache_free's
+// kNullOk: no test of its own on the fast path of the classes above 512
+// bytes), the uncached branch tests it.
 __attribute__((always_inline)) inline void kmem_free_body(void* buf, size_t size, uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
-  if (__builtin_expect(cp != nullptr, 1)) return cache_free(cp, buf);
+  if (__builtin_expect(cp != nullptr, 1)) return cache_free<false, false, true>(cp, buf);
+  if (!buf) return;
   return kmem_free_uncached(buf, size, caller ? caller : MM_ENTRY_CALLER());
 }
 
@@ -402,23 +406,26 @@ namespace {
 // magazine push in kmem_free (kmem_free_body's) made GCC merge the two
 // owner checks' results into a flag it then tested (2 more on every call).
 __attribute__((noinline)) void kmem_free_rest(void* buf, size_t size, uintptr_t caller) {
+  if (!buf) return;
   if (plat::free_hooks_on()) return kmem_free_traced(buf, size, caller);
   kmem_free_body(buf, size, caller);
 }
 }  // namespace
 #endif
 
+// Null is a no-op, tested off the fast path of the classes above 512 bytes
+// (kmem_free_body).
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
-  if (!buf) return;
 #if !defined(MM_KERNEL)
   if (__builtin_expect(size - 1 < g_hooks_bound[1], 1)) {  // (5): the table's class, or g_no_class (4)
     kmem_cache_t* cp = table_entry(&g_class_table[(size - 1) >> 3]);
-    return cache_free(cp, buf);
+    return cache_free<false, false, true>(cp, buf);
   }
   return kmem_free_rest(buf, size, MM_ENTRY_CALLER());
 #else
   plat::HookMode mode = plat::free_hooks_mode();
   if (mode != plat::HookMode::kOff) {
+    if (!buf) return;
 #if defined(ARCH_HAS_RSEQ_RECORD)
     if (mode == plat::HookMode::kTraceOnly) return kmem_free_trace_only(buf, size);
 #endif

@@ -172,6 +172,14 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // the old id or the new one: 0 or another cache's sends it on to the
 // index; a slab of cp's being made or torn down around it is the race
 // owner_by_index has too (the page it points into changes under it).
+//
+// kNullOk (kmem_free, which takes null as a no-op): null is refused here
+// like any stranger, and the caller lets it go: on-slab caches test it
+// before the header's load (page 0's would fault), the others need no test
+// (null's page never has an id: mark_slab_pages gives none to a page at
+// address 0, which only a physical heap from address 0 could hold), so it
+// costs their frees nothing.
+template <bool kNullOk = false>
 __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, const void* obj) {
   uint32_t check = cp->owner_check;
   if (__builtin_expect(check != kOwnerOnSlab, 0)) {
@@ -182,6 +190,7 @@ __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, c
     // asks the page index first, and frees what it finds to be cp's.
     return check != kOwnerNone || obj == nullptr;
   }
+  if (kNullOk && obj == nullptr) return true;
   return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
 }
 
@@ -319,13 +328,16 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
 // object can be handed out again. A free refused for its owner records
 // nothing; one of the buffer on top of the magazine (freed twice in a
 // row) and one refused by the slab layer have been recorded.
-template <bool kTraced = false, bool kProf = kTraced>
+// kNullOk: kmem_free's, for which null is a no-op (wrong_owner).
+template <bool kTraced = false, bool kProf = kTraced, bool kNullOk = false>
 __attribute__((always_inline)) inline void cache_free(kmem_cache_t* cp, void* obj, uint8_t type = 0,
                                                       uintptr_t caller = 0) {
   if constexpr (kProf)
     if (__builtin_expect(prof_freeing(), 0)) return free_unstamp(cp, obj, type, caller);
-  if (__builtin_expect(wrong_owner(cp, obj), 0))
+  if (__builtin_expect(wrong_owner<kNullOk>(cp, obj), 0)) {
+    if (kNullOk && obj == nullptr) return;
     return kTraced ? free_bad_owner(cp, obj, caller) : free_bad_owner_untraced(cp, obj, caller);
+  }
   if (!kTraced || (plat::kRestartable && !kmemtrace::enabled())) {  // as in cache_alloc
     char* base = cpu_base(cp);
     plat::RseqPush r = magazine_push(cp, base, obj);

@@ -233,8 +233,11 @@ void mark_slab_pages(kmem_cache_t* cp, Slab* sp, bool on) {
     }
     // The page's owner id (heap_index.h): relaxed, as the free that reads
     // it is ordered after this by the buffer's way out of the slab layer.
+    // None for a page at address 0 (a physical heap from address 0): null
+    // must never match an id (kmem_fastpath.h, wrong_owner); its buffers
+    // take the page index's check.
     uintptr_t off = va - g_heap_index.base;
-    if (owner_has_id(cp->owner_check) && off < g_heap_index.id_span)
+    if (owner_has_id(cp->owner_check) && off < g_heap_index.id_span && va != 0)
       __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint16_t>(on ? cp->owner_check : 0),
                        __ATOMIC_RELAXED);
   }

@@ -709,13 +709,55 @@ TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
   EXPECT_TRUE(kmem_cache_destroy(b));
 }
 
+// kmem_free of null is a no-op at every size, with no report: the on-slab
+// classes (up to 512 bytes) test it before their header's load, the larger
+// classes let their owner check refuse it and then return quietly, and
+// sizes past the table test it on their own branch. Nothing reaches a
+// magazine: a pushed null would read as the magazine's bottom.
+TEST(kmem, FreeOfNullIsANoOpAtEverySize) {
+  Errors errors;
+  const size_t sizes[] = {1, 8, 512, 513, 1024, 4096, 16384, 16385, 100000, 0};
+  auto frees_of = [](const char* name) {
+    struct Find {
+      const char* name;
+      uint64_t frees = ~uint64_t{0};
+    } f{name};
+    mm::kmem_cache_walk(
+        [](const kmem_cache_t* cp, void* arg) {
+          auto* f = static_cast<Find*>(arg);
+          mm::KmemCacheStats st;
+          mm::kmem_cache_stats(cp, st);
+          if (std::strcmp(st.name, f->name) == 0) f->frees = st.frees;
+        },
+        &f);
+    return f.frees;
+  };
+  // Warm the classes first, so that their magazines are loaded.
+  for (size_t size : sizes)
+    if (size) kmem_free(kmem_alloc(size, KM_SLEEP), size);
+  const uint64_t small = frees_of("kmem_alloc_8"), large = frees_of("kmem_alloc_1024");
+  ASSERT_NE(small, ~uint64_t{0});
+  ASSERT_NE(large, ~uint64_t{0});
+  for (size_t size : sizes) kmem_free(nullptr, size);
+  EXPECT_EQ(errors.seen.size(), 0u);
+  EXPECT_EQ(frees_of("kmem_alloc_8"), small);
+  EXPECT_EQ(frees_of("kmem_alloc_1024"), large);
+  for (size_t size : sizes) {
+    if (!size) continue;
+    void* p = kmem_alloc(size, KM_SLEEP);
+    EXPECT_NE(p, nullptr);
+    kmem_free(p, size);
+  }
+  EXPECT_EQ(errors.seen.size(), 0u);
+}
+
 // The off-slab owner check's ids (kmem_cache.h, OwnerCheck): each off-slab
 // heap cache gets its own; once every id is taken, a new cache has none and
-// its frees are decided by the page index alone: its own buffers go back
-// to it, another cache's are refused, both ways. An id given back by a
-// destroyed cache is taken by the next cache, whose frees then pass the
-// one-compare check, and a buffer of the destroyed cache's memory (gone)
-// is not one of its own.
+// its frees are decided by the page index alone (free_bad_owner, out of
+// line): its own buffers go back to its magazines, with the push's test of
+// the buffer on top (an immediate double free is refused), another cache's
+// are refused, both ways. An id given back by a destroyed cache is taken
+// by the next cache, whose frees then pass the one-compare check.
 TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   Errors errors;
   std::vector<kmem_cache_t*> made;
@@ -736,7 +778,7 @@ TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   ASSERT_NE(last, nullptr) << "5000 off-slab caches and every one had an owner id";
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "two live caches share an owner id";
-  // Magazines on: the free's fast path is the one under test.
+  // With magazines: the fallback pushes onto them.
   kmem_cache_t* noid = kmem_cache_create("t_noid", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   kmem_cache_t* withid = made.front();
   kmem_cache_t* other = kmem_cache_create("t_noid_b", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -763,8 +805,16 @@ TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   ASSERT_EQ(errors.seen.size(), 3u);
   EXPECT_NE(std::strstr(errors.seen[2].kind, "never allocated"), nullptr);
   kmem_cache_free(noid, y);
+  kmem_cache_free(noid, y);  // freed twice in a row: on top of the magazine
+  ASSERT_EQ(errors.seen.size(), 4u);
+  EXPECT_NE(std::strstr(errors.seen[3].kind, "double free"), nullptr);
+  void* y1 = kmem_cache_alloc(noid, KM_SLEEP);
+  void* y2 = kmem_cache_alloc(noid, KM_SLEEP);
+  EXPECT_NE(y1, y2);  // y was not handed out twice
+  kmem_cache_free(noid, y1);
+  kmem_cache_free(noid, y2);
   kmem_cache_free(withid, w);
-  EXPECT_EQ(errors.seen.size(), 3u);
+  EXPECT_EQ(errors.seen.size(), 4u);
 
   // withid's id goes back with it, and the next cache takes it.
   const uint32_t freed = stats_of(withid).owner_id;
@@ -778,7 +828,7 @@ TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   const uint64_t again_frees = stats_of(again).frees;
   kmem_cache_free(again, z);
   EXPECT_EQ(stats_of(again).frees, again_frees + 1);
-  EXPECT_EQ(errors.seen.size(), 3u);
+  EXPECT_EQ(errors.seen.size(), 4u);
 
   for (auto* cp : made) EXPECT_TRUE(kmem_cache_destroy(cp));
   EXPECT_TRUE(kmem_cache_destroy(noid));
@@ -788,7 +838,7 @@ TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   kmem_cache_t* after = kmem_cache_create("t_after", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   EXPECT_NE(stats_of(after).owner_id, 0u);
   EXPECT_TRUE(kmem_cache_destroy(after));
-  EXPECT_EQ(errors.seen.size(), 3u);
+  EXPECT_EQ(errors.seen.size(), 4u);
 }
 
 // Large kmem_alloc (above 16 KiB): the free checks the pointer and the size

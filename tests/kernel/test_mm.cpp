@@ -353,6 +353,22 @@ KTEST(cache_destroy_returns_every_page) {
   KEXPECT_EQ(free_pages() + kept_pages(), before);
 }
 
+// kmem_free of null is a no-op at every size, with no report: on-slab
+// classes test it before the header's load, larger classes let the owner
+// check refuse it quietly, sizes past the table test it on their branch.
+// NOSLEEP: on a 256 KiB board the large sizes may find no run of frames.
+KTEST(kmem_free_of_null_is_a_no_op_at_every_size) {
+  ErrorCapture cap;
+  const size_t sizes[] = {1, 8, 512, 513, 1024, 4096, 16384, 16385, 0};
+  for (size_t size : sizes)
+    if (void* p = size ? kmem_alloc(size, KM_NOSLEEP) : nullptr) kmem_free(p, size);  // loaded magazines
+  for (size_t size : sizes) kmem_free(nullptr, size);
+  KEXPECT_EQ(ErrorCapture::count, 0u);
+  for (size_t size : sizes)
+    if (void* p = size ? kmem_alloc(size, KM_NOSLEEP) : nullptr) kmem_free(p, size);
+  KEXPECT_EQ(ErrorCapture::count, 0u);
+}
+
 KTEST(bad_frees_are_reported_and_refused) {
   // The double free is caught where the first free put the buffer: with a
   // magazine refused by an injected failure it is not where the test looks.
