@@ -17,14 +17,14 @@ namespace mm {
 constexpr unsigned kIndexLeafEntries = 512;
 constexpr unsigned kIndexLeafShift = kPageShift + 9;
 //
-// Beside it, the owner ids: one 16-bit word per heap page, the owner id of
+// Beside it, the owner ids: one byte per heap page, the owner id of
 // the cache whose off-slab slab holds the page (kmem_cache.h, OwnerCheck),
 // 0 for any other page. They make the magazine free's owner check of an
 // off-slab cache one compare (kmem_fastpath.h, wrong_owner) where the
 // index takes four dependent loads. A flat array, taken whole at init
-// (heap / 2048 bytes: 0.2% of RAM for a heap window of four times RAM), up
+// (heap / 4096 bytes: 0.1% of RAM for a heap window of four times RAM), up
 // to a buddy block's worth: ids covers the first id_span bytes of the heap
-// (all of it up to 8 GiB of heap); a page past it has no id, and its
+// (all of it up to 16 GiB of heap); a page past it has no id, and its
 // buffers take the index's check. Written by kmem (mark_slab_pages) with
 // relaxed stores, read with plain loads: a legitimate free is ordered
 // after its slab's store by the buffer's way out of the slab layer (under
@@ -32,7 +32,7 @@ constexpr unsigned kIndexLeafShift = kPageShift + 9;
 struct HeapIndex {
   uintptr_t base;
   uintptr_t id_span;  // bytes of heap, from base, that ids covers
-  uint16_t* ids;      // [id_span >> kPageShift]
+  uint8_t* ids;       // [id_span >> kPageShift]
   uintptr_t size;     // bytes of heap the index covers (the heap arena's size)
   Page*** dir;
 };

@@ -245,16 +245,22 @@ struct SlabList {
 // (kmem_cache::owner_check): kOwnerOnSlab, an owner id, or one of the two
 // values past the ids.
 // - An off-slab cache of heap memory has an owner id, 1 to kOwnerIds - 1,
-//   while it lives: the word of the heap's owner ids (heap_index.h) of each
-//   page of its slabs. The check compares the buffer's page's word with it.
+//   while it lives: the byte of the heap's owner ids (heap_index.h) of each
+//   page of its slabs. The check compares the buffer's page's byte with it.
 //   A mismatch, and a cache created while every id was taken
-//   (kOwnerIndex, which no word holds), take the page index's check.
+//   (kOwnerIndex, which no byte holds), take the page index's check.
+// - A byte, so 255 ids: riscv64 has no scaled index, and a 16-bit word's
+//   address cost it a shift more on every free (the kmem_alloc pair of
+//   1 KiB was 57 against 56 with words). An embedded kernel has a few
+//   dozen caches of buffers above 512 bytes (kmem_alloc's 19 among them);
+//   past 255 live ones, the next are exact but slower (the index's check
+//   out of line, about 20 instructions more a free).
 // - Ids are taken when a cache is published and given back once its last
 //   slab is gone (kmem.cpp, owner_id_take, owner_id_give), so no page of a
 //   live slab carries a stale one.
 enum OwnerCheck : uint32_t {
   kOwnerOnSlab = 0,         // the slab header at the end of the buffer's page
-  kOwnerIds = 4096,         // ids are 1 to kOwnerIds - 1 (a bitmap of kOwnerIds / 8 bytes)
+  kOwnerIds = 256,          // ids are 1 to kOwnerIds - 1: a byte per page (a bitmap of kOwnerIds / 8 bytes)
   kOwnerIndex = 0x10000,    // no id: the heap page index (segkmem_page_of) -> Slab
   kOwnerNone = 0x10001,     // memory that is no heap memory (integer arenas)
 };
@@ -289,7 +295,7 @@ struct kmem_cache {
   // the line's room before cpu (kmem_fastpath.h checks it stays at 64).
   uintptr_t ids_base;
   uintptr_t ids_span;
-  const uint16_t* ids;
+  const uint8_t* ids;
   mm::CpuCache cpu[mm::plat::kCpuSlots];  // [kMaxCpus]: always empty (see cpu_slot)
   // --- cold -------------------------------------------------------------
   char name[mm::kNameLen];

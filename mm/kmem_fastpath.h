@@ -165,7 +165,7 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
 // answer (another cache's page, a page with no slab, an address past the
 // ids or outside the heap, a cache with no id or of no heap memory: their
 // owner_check is no page's id) goes on to the check that decides it. A
-// plain load of an aligned 16-bit word (single-copy atomic on every arch):
+// plain load of a byte (single-copy atomic on every arch):
 // a legitimate free got its buffer through the allocator, which stored its
 // slab's ids (mark_slab_pages) before the buffer left the slab layer under
 // slab_lock. A stray pointer racing a slab's creation or destruction reads

@@ -238,7 +238,7 @@ void mark_slab_pages(kmem_cache_t* cp, Slab* sp, bool on) {
     // take the page index's check.
     uintptr_t off = va - g_heap_index.base;
     if (owner_has_id(cp->owner_check) && off < g_heap_index.id_span && va != 0)
-      __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint16_t>(on ? cp->owner_check : 0),
+      __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint8_t>(on ? cp->owner_check : 0),
                        __ATOMIC_RELAXED);
   }
 }

@@ -28,7 +28,7 @@
 //    created under g_index_lock and published with a release store; an
 //    entry is set with release too (the descriptor's fields before it), so
 //    lock-free readers (heap_index.h) read through them in order. Beside
-//    it, taken at init too, the owner ids: a 16-bit word per heap page
+//    it, taken at init too, the owner ids: a byte per heap page
 //    naming the off-slab cache whose slab holds it (heap_index.h).
 // 6. Large kmem_alloc allocations (segkmem_alloc_large) mark their pages
 //    kPageLarge with the allocation's start, and the first page's count with
@@ -340,33 +340,33 @@ void segkmem_init() {
     size = heap_size_for_ram(page_ram_bytes(), window);
   }
   size_t dir_bytes = static_cast<size_t>(size >> kIndexLeafShift) * sizeof(Page**);
-  // The owner ids (heap_index.h): two bytes per page. In the directory's
+  // The owner ids (heap_index.h): a byte per page. In the directory's
   // page when both fit in one (a small heap: a board with little RAM must
   // not give a page of it for a kilobyte), else in a buddy block of their
   // own of at most kMaxOrder, a smaller one if that much is not free,
   // covering less of the heap (the pages past it take the index's check).
-  size_t id_bytes = static_cast<size_t>(size >> kPageShift) * sizeof(uint16_t);
+  size_t id_bytes = static_cast<size_t>(size >> kPageShift);
   bool shared = dir_bytes + id_bytes <= kPageBytes;
   unsigned order = 0;
   while ((kPageBytes << order) < dir_bytes) order++;
   auto* dir = static_cast<Page***>(index_page_alloc(order));
   if (!dir) plat::fatal("segkmem: no %zu bytes for the heap page index", dir_bytes);
   for (size_t i = 0; i < dir_bytes / sizeof(Page**); i++) dir[i] = empty_leaf();
-  uint16_t* ids = nullptr;
+  uint8_t* ids = nullptr;
   if (shared) {
-    ids = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(dir) + dir_bytes);  // dir_bytes: a multiple of a pointer
+    ids = reinterpret_cast<uint8_t*>(dir) + dir_bytes;
   } else {
     unsigned id_order = 0;
     while ((kPageBytes << id_order) < id_bytes && id_order < kMaxOrder) id_order++;
     for (;; id_order--) {
-      ids = static_cast<uint16_t*>(index_page_alloc(id_order));
+      ids = static_cast<uint8_t*>(index_page_alloc(id_order));
       if (ids || id_order == 0) break;
     }
     if (id_bytes > (kPageBytes << id_order)) id_bytes = kPageBytes << id_order;
     if (!ids) id_bytes = 0;
   }
   if (ids) __builtin_memset(ids, 0, id_bytes);
-  g_heap_index = HeapIndex{base, static_cast<uintptr_t>(id_bytes / sizeof(uint16_t)) << kPageShift, ids,
+  g_heap_index = HeapIndex{base, static_cast<uintptr_t>(id_bytes) << kPageShift, ids,
                            static_cast<uintptr_t>(size), dir};
   // The window's first page is never handed out: its address is the
   // heap's base, a value the allocators keep in registers and frames all
