@@ -28,7 +28,7 @@ constexpr unsigned kIndexLeafShift = kPageShift + 9;
 // buffers take the index's check. Written by kmem (mark_slab_pages) with
 // relaxed stores, read with plain loads: a legitimate free is ordered
 // after its slab's store by the buffer's way out of the slab layer (under
-// slab_lock); a stray pointer may read an old word, as it may an old owner.
+// slab_lock); a stray pointer may read an old byte, as it may an old owner.
 struct HeapIndex {
   uintptr_t base;
   uintptr_t id_span;  // bytes of heap, from base, that ids covers

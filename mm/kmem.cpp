@@ -448,7 +448,9 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   Guard<> g(g_caches_lock);
   if (cp->owner_check == kOwnerIndex) cp->owner_check = owner_id_take();  // no slab yet: no page to mark
   cp->ids_base = g_heap_index.base;
-  cp->ids_span = g_heap_index.id_span;
+  // A cache with no id gets no span: its frees skip the array's load
+  // (integer arenas' caches among them, whose check is only for null).
+  cp->ids_span = owner_has_id(cp->owner_check) ? g_heap_index.id_span : 0;
   cp->ids = g_heap_index.ids;
   prof_bases_copy(cp);  // under the lock: kmem_prof_bases_set sets them for the caches it finds linked
   cp->list_prev = g_caches_last;
