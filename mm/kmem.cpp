@@ -108,6 +108,7 @@
 #include <new>
 #include "heap_index.h"
 #include "kmem_fastpath.h"
+#include "kmemleak_meta.h"
 
 namespace mm {
 
@@ -629,17 +630,32 @@ uint64_t kmem_metadata_pages() {
 __attribute__((noinline, cold)) void report_wrong_owner(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   report_owner(cp, obj, caller);
 }
-// The page index decides what the owner ids could not (kmem_fastpath.h,
-// wrong_owner). cp's buffer after all (a cache with no id, a page past the
-// ids) is freed as the fast path frees it: recorded first if kmemtrace
-// records (the record precedes the push, as on the masked path), then the
-// magazine push with its test of the buffer on top (an immediate double
-// free), else the slow path. Null is nobody's (page 0 of a physical heap
-// may be a slab's).
+// The page index decides what the fast path's owner check could not
+// (kmem_fastpath.h, wrong_owner): cp's buffer after all (an off-slab cache
+// with no id, a page past the ids; a slab diverted for kmemleak, Slab::check,
+// whose buffer's annotation leaves with it first) is freed as the fast path
+// frees it: recorded first if kmemtrace records (the record precedes the
+// push, as on the masked path), then the magazine push with its test of the
+// buffer on top (an immediate double free), else the slow path. Anything
+// else is reported. Null is nobody's (page 0 of a physical heap may be a
+// slab's).
 namespace {
+// A slab of cp whose frees go out of line holds obj: its annotation, if
+// it keeps one, is dropped (kmemleak_meta.h, 4).
+bool diverted_slab_holds(kmem_cache_t* cp, void* obj) {
+  auto a = reinterpret_cast<uintptr_t>(obj);
+  Slab* sp = slab_of_heap_address(a);
+  if (!sp || sp->cache != cp) return false;
+  if (leak_free_diverted(cp, sp, a) & kLeakAreas) leak_forget_areas(a);
+  return true;
+}
+
 template <bool kRecord>
 __attribute__((always_inline)) inline void bad_owner_body(kmem_cache_t* cp, void* obj, uintptr_t caller) {
-  if (!obj || !owner_heap_offslab(cp->owner_check) || !owner_by_index(cp, obj)) return report_owner(cp, obj, caller);
+  if (!obj || cp->owner_check == kOwnerNone) return report_owner(cp, obj, caller);
+  // Off-slab: the index's answer (through the slabs' check words) first.
+  bool mine = owner_heap_offslab(cp->owner_check) && owner_by_index(cp, obj);
+  if (!mine && !diverted_slab_holds(cp, obj)) return report_owner(cp, obj, caller);
   if constexpr (kRecord)
     kmemtrace::record_free(cp->flags & KMC_KMEM_ALLOC ? kmemtrace::kTypeKmalloc : kmemtrace::kTypeCache, caller,
                            obj);
@@ -677,7 +693,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_failslab(kmem_ca
 __attribute__((noinline)) void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag* tag) {
   if (!leak_stamping()) return prof_stamp_irq(cp, obj, tag);
   prof_stamp_irq(cp, obj, tag);
-  return leak_stamp(cp, obj, caller ? caller : caller_of_api());
+  return leak_stamp(cp, obj, caller ? caller : caller_of_api(), 0);  // no size: four arguments at most
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
@@ -699,7 +715,7 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
   void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
   if (obj && prof_counting()) prof_stamp_irq(cp, obj, tag);
-  if (obj && leak_stamping()) leak_stamp(cp, obj, caller);
+  if (obj && leak_stamping()) leak_stamp(cp, obj, caller, leak_size(type, requested));
   return obj;
 }
 #if defined(ARCH_HAS_RSEQ_RECORD)

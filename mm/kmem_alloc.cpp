@@ -209,7 +209,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* kmem_alloc_traced(size_t siz
   void* p = alloc_uncached(size, kmflag, &chunk, caller);
   kmemtrace::note_alloc(kmemtrace::kTypeKmalloc, caller, p, size, chunk, kmflag);
   if (p && prof_counting()) vmem_prof_retag(segkmem_default_arena(), p, chunk, tag);  // counted at segkmem's call until now
-  if (p && leak_stamping()) leak_note_large(p, caller);
+  if (p && leak_stamping()) leak_note_large(p, caller, size);
   return p;
 }
 

@@ -183,12 +183,22 @@ struct HashEnt {
   uint32_t link;  // next free index in this slab
 };
 
-enum SlabFlags : uint32_t { kSlabVictim = 1 };
+enum SlabFlags : uint32_t {
+  kSlabVictim = 1,    // the consolidator is emptying it (kmem_consolidate.cpp)
+  kSlabDiverted = 2,  // its frees go out of line (Slab::check): kmemleak's annotations
+};
 
 struct LeakSlab;  // kmemleak's per-buffer metadata (kmemleak_meta.h)
 
 struct Slab {
-  kmem_cache_t* cache;  // first: the owner check on the free fast path reads it
+  // What the free fast path's owner check compares with the cache (first:
+  // the page index's g_no_owner reads as a Slab whose check is null): the
+  // cache while its frees may go the fast way; null while they must go out
+  // of line (a slab diverted for kmemleak's annotations, kmemleak_meta.h,
+  // 4; a slab being destroyed, so that a stale free into its page is
+  // refused). Everything else reads cache.
+  kmem_cache_t* check;
+  kmem_cache_t* cache;
   Slab* next;
   Slab* prev;
   uintptr_t mem;        // start of the slab's memory (vmem address)
@@ -202,7 +212,7 @@ struct Slab {
   uint32_t* tags;       // allocation profiling: each buffer's tag reference (alloc_tag.cpp, 3), or null
   uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
 };
-static_assert(__builtin_offsetof(Slab, cache) == 0, "the page index's g_no_owner stands for a Slab with no cache");
+static_assert(__builtin_offsetof(Slab, check) == 0, "the page index's g_no_owner stands for a Slab with no cache");
 // On-slab slabs are one page with the header at its end: buffer -> slab is
 // a mask, the same for every on-slab cache.
 constexpr uintptr_t kOnSlabHeader = kPageBytes - sizeof(Slab);
@@ -540,25 +550,54 @@ void flush_this_cpu(void*);
 void reap_local();
 void run_reclaim_callbacks();
 
-// --- kmemleak (kmem_slab.cpp: records; kmemleak.cpp: the rest) ---------------
+// --- kmemleak (kmem_slab.cpp: records and diverted slabs; kmemleak.cpp: the rest)
 struct LeakMeta;
-// New slabs of tracked caches get a LeakSlab while this is set (kmemleak
+// New slabs of tracked caches get records while this is set (kmemleak
 // sets it before the hooks go on, clears it after they go off; read
-// relaxed: a slab made just before sees it off and simply has none).
+// relaxed: a slab made just before sees it off, and the switch's fill
+// gives it records).
 extern bool g_leak_records;
-// Gives every slab of cp a zeroed LeakSlab (attaching one where there is
-// none, zeroing the existing ones); false if memory ran out for some.
-bool leak_records_reset(kmem_cache_t* cp);
+// A slab of a tracked cache went without records while they were wanted
+// (memory was short): the next scan tries again (relaxed: a hint).
+extern bool g_leak_records_short;
+// Gives every slab of cp records, as many batches as that takes, until
+// none lacks them; false if memory ran out first (those slabs are scanned
+// as roots and their buffers counted as untracked). zero_scan (the switch
+// on): the records it finds lose their stamps and scan state and keep
+// their annotations (kmemleak_meta.h, 3 and 4).
+bool leak_records_fill(kmem_cache_t* cp, bool zero_scan);
 // The record of buffer buf of cp (allocated or not), or null (untracked
 // cache, or a slab without records).
 LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf);
+// Sets (then clears) flags in the record of buffer buf of slab sp of cp,
+// making the slab's records if it has none, and diverts the slab while a
+// buffer of it keeps an annotation (kmemleak_meta.h, 4). buf must be an
+// allocated buffer's start, and the caller's (its slab stays meanwhile).
+enum class LeakAnnotation { kDone, kNoObject, kNoMemory };
+LeakAnnotation leak_annotate(kmem_cache_t* cp, Slab* sp, uintptr_t buf, uint8_t set, uint8_t clear);
+// A free of buffer buf of cp's slab sp that went out of line (kmem.cpp,
+// free_bad_owner): clears its record if it keeps an annotation, before
+// the buffer can be handed out again. Returns the flags it had (0 if
+// none, or buf is no allocated buffer of sp: the slab layer reports that).
+uint8_t leak_free_diverted(kmem_cache_t* cp, Slab* sp, uintptr_t buf);
+// The same as an annotation, with every other CPU stopped (kmemleak_clear):
+// buffer i of sp gets flags.
+void leak_flags_stopped(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags);
+// The consolidator moved an object from buffer from to buffer to: its
+// record goes with it.
+void leak_move(kmem_cache_t* cp, uintptr_t from, uintptr_t to);
 uint64_t leak_records_bytes();
 // kmemleak.cpp: is it on (the hooked copies stamp objects), and the stamps.
 extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, 6)
 inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
 // Stamps obj's record (a tail call from the magazine path: returns obj).
-void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller);
-void leak_note_large(void* obj, uintptr_t caller);
+// requested: the size kmem_alloc was asked for (0: the buffer's size, a
+// kmem_cache_alloc).
+void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested);
+void leak_note_large(void* obj, uintptr_t caller, size_t requested);
+// An annotated buffer's free went out of line and found scan areas
+// registered for it: they go with it (leak_free_diverted's caller).
+void leak_forget_areas(uintptr_t object);
 uint64_t kmemleak_metadata_pages();
 
 // --- Allocation profiling (alloc_tag.cpp; the references: kmem_slab.cpp) ---

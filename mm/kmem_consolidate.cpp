@@ -75,9 +75,7 @@ void move_cache(kmem_cache_t* cp) {
       }
       if (rc == KMEM_CBRC_YES) {
         // The object moved: its kmemleak record goes with it.
-        LeakMeta* from = leak_meta_of(cp, reinterpret_cast<void*>(old));
-        LeakMeta* to = leak_meta_of(cp, dst);
-        if (from && to) *to = *from;
+        leak_move(cp, old, reinterpret_cast<uintptr_t>(dst));
         prof_move(cp, reinterpret_cast<void*>(old), dst);  // and its allocation profiling reference
         slab_free(cp, reinterpret_cast<void*>(old), true, 0);
       } else if (rc == KMEM_CBRC_DONT_NEED) {

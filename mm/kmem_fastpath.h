@@ -150,7 +150,7 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
   Page** leaf = g_heap_index.dir[off >> kIndexLeafShift];
   const Page* p = leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)];
-  return static_cast<const Slab*>(p->owner)->cache == cp;  // a Slab or g_no_owner
+  return static_cast<const Slab*>(p->owner)->check == cp;  // a Slab or g_no_owner
 }
 
 // The owner check of the magazine frees (2): does obj not belong to cp?
@@ -191,7 +191,7 @@ __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, c
     return check != kOwnerNone || obj == nullptr;
   }
   if (kNullOk && obj == nullptr) return true;
-  return onslab_header(reinterpret_cast<uintptr_t>(obj))->cache != cp;
+  return onslab_header(reinterpret_cast<uintptr_t>(obj))->check != cp;
 }
 
 // The restartable fast paths address this CPU's CpuCache fields as
@@ -267,6 +267,12 @@ __attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t*
   }
 }
 
+// What kmemleak's record keeps of an allocation's size: kmem_alloc's
+// request; 0 for a kmem_cache_alloc (the buffer's size is exact).
+__attribute__((always_inline)) inline size_t leak_size(uint8_t type, size_t requested) {
+  return type == kmemtrace::kTypeKmalloc ? requested : 0;
+}
+
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
 // untraced, and traced (kTraced) from their out-of-line traced copies:
 // then it records the event (type, requested, caller) as well, inside the
@@ -300,7 +306,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
       void* obj;
       if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) {
         if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
-        if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
+        if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller, leak_size(type, requested));
         return obj;
       }
       return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
@@ -314,7 +320,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
       plat::irq_restore(s);
       if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
-      if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller);
+      if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller, leak_size(type, requested));
       return obj;
     }
     plat::irq_restore(s);
@@ -434,7 +440,10 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
   if (__builtin_expect(!counters, 0)) return free_unstamp(cp, obj, kType, caller);
   auto a = reinterpret_cast<uintptr_t>(obj);
   Slab* sp = onslab_header(a);  // counters: an on-slab cache
-  if (__builtin_expect(sp->cache != cp, 0)) return free_bad_owner(cp, obj, caller);
+  // Not cp's to push here (a wrong free, or a slab whose frees go out of
+  // line: Slab::check): the hooked copy takes the reference off, if the
+  // buffer is cp's, and then decides.
+  if (__builtin_expect(sp->check != cp, 0)) return free_unstamp(cp, obj, kType, caller);
   if (uint32_t* tags = sp->tags) {
     uint32_t* slot = &tags[(a & (kPageBytes - 1)) >> cp->prof_shift];
     uint32_t ref = *slot;

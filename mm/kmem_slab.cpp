@@ -50,6 +50,7 @@
 //    someone who can read kernel memory, only against stray writes.
 //    Cost, slab-layer alloc+free pair (host callgrind, bench's slab rows):
 //    see bench/RESULTS.md ("free-list hardening").
+#include <mm/failslab.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include "heap_index.h"
@@ -144,6 +145,9 @@ uint64_t g_leak_bytes;  // of every LeakSlab (statistics)
 
 LeakSlab* leak_slab_alloc(uint32_t chunks) {
   size_t bytes = leak_slab_bytes(chunks);
+  // Fault injection may refuse them under their own name (mm/failslab.h),
+  // so that the scanner's way with a slab without records is tested.
+  if (failslab_armed() && failslab_should_fail("kmemleak_records", bytes)) return nullptr;
   auto* ls = static_cast<LeakSlab*>(internal_alloc(bytes, KM_NOSLEEP));
   if (!ls) return nullptr;
   __builtin_memset(ls, 0, bytes);
@@ -157,6 +161,40 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
   ls->meta = reinterpret_cast<LeakMeta*>(maps + 3 * words);
   __atomic_fetch_add(&g_leak_bytes, uint64_t{bytes}, __ATOMIC_RELAXED);
   return ls;
+}
+
+void set_owner_ids(const kmem_cache_t* cp, const Slab* sp, bool on);
+
+// Diverts sp's frees out of line (kmemleak_meta.h, 4), or lets them go the
+// fast way again (slab_lock held, or every other CPU stopped). A slab being
+// destroyed is never diverted: its last buffers came back, and their
+// annotations with them.
+void slab_divert(kmem_cache_t* cp, Slab* sp, bool on) {
+  if (on) sp->flags |= kSlabDiverted;
+  else sp->flags &= ~kSlabDiverted;
+  // Relaxed: a free of the annotated buffer is ordered after the annotation
+  // by its caller (the free of an object it annotates comes after it), and
+  // a free that still sees the other value goes either way correctly: out
+  // of line, a buffer of cp is freed as the fast path frees it.
+  __atomic_store_n(&sp->check, on ? static_cast<kmem_cache_t*>(nullptr) : cp, __ATOMIC_RELAXED);
+  set_owner_ids(cp, sp, !on);
+}
+
+// Buffer i's record gets flags: its slab counts one annotated buffer more
+// or fewer when the kept ones come or go (slab_lock held, or every other
+// CPU stopped).
+void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) {
+  LeakSlab* ls = sp->leak;
+  bool was = ls->meta[i].flags & kLeakKept, now = flags & kLeakKept;
+  ls->meta[i].flags = flags;
+  if (!was && now && ls->kept++ == 0) slab_divert(cp, sp, true);
+  if (was && !now && --ls->kept == 0) slab_divert(cp, sp, false);
+}
+
+// Buffer i's record is cleared (the same).
+void leak_record_clear(kmem_cache_t* cp, Slab* sp, uint32_t i) {
+  leak_record_flags(cp, sp, i, 0);
+  sp->leak->meta[i] = LeakMeta{};
 }
 
 // Allocation profiling's references, one per buffer (alloc_tag.cpp, 3),
@@ -200,6 +238,22 @@ kmem_cache_t* internal_cache(size_t size) {
   return (size_t{1} << shift) >= size ? g_internal[shift - kInternalMinShift] : nullptr;
 }
 
+// The owner id bytes (heap_index.h) of slab sp's pages: cp's id (on) or
+// none. Relaxed: the free that reads one is ordered after this by the
+// buffer's way out of the slab layer (a new slab), or by the annotation
+// that diverted the slab (kmemleak_meta.h, 4). None for a page at address
+// 0 (a physical heap from address 0): null must never match an id
+// (kmem_fastpath.h, wrong_owner); its buffers take the page index's check.
+void set_owner_ids(const kmem_cache_t* cp, const Slab* sp, bool on) {
+  if (!owner_has_id(cp->owner_check)) return;
+  for (uintptr_t va = sp->mem; va < sp->mem + cp->slab_size; va += kPageBytes) {
+    uintptr_t off = va - g_heap_index.base;
+    if (off < g_heap_index.id_span && va != 0)
+      __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint8_t>(on ? cp->owner_check : 0),
+                       __ATOMIC_RELAXED);
+  }
+}
+
 // Marks (on) or unmarks (off) the heap pages of slab sp's memory in
 // the page index. Pages of integer arenas have no descriptor: nothing to do.
 // Readers hold no lock: slab_of_heap_address and kmem_whatis (acquire the
@@ -231,16 +285,8 @@ void mark_slab_pages(kmem_cache_t* cp, Slab* sp, bool on) {
       __atomic_store_n(&p->flags, static_cast<uint16_t>(p->flags & ~kPageSlab), __ATOMIC_RELAXED);
       __atomic_store_n(&p->owner, static_cast<void*>(const_cast<void**>(g_no_owner)), __ATOMIC_RELAXED);
     }
-    // The page's owner id (heap_index.h): relaxed, as the free that reads
-    // it is ordered after this by the buffer's way out of the slab layer.
-    // None for a page at address 0 (a physical heap from address 0): null
-    // must never match an id (kmem_fastpath.h, wrong_owner); its buffers
-    // take the page index's check.
-    uintptr_t off = va - g_heap_index.base;
-    if (owner_has_id(cp->owner_check) && off < g_heap_index.id_span && va != 0)
-      __atomic_store_n(&g_heap_index.ids[off >> kPageShift], static_cast<uint8_t>(on ? cp->owner_check : 0),
-                       __ATOMIC_RELAXED);
   }
+  set_owner_ids(cp, sp, on && !(sp->flags & kSlabDiverted));
 }
 
 // Creates a slab (no lock held: it calls vmem and the header cache).
@@ -266,6 +312,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
     color = cp->color;
     cp->color = cp->color + cp->align > cp->color_max ? 0 : cp->color + static_cast<uint32_t>(cp->align);
   }
+  sp->check = cp;
   sp->cache = cp;
   sp->next = sp->prev = nullptr;
   sp->mem = reinterpret_cast<uintptr_t>(mem);
@@ -289,7 +336,13 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
     for (uint32_t i = 0; i < sp->chunks; i++) link_store(cp, sp->base + i * cp->chunk, i + 1 < sp->chunks ? i + 1 : kNone);
   }
   if (cp->debug) debug_slab_init(cp, sp);
-  sp->leak = cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED) ? leak_slab_alloc(sp->chunks) : nullptr;
+  sp->leak = nullptr;
+  if (cp->tracked && __atomic_load_n(&g_leak_records, __ATOMIC_RELAXED)) {
+    sp->leak = leak_slab_alloc(sp->chunks);
+    // Scanned as a root, its buffers untracked, until a scan's retry
+    // (leak_records_fill) finds memory for its records.
+    if (!sp->leak) __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
+  }
   sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(prof_tag_entries(cp, sp)) : nullptr;
   mark_slab_pages(cp, sp, true);
   return sp;
@@ -303,6 +356,12 @@ void slab_destroy(kmem_cache_t* cp, Slab* sp) {
     plat::fatal("kmem: slab 0x%lx of '%s' destroyed with %u buffers in use", static_cast<unsigned long>(sp->mem),
                 cp->name, static_cast<unsigned>(sp->refcnt));
   mark_slab_pages(cp, sp, false);
+  // A stale free into the page (an on-slab header stays in the memory
+  // going back) must match no cache, and the profiled free must not find
+  // the references freed below: the free fast path's owner check then
+  // fails, and the page index knows no slab there.
+  __atomic_store_n(&sp->check, static_cast<kmem_cache_t*>(nullptr), __ATOMIC_RELAXED);
+  sp->cache = nullptr;
   if (sp->leak) leak_slab_free(sp->leak);
   if (sp->tags) prof_tags_free(sp->tags, prof_tag_entries(cp, sp));
   if (cp->offslab) internal_free(sp, cp->header_bytes);
@@ -394,7 +453,7 @@ Slab* slab_put(kmem_cache_t* cp, void* obj, uintptr_t caller, Guard<>& g) {
     return nullptr;
   }
   sp->freemap[i / 64] |= uint64_t{1} << (i % 64);
-  if (sp->leak) sp->leak->meta[i] = LeakMeta{};  // no stale stamp for the next owner
+  if (sp->leak) leak_record_clear(cp, sp, i);  // no stale stamp or annotation for the next owner
   if (cp->offslab) sp->ents[i].link = sp->free_head;
   else link_store(cp, buf, sp->free_head);
   sp->free_head = i;
@@ -669,46 +728,80 @@ void slab_reap_all() {
 }
 
 bool g_leak_records;
+bool g_leak_records_short;
 
-bool leak_records_reset(kmem_cache_t* cp) {
-  if (!cp->tracked) return true;
-  for (int attempt = 0; attempt < 4; attempt++) {
-    // Zero what exists; count the slabs without records.
+namespace {
+// Records for every slab of cp that has none, `want` of them made at a time
+// outside the lock (the internal ladder is another cache) and handed out
+// under it; slabs come and go meanwhile, and a slab made since the flag
+// went up has its own (or failed to get them: counted again). Done when
+// none lacks them; false if memory ran out first.
+bool leak_records_attach(kmem_cache_t* cp, uint64_t want) {
+  for (;;) {
+    if (!want) return true;
+    LeakSlab* spare = nullptr;
+    uint64_t made = 0;
+    for (; made < want; made++) {
+      // Records fit the largest slab of this cache.
+      LeakSlab* ls = leak_slab_alloc(cp->objs_per_slab);
+      if (!ls) break;
+      ls->next = spare;
+      spare = ls;
+    }
     uint64_t missing = 0;
     {
       Guard<> g(cp->slab_lock);
       SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
       for (SlabList* l : lists)
         for (Slab* sp = l->head; sp; sp = sp->next) {
-          if (!sp->leak) {
+          if (sp->leak) continue;
+          if (!spare) {
             missing++;
             continue;
           }
-          LeakSlab* ls = sp->leak;
-          __builtin_memset(ls->meta, 0, size_t{ls->chunks} * sizeof(LeakMeta));
+          LeakSlab* ls = spare;
+          spare = ls->next;
+          ls->next = nullptr;
+          // Release: the zeroed records before the pointer, for a stamp
+          // that loads it (relaxed, then an address dependency).
+          __atomic_store_n(&sp->leak, ls, __ATOMIC_RELEASE);
         }
     }
-    if (!missing) return true;
-    // Make that many (no lock held: the internal ladder is another cache)
-    // and hand them out under the lock; slabs come and go meanwhile.
-    LeakSlab* spare[64];
-    unsigned n = 0;
-    while (n < missing && n < 64) {
-      // Records fit the largest slab of this cache.
-      LeakSlab* ls = leak_slab_alloc(cp->objs_per_slab);
-      if (!ls) break;
-      spare[n++] = ls;
+    while (spare) {
+      LeakSlab* next = spare->next;
+      leak_slab_free(spare);
+      spare = next;
     }
-    {
-      Guard<> g(cp->slab_lock);
-      SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
-      for (SlabList* l : lists)
-        for (Slab* sp = l->head; sp && n; sp = sp->next)
-          if (!sp->leak) __atomic_store_n(&sp->leak, spare[--n], __ATOMIC_RELEASE);  // zeroed before
-    }
-    while (n) leak_slab_free(spare[--n]);
+    if (made < want) return missing == 0;  // memory ran out (what it gave may have sufficed)
+    want = missing;
   }
-  return false;
+}
+}  // namespace
+
+bool leak_records_fill(kmem_cache_t* cp, bool zero_scan) {
+  if (!cp->tracked) return true;
+  uint64_t missing = 0;
+  {
+    Guard<> g(cp->slab_lock);
+    SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
+    for (SlabList* l : lists)
+      for (Slab* sp = l->head; sp; sp = sp->next) {
+        LeakSlab* ls = sp->leak;
+        if (!ls) {
+          missing++;
+          continue;
+        }
+        if (!zero_scan) continue;
+        // Stamps and scan state go (a buffer may have changed hands while
+        // kmemleak was off); annotations stay (kmemleak_meta.h, 4).
+        for (uint32_t i = 0; i < ls->chunks; i++) {
+          uint8_t kept = ls->meta[i].flags & kLeakKept;
+          ls->meta[i] = LeakMeta{};
+          ls->meta[i].flags = kept;
+        }
+      }
+  }
+  return leak_records_attach(cp, missing);
 }
 
 LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
@@ -718,6 +811,91 @@ LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {
   LeakSlab* ls = sp ? __atomic_load_n(&sp->leak, __ATOMIC_RELAXED) : nullptr;
   if (!ls) return nullptr;
   return &ls->meta[div_chunk(cp, addr - sp->base)];
+}
+
+namespace {
+// The index of buffer buf in sp, if buf is a buffer's start; else kNone.
+uint32_t buffer_index(const kmem_cache_t* cp, const Slab* sp, uintptr_t buf) {
+  if (buf < sp->base) return kNone;
+  uintptr_t off = buf - sp->base, i = div_chunk(cp, off);
+  return i < sp->chunks && i * static_cast<uintptr_t>(cp->chunk) == off ? static_cast<uint32_t>(i) : kNone;
+}
+}  // namespace
+
+LeakAnnotation leak_annotate(kmem_cache_t* cp, Slab* sp, uintptr_t buf, uint8_t set, uint8_t clear) {
+  for (;;) {
+    {
+      Guard<> g(cp->slab_lock);
+      uint32_t i = buffer_index(cp, sp, buf);
+      if (i == kNone || slab_buffer_free(sp, i)) return LeakAnnotation::kNoObject;
+      if (LeakSlab* ls = sp->leak) {
+        LeakMeta& m = ls->meta[i];
+        leak_record_flags(cp, sp, i, static_cast<uint8_t>((m.flags | set) & ~clear));
+        if (clear & kLeakCandidate) m.crc = 0;
+        return LeakAnnotation::kDone;
+      }
+    }
+    // No records yet (kmemleak off, or memory was short): made now. The
+    // buffer is the caller's, so its slab stays while we are unlocked.
+    LeakSlab* ls = leak_slab_alloc(cp->objs_per_slab);
+    if (!ls) return LeakAnnotation::kNoMemory;
+    bool used = false;
+    {
+      Guard<> g(cp->slab_lock);
+      if (!sp->leak) {
+        __atomic_store_n(&sp->leak, ls, __ATOMIC_RELEASE);  // zeroed before (leak_records_attach)
+        used = true;
+      }
+    }
+    if (!used) leak_slab_free(ls);
+  }
+}
+
+uint8_t leak_free_diverted(kmem_cache_t* cp, Slab* sp, uintptr_t buf) {
+  // Relaxed: records stay while the slab does (it holds buf), and an
+  // annotation of buf came before this free (its caller's order), so
+  // kept is seen non-zero when buf's record keeps any; for another buffer
+  // a stale count only costs the lock or skips a record that keeps nothing.
+  LeakSlab* ls = __atomic_load_n(&sp->leak, __ATOMIC_RELAXED);
+  if (!ls || !__atomic_load_n(&ls->kept, __ATOMIC_RELAXED)) return 0;
+  Guard<> g(cp->slab_lock);
+  uint32_t i = buffer_index(cp, sp, buf);
+  if (i == kNone || slab_buffer_free(sp, i)) return 0;  // the slab layer reports it
+  uint8_t was = ls->meta[i].flags;
+  if (was & kLeakKept) leak_record_clear(cp, sp, i);
+  return was;
+}
+
+void leak_flags_stopped(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) { leak_record_flags(cp, sp, i, flags); }
+
+void leak_move(kmem_cache_t* cp, uintptr_t from, uintptr_t to) {
+  // Both buffers are the consolidator's (allocated): their slabs stay.
+  Slab* fs = cp->offslab ? slab_of_heap_address(from) : onslab_header(from);
+  Slab* ts = cp->offslab ? slab_of_heap_address(to) : onslab_header(to);
+  if (!fs || !ts) return;
+  LeakMeta m{};
+  {
+    Guard<> g(cp->slab_lock);
+    uint32_t fi = buffer_index(cp, fs, from);
+    if (!fs->leak || fi == kNone) return;
+    m = fs->leak->meta[fi];
+    if (!ts->leak) {
+      if (!(m.flags & kLeakKept)) return;
+    } else {
+      uint32_t ti = buffer_index(cp, ts, to);
+      if (ti == kNone) return;
+      leak_record_clear(cp, ts, ti);
+      uint8_t flags = m.flags;
+      m.flags = 0;
+      ts->leak->meta[ti] = m;
+      leak_record_flags(cp, ts, ti, flags);
+      return;
+    }
+  }
+  // The destination's slab has no records and the object keeps an
+  // annotation: the annotation goes with it.
+  if (leak_annotate(cp, ts, to, m.flags & kLeakKept, 0) != LeakAnnotation::kDone)
+    plat::log("kmemleak: no memory for the records of a moved object's slab: its annotation is lost");
 }
 
 namespace {

@@ -39,10 +39,20 @@
 //    unreached, unchanged since the previous scan and older than the minimum
 //    age is reported, once. So a leak is reported at its second scan at the
 //    earliest; a cycle of leaked objects is reported whole.
-// 6. Switching on: new slabs get records, every existing slab gets zeroed
-//    records (objects allocated before: no backtrace, no age), then the
-//    hooks go on. Off: the hooks go off first. g_leak_on is read relaxed by
-//    the hooks: a stamp that races the switch is at worst missing.
+// 6. Switching on: new slabs get records, every existing slab gets them
+//    (kmem_slab.cpp, leak_records_fill: as many batches as there are
+//    slabs), their stamps and scan state zeroed (objects allocated before:
+//    no backtrace, no age) and their annotations kept, then the hooks go
+//    on. A slab whose records memory cannot give is scanned as a root and
+//    its buffers counted as untracked in the scan's line (never reported,
+//    never a reason to report another), and each scan tries again. Off:
+//    the hooks go off first; the records stay, but stamps and scan state
+//    are not trusted until the next switch-on (a buffer may change hands
+//    unstamped), so reports, since and summary are empty while off and a
+//    lookup shows only the annotations. g_leak_on is read relaxed by the
+//    hooks: a stamp that races the switch is at worst missing.
+//    Annotations land in the object's record whether kmemleak is on or off
+//    and leave with the object (kmemleak_meta.h, 4).
 // 7. The stacks. The scanning CPU copies its own live stack first, before
 //    anything here loads an object's address (kmemleak_scan zeroes the
 //    dead stack below it first, so the scan's own frames hold nothing older
@@ -57,7 +67,22 @@
 //    command, for the next command's frames. The heap's first page is never
 //    handed out, since its address is a value the allocators hold all the
 //    time.
-// 8. What it costs (figures from `bench` under qemu-run --icount and
+// 8. Locking. g_world serialises the operations that stop the world (scan,
+//    reports, lookup, clear, grouping, the switch): taken with interrupts
+//    enabled, from threads only, so a core that waits for it is stopped
+//    where it spins. g_tables (interrupts masked, a leaf) guards the tables,
+//    the marks, the settings and the last scan's figures: never held across
+//    a stop of the world (in the kernel a core spinning on it with
+//    interrupts masked could not be stopped), so everything that takes only
+//    it (annotations, registration, the statistics that meminfo and the
+//    torture read) may be called from any core, and the annotations and
+//    registration from interrupt context, as Linux's. A stopped core holds
+//    no masked lock, so with the world stopped the tables are still; where
+//    stopped threads may hold locks (the host), the scanner takes g_tables,
+//    the cache list and every cache's locks first. An annotated buffer's
+//    record is written under its cache's slab_lock, never nested with
+//    g_tables.
+// 9. What it costs (figures from `bench` under qemu-run --icount and
 //    bench/kmemleak_bench; the README has them all):
 //    - The stopped world: pauses of 0.3 to 4 ms per scan on the virt boards
 //      under TCG (8 cores included), over about 400 KB of roots and objects.
@@ -93,7 +118,7 @@ namespace {
 
 // --- Tables (registered objects, roots, scan areas, early annotations) ------
 // Arrays of pages from the page allocator (never kmem: they would be objects
-// and references), grown by doubling under g_ctl. The pages come through
+// and references), grown by doubling under g_tables. The pages come through
 // one non-template function: allocation profiling's tag of a call inside a
 // template would not be in its section (mm/alloc_tag.h).
 void* table_pages(unsigned order) { return page_alloc_va(order, KM_NOSLEEP); }
@@ -147,23 +172,28 @@ struct Area {
   uintptr_t start;
   size_t size;
 };
-struct Pending {  // an annotation of a slab buffer that has no record yet
-  uintptr_t start;
-  uint8_t flags;
-};
-
-plat::Lock g_ctl;  // the tables, the marks, the settings; one scan at a time
+plat::Lock g_world;   // one world operation at a time (8): interrupts enabled, threads only
+plat::Lock g_tables;  // the tables, the marks, the settings, g_last (8): interrupts masked, a leaf
 Table<RegObj> g_reg;    // sorted by start, never overlapping
 Table<Root> g_roots;
 Table<Area> g_areas;    // sorted by object
-Table<Pending> g_pending;
+Table<uint32_t> g_marks;  // ticks at each mark: mark N is entry N - 1
 bool g_backtraces = true;
 bool g_stack_scan = true;
 unsigned g_min_age_ms = 5000;
-constexpr unsigned kMaxMarks = 1024;
-uint32_t g_marks[kMaxMarks];  // ticks at each mark
-unsigned g_nmarks;
 LeakScanStats g_last;
+
+// A world operation's lock: with interrupts enabled (the world stops with
+// it held), from a thread.
+struct ScanGuard {
+  ScanGuard() {
+    MM_ASSERT(!plat::irqs_masked());
+    g_world.lock();
+  }
+  ~ScanGuard() { g_world.unlock(); }
+  ScanGuard(const ScanGuard&) = delete;
+  ScanGuard& operator=(const ScanGuard&) = delete;
+};
 
 // --- Finding the object a word points into -------------------------------------
 enum class Kind : uint8_t { kNone, kSlab, kLarge, kReg };
@@ -283,8 +313,8 @@ RegObj* find_reg(uintptr_t w) {
   return w - r->start < r->size ? r : nullptr;
 }
 
-// The object containing w, if any (the world stopped, or g_ctl held and the
-// object is the caller's).
+// The object containing w, if any (the world stopped, or g_tables held and
+// the object is the caller's).
 bool lookup(uintptr_t w, Obj& o) {
   if (Page* p = segkmem_page_of(w)) {
     uint16_t flags = p->flags;
@@ -375,13 +405,14 @@ void world_entry(void* a) {
   c->pause_ns = plat::monotonic_ns() - t0;
 }
 
-// Runs fn with every other CPU stopped and the cache list still (g_ctl held
-// by the caller). Returns how long the others were stopped.
+// Runs fn with every other CPU stopped, the cache list and the tables still
+// (g_world held by the caller; 8). Returns how long the others were stopped.
 uint64_t with_world(void (*fn)(void*), void* arg) {
   bool locks = plat::stopped_cpus_may_hold_locks();
   WorldCall c{fn, arg, 0};
-  // The cache list: held across the stop where stopped CPUs may hold it.
+  // Held across the stop where stopped CPUs may hold them.
   if (locks) {
+    g_tables.lock();
     cache_list_lock().lock();
     lock_all(true);
   }
@@ -389,6 +420,7 @@ uint64_t with_world(void (*fn)(void*), void* arg) {
   if (locks) {
     lock_all(false);
     cache_list_lock().unlock();
+    g_tables.unlock();
   }
   return c.pause_ns;
 }
@@ -420,6 +452,7 @@ struct Scan {
   uint64_t overflows = 0;
   uint64_t bytes = 0;
   uint64_t objects = 0, unreferenced = 0, new_reports = 0;
+  uint64_t untracked_objects = 0, untracked_slabs = 0;
   uint32_t now = 0;
   uint32_t min_age_ticks = 0;
   // Every address an object can have lies in [span_lo, span_lo +
@@ -505,6 +538,10 @@ void scan_object(const Gray& g) {
     if (g_areas.v[mid].object < g.object) lo = mid + 1;
     else hi = mid;
   }
+  // Flagged before its first area is registered (kmemleak_scan_area), or
+  // its areas found no memory: the whole object.
+  if (lo == g_areas.n || g_areas.v[lo].object != g.object)
+    return scan_range(g.start, g.start + g.size, g.start, g.size);
   for (size_t i = lo; i < g_areas.n && g_areas.v[i].object == g.object; i++) {
     const Area& a = g_areas.v[i];
     uintptr_t end = a.size > g.start + g.size - a.start ? g.start + g.size : a.start + a.size;
@@ -561,6 +598,30 @@ __attribute__((no_sanitize("address", "thread"))) void take_stack(uintptr_t lo, 
   } else if (g_nstacks < plat::kMaxCpus) {
     g_stacks[g_nstacks++] = StackRange{lo, hi};
   }
+}
+
+// Slabs of a tracked cache without records (memory was short when they
+// were wanted: kmem_slab.cpp, leak_records_fill): their buffers are no
+// objects (nothing to keep a reference count or a report in), so each
+// allocated one is scanned as a root, which keeps what it references from
+// being reported, and counted as untracked (the scan's line names them).
+// Buffers free in a magazine are scanned too (a slab without records has
+// no bit to tell them by): at worst a free buffer's stale words keep an
+// object referenced one scan longer, a false negative.
+void scan_untracked(kmem_cache_t* cp) {
+  Scan& s = *g_scan;
+  SlabList* lists[] = {&cp->partial, &cp->full};  // empty slabs hold nothing
+  for (SlabList* l : lists)
+    for (Slab* sp = l->head; sp; sp = sp->next) {
+      if (sp->leak) continue;
+      s.untracked_slabs++;
+      for (uint32_t i = 0; i < sp->chunks; i++) {
+        if (slab_buffer_free(sp, i)) continue;
+        uintptr_t b = sp->base + uintptr_t{i} * cp->chunk;
+        scan_range(b, b + cp->bufsize, 0, 0);
+        s.untracked_objects++;
+      }
+    }
 }
 
 // Buffers held free by magazines: not objects; the contents of a cache
@@ -631,6 +692,7 @@ void scan_world(void*) {
   // The other roots.
   each_cache([](kmem_cache_t* cp) {
     if (cp->ctor) mark_magazines(cp, true);
+    scan_untracked(cp);
   });
   plat::for_each_root(scan_root, nullptr);
   for (size_t i = 0; i < g_roots.n; i++) scan_range(g_roots.v[i].start, g_roots.v[i].start + g_roots.v[i].size, 0, 0);
@@ -660,16 +722,30 @@ void scan_world(void*) {
   });
   drain();
   // What is left: unchanged since the last scan; report the old enough.
+  // An object the second drain reached (a changed one, or one referenced
+  // from a changed one) is referenced for this scan (Linux greys it): it
+  // is no longer unreferenced, and its checksum stays for the next scan.
   each_object([&s](Obj& o) {
     if (o.min_count() < 0) return;
     s.objects++;
     uint8_t f = o.flags();
     if (!(f & kLeakUnref)) return;
+    if (o.reached()) {
+      o.set_flags(f & ~kLeakUnref);
+      return;
+    }
     s.unreferenced++;
-    if (o.reached() || (f & kLeakReported) || !old_enough(o.meta())) return;
+    if ((f & kLeakReported) || !old_enough(o.meta())) return;
     o.set_flags(f | kLeakReported);
     s.new_reports++;
   });
+  // Scan areas of objects that went away (their flag is gone: freed, or a
+  // large allocation whose pages went back).
+  for (size_t i = 0; i < g_areas.n;) {
+    Obj o;
+    if (lookup(g_areas.v[i].object, o) && o.start == g_areas.v[i].object && (o.flags() & kLeakAreas)) i++;
+    else g_areas.erase(i);
+  }
   // Magazines change as soon as the world runs again: outside a scan no
   // buffer is taken for free because it was in one. And the per-scan bits
   // start clear at the next scan.
@@ -707,10 +783,34 @@ bool current_report(const Obj& o) {
   return o.min_count() > 0 && (f & kLeakReported) && (f & kLeakUnref);
 }
 
+// The size the object was asked for where its record knows it (a
+// kmem_alloc's; Linux reports that), else its buffer's.
+size_t requested_size(const Obj& o) {
+  if (o.kind == Kind::kSlab) {
+    size_t s = o.ls->meta[o.idx].size;
+    return s && s <= o.size ? s : o.size;
+  }
+  if (o.kind == Kind::kLarge) {
+    uint32_t slack = *o.lw.w[LargeLeakWords::kFlagsWord] >> kLargeSlackShift;  // slack + 1, 0: not known
+    return slack && slack - 1 < o.size ? o.size - (slack - 1) : o.size;
+  }
+  return o.size;
+}
+
+// A slab buffer's stamp is the allocation's only while kmemleak is on (a
+// buffer may change hands unstamped while it is off: kmemleak_meta.h, 3);
+// large and registered objects' are always.
+bool stamped(const Obj& o) { return o.kind != Kind::kSlab || kmemleak_enabled(); }
+
 __attribute__((no_sanitize("address", "thread"))) void describe(const Obj& o, LeakObject& out) {
   LeakMeta m = o.meta();
+  if (!stamped(o)) {
+    uint8_t kept = m.flags & kLeakKept;
+    m = LeakMeta{};
+    m.flags = kept;
+  }
   out.start = o.start;
-  out.size = o.size;
+  out.size = stamped(o) ? requested_size(o) : o.size;
   out.ticks = m.ticks ? m.ticks - 1 : 0;
   out.cpu = m.cpu;
   out.stack = m.stack;
@@ -723,15 +823,10 @@ __attribute__((no_sanitize("address", "thread"))) void describe(const Obj& o, Le
   for (size_t i = 0; i < sizeof out.head; i++) out.head[i] = i < n ? reinterpret_cast<const uint8_t*>(o.start)[i] : 0;
 }
 
-// The object an annotation names: ptr must be its start (any address inside
-// it for scan areas). Reports a misuse otherwise.
-bool annotated_object(const char* what, const void* ptr, bool interior, Obj& o, uintptr_t caller) {
-  auto a = reinterpret_cast<uintptr_t>(ptr);
-  if (lookup(a, o) && (interior || o.start == a)) return true;
+void report_misuse(const char* what, uintptr_t a, bool interior, uintptr_t caller, uintptr_t start) {
   report_error(MemError{interior ? "kmemleak annotation of an address in no object"
                                  : "kmemleak annotation of an address that is not an object's start",
-                        what, a, caller, o.kind != Kind::kNone ? o.start : 0});
-  return false;
+                        what, a, caller, start});
 }
 
 }  // namespace
@@ -745,24 +840,29 @@ __attribute__((noinline)) uint32_t capture(uintptr_t caller) {  // its frame off
 
 // The stamp, on every allocation while kmemleak is on: the record found as
 // leak_meta_of finds it, written whole as two words (LeakMeta's layout,
-// little-endian: ticks, cpu, no flags; the stack handle, no checksum). A
-// leaf for on-slab caches without backtraces (about 20 instructions on
-// arm64); whatever calls out (an off-slab cache's page lookup, a backtrace)
-// is a tail call to a function of its own.
+// little-endian: ticks, cpu, no flags, the size asked for; the stack
+// handle, no checksum). A leaf for on-slab caches without backtraces;
+// whatever calls out (an off-slab cache's page lookup, a backtrace) is a
+// tail call to a function of its own.
 __attribute__((noinline)) void* stamp_with_backtrace(uint64_t* m, uint64_t first, uintptr_t caller, void* obj) {
   m[1] = capture(caller);
   m[0] = first;
   return obj;
 }
 
-__attribute__((always_inline)) inline void* stamp_slab(kmem_cache_t* cp, Slab* sp, void* obj, uintptr_t caller) {
+__attribute__((always_inline)) inline void* stamp_slab(kmem_cache_t* cp, Slab* sp, void* obj, uintptr_t caller,
+                                                       size_t requested) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && offsetof(LeakMeta, cpu) == 4 &&
-                offsetof(LeakMeta, stack) == 8 && offsetof(LeakMeta, crc) == 12);
+                offsetof(LeakMeta, flags) == 5 && offsetof(LeakMeta, size) == 6 && offsetof(LeakMeta, stack) == 8 &&
+                offsetof(LeakMeta, crc) == 12);
   LeakSlab* ls = __atomic_load_n(&sp->leak, __ATOMIC_RELAXED);
   if (!ls) return obj;
   auto addr = reinterpret_cast<uintptr_t>(obj);
   auto* m = reinterpret_cast<uint64_t*>(&ls->meta[div_chunk(cp, addr - sp->base)]);
-  uint64_t first = static_cast<uint32_t>(plat::ticks() + 1) | uint64_t{static_cast<uint8_t>(plat::cpu_id())} << 32;
+  // A size past 16 bits is no class's (0: the buffer's size).
+  uint64_t size = requested <= 0xffff ? requested : 0;
+  uint64_t first =
+      static_cast<uint32_t>(plat::ticks() + 1) | uint64_t{static_cast<uint8_t>(plat::cpu_id())} << 32 | size << 48;
   if (__builtin_expect(__atomic_load_n(&g_backtraces, __ATOMIC_RELAXED), 1))
     return stamp_with_backtrace(m, first, caller, obj);
   m[1] = 0;
@@ -770,27 +870,41 @@ __attribute__((always_inline)) inline void* stamp_slab(kmem_cache_t* cp, Slab* s
   return obj;
 }
 
-__attribute__((noinline)) void* stamp_offslab(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+__attribute__((noinline)) void* stamp_offslab(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested) {
   Slab* sp = slab_of_heap_address(reinterpret_cast<uintptr_t>(obj));
-  return sp ? stamp_slab(cp, sp, obj, caller) : obj;
+  return sp ? stamp_slab(cp, sp, obj, caller, requested) : obj;
 }
 
 }  // namespace
 
-__attribute__((noipa)) void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {  // noipa: not split in two
+__attribute__((noipa)) void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller,
+                                        size_t requested) {  // noipa: not split in two
   if (!cp->tracked) return obj;
-  if (__builtin_expect(cp->offslab, 0)) return stamp_offslab(cp, obj, caller);
-  return stamp_slab(cp, onslab_header(reinterpret_cast<uintptr_t>(obj)), obj, caller);
+  if (__builtin_expect(cp->offslab, 0)) return stamp_offslab(cp, obj, caller, requested);
+  return stamp_slab(cp, onslab_header(reinterpret_cast<uintptr_t>(obj)), obj, caller, requested);
 }
 
-
-void leak_note_large(void* obj, uintptr_t caller) {
+void leak_note_large(void* obj, uintptr_t caller, size_t requested) {
+  auto a = reinterpret_cast<uintptr_t>(obj);
   LargeLeakWords lw;
-  if (!segkmem_large_leak_words(reinterpret_cast<uintptr_t>(obj), lw)) return;
+  if (!segkmem_large_leak_words(a, lw)) return;
+  uintptr_t start;
+  size_t size;
+  uint32_t slack = 0;  // the pages' bytes past the request, + 1 (0: not known)
+  if (segkmem_large_span(a, start, size) && requested && requested <= size && size - requested < kPageBytes)
+    slack = static_cast<uint32_t>(size - requested) + 1;
   *lw.w[LargeLeakWords::kTicksWord] = static_cast<uint32_t>(plat::ticks()) + 1;
-  *lw.w[LargeLeakWords::kFlagsWord] = static_cast<uint8_t>(plat::cpu_id());
+  *lw.w[LargeLeakWords::kFlagsWord] = static_cast<uint8_t>(plat::cpu_id()) | slack << kLargeSlackShift;
   *lw.w[LargeLeakWords::kStackWord] = capture(caller);
   *lw.w[LargeLeakWords::kCrcWord] = 0;
+}
+
+void leak_forget_areas(uintptr_t object) {
+  Guard<> g(g_tables);
+  for (size_t i = 0; i < g_areas.n;) {
+    if (g_areas.v[i].object == object) g_areas.erase(i);
+    else i++;
+  }
 }
 
 // --- Control -------------------------------------------------------------------------
@@ -804,7 +918,7 @@ void kmemleak_scrub_stack() {
 unsigned kmemleak_min_age_ms() { return __atomic_load_n(&g_min_age_ms, __ATOMIC_RELAXED); }
 
 void kmemleak_last_scan(LeakScanStats& out) {
-  Guard<> g(g_ctl);
+  Guard<> g(g_tables);
   out = g_last;
 }
 
@@ -817,7 +931,8 @@ struct ReportCopy {
 
 size_t kmemleak_reports(LeakObject* out, size_t max, size_t skip) {
   if (!kmem_ready()) return 0;
-  Guard<NoIrqSave> g(g_ctl);
+  ScanGuard g;
+  if (!kmemleak_enabled()) return 0;  // no scan state to trust (6)
   ReportCopy rc{out, max, skip, 0, 0};
   with_world(
       [](void* a) {
@@ -836,7 +951,7 @@ size_t kmemleak_reports(LeakObject* out, size_t max, size_t skip) {
 
 bool kmemleak_lookup(const void* addr, LeakObject& out) {
   if (!kmem_ready()) return false;
-  Guard<NoIrqSave> g(g_ctl);
+  ScanGuard g;
   struct L {
     uintptr_t a;
     LeakObject* out;
@@ -859,14 +974,23 @@ bool kmemleak_lookup(const void* addr, LeakObject& out) {
 
 size_t kmemleak_clear() {
   if (!kmem_ready()) return 0;
-  Guard<NoIrqSave> g(g_ctl);
+  ScanGuard g;
+  if (!kmemleak_enabled()) return 0;  // no reports while off (6)
   size_t n = 0;
   with_world(
       [](void* a) {
         magazines_begin();
         each_object([a](Obj& o) {
           if (!current_report(o)) return;
-          o.set_flags(static_cast<uint8_t>((o.flags() | kLeakNotLeak) & ~(kLeakReported | kLeakUnref)));
+          uint8_t f = static_cast<uint8_t>((o.flags() | kLeakNotLeak) & ~(kLeakReported | kLeakUnref));
+          if (o.kind == Kind::kSlab) {
+            // An annotation like kmemleak_not_leak's (kmemleak_meta.h, 4):
+            // under the cache's lock where stopped CPUs may hold it, the
+            // scanner holds it already (with_world).
+            leak_flags_stopped(o.cp, o.sp, o.idx, f);
+          } else {
+            o.set_flags(f);
+          }
           (*static_cast<size_t*>(a))++;
         });
         magazines_end();
@@ -876,89 +1000,144 @@ size_t kmemleak_clear() {
 }
 
 unsigned kmemleak_mark() {
-  Guard<NoIrqSave> g(g_ctl);
   // A mark is a tick: wait for the next one, so that everything allocated
   // before the mark has an earlier tick than anything allocated after it.
   uint64_t t = plat::ticks();
   while (plat::ticks() == t) plat::cpu_relax();
-  unsigned n = g_nmarks < kMaxMarks ? g_nmarks++ : kMaxMarks - 1;
-  g_marks[n] = static_cast<uint32_t>(plat::ticks());
-  return n + 1;
+  auto now = static_cast<uint32_t>(plat::ticks());
+  if (!kmem_ready()) kmem_init();  // the marks' pages (the host's first use: bring_up)
+  Guard<> g(g_tables);
+  if (!g_marks.insert(g_marks.n, now)) return 0;
+  return static_cast<unsigned>(g_marks.n);
 }
 
 namespace {
+// The groups of a grouping, while the world is stopped: a hash table keyed
+// by (stack, kind), of pages taken before the stop. When it fills past
+// three quarters the pass stops adding and the caller tries again with a
+// table twice the size (no allocation with the world stopped), so every
+// distinct backtrace is counted and the largest are kept.
+struct GroupEnt {
+  const char* kind;  // null: a free slot
+  uint32_t stack;
+  uint64_t count, bytes;
+  uintptr_t example;
+};
 struct Grouping {
-  LeakGroup* out;
-  size_t max, distinct;
+  GroupEnt* t;
+  size_t cap, n;  // cap: a power of two
+  bool full;
   uint32_t since;  // ticks; objects at or after it (0: every object)
   bool reports_only, unref_only;
 };
+unsigned g_group_order;  // the last table's order that sufficed (g_world)
 
 void group_add(Grouping& gr, const Obj& o) {
-  LeakMeta m = o.meta();
-  for (size_t i = 0; i < gr.distinct && i < gr.max; i++)
-    if (gr.out[i].stack == m.stack && gr.out[i].kind == kind_name(o)) {
-      gr.out[i].count++;
-      gr.out[i].bytes += o.size;
+  if (gr.full) return;
+  uint32_t stack = o.meta().stack;
+  const char* kind = kind_name(o);
+  size_t size = requested_size(o);
+  size_t h = (stack * 0x9e3779b1u) ^ (reinterpret_cast<uintptr_t>(kind) >> 3);
+  for (h &= gr.cap - 1;; h = (h + 1) & (gr.cap - 1)) {
+    GroupEnt& e = gr.t[h];
+    if (!e.kind) {
+      if ((gr.n + 1) * 4 > gr.cap * 3) {
+        gr.full = true;
+        return;
+      }
+      e = GroupEnt{kind, stack, 1, size, o.start};
+      gr.n++;
       return;
     }
-  if (gr.distinct < gr.max)
-    gr.out[gr.distinct] = LeakGroup{m.stack, 1, o.size, o.start, kind_name(o)};
-  gr.distinct++;
+    if (e.stack == stack && e.kind == kind) {
+      e.count++;
+      e.bytes += size;
+      return;
+    }
+  }
 }
 
-size_t group(Grouping& gr) {
+// Fills out with the max groups of most bytes (most first); returns how
+// many distinct backtraces there are.
+size_t group(Grouping& gr, LeakGroup* out, size_t max) {
   if (!kmem_ready()) return 0;
-  Guard<NoIrqSave> g(g_ctl);
-  with_world(
-      [](void* a) {
-        auto& gr = *static_cast<Grouping*>(a);
-        magazines_begin();
-        each_object([&gr](Obj& o) {
-          if (o.min_count() < 0) return;
-          LeakMeta m = o.meta();
-          if (gr.reports_only && !current_report(o)) return;
-          if (gr.unref_only && !(m.flags & kLeakUnref)) return;
-          if (gr.since && (!m.ticks || m.ticks - 1 < gr.since)) return;
-          group_add(gr, o);
-        });
-        magazines_end();
-      },
-      &gr);
-  size_t n = gr.distinct < gr.max ? gr.distinct : gr.max;
-  for (size_t i = 1; i < n; i++)  // most bytes first
-    for (size_t j = i; j > 0 && gr.out[j].bytes > gr.out[j - 1].bytes; j--) {
-      LeakGroup t = gr.out[j];
-      gr.out[j] = gr.out[j - 1];
-      gr.out[j - 1] = t;
+  ScanGuard g;
+  if (!kmemleak_enabled()) return 0;  // no stamps or scan state to trust (6)
+  unsigned order = g_group_order;
+  for (;;) {
+    gr.t = static_cast<GroupEnt*>(table_pages(order));
+    if (!gr.t) {
+      plat::log("kmemleak: no memory for a table of %lu backtraces: the grouping is incomplete",
+                static_cast<unsigned long>((kPageBytes << order) / sizeof(GroupEnt)));
+      return 0;
     }
-  return gr.distinct;
+    __builtin_memset(gr.t, 0, kPageBytes << order);
+    gr.cap = size_t{1} << plat::highest_bit((kPageBytes << order) / sizeof(GroupEnt));
+    gr.n = 0;
+    gr.full = false;
+    with_world(
+        [](void* a) {
+          auto& gr = *static_cast<Grouping*>(a);
+          magazines_begin();
+          each_object([&gr](Obj& o) {
+            if (o.min_count() < 0) return;
+            LeakMeta m = o.meta();
+            if (gr.reports_only && !current_report(o)) return;
+            if (gr.unref_only && !(m.flags & kLeakUnref)) return;
+            if (gr.since && (!m.ticks || m.ticks - 1 < gr.since)) return;
+            group_add(gr, o);
+          });
+          magazines_end();
+        },
+        &gr);
+    if (!gr.full || order == kMaxOrder) break;
+    page_free_va(gr.t, order);
+    order++;
+  }
+  if (gr.full) plat::log("kmemleak: more distinct backtraces than a table of %lu holds: the count is a lower bound",
+                         static_cast<unsigned long>(gr.cap));
+  g_group_order = order;
+  // The max largest, most bytes first (insertion into out).
+  size_t kept = 0;
+  for (size_t i = 0; i < gr.cap; i++) {
+    const GroupEnt& e = gr.t[i];
+    if (!e.kind) continue;
+    if (kept == max && (!max || out[max - 1].bytes >= e.bytes)) continue;
+    size_t j = kept < max ? kept++ : max - 1;
+    for (; j > 0 && out[j - 1].bytes < e.bytes; j--) out[j] = out[j - 1];
+    out[j] = LeakGroup{e.stack, e.count, e.bytes, e.example, e.kind};
+  }
+  page_free_va(gr.t, order);
+  return gr.n;
 }
 }  // namespace
 
 size_t kmemleak_since(unsigned mark, bool unreferenced_only, LeakGroup* out, size_t max, bool* bad_mark) {
   uint32_t since;
   {
-    Guard<> g(g_ctl);
-    *bad_mark = mark == 0 || mark > g_nmarks;
+    Guard<> g(g_tables);
+    *bad_mark = mark == 0 || mark > g_marks.n;
     if (*bad_mark) return 0;
-    since = g_marks[mark - 1];
+    since = g_marks.v[mark - 1];
   }
-  Grouping gr{out, max, 0, since, false, unreferenced_only};
-  return group(gr);
+  Grouping gr{};
+  gr.since = since;
+  gr.unref_only = unreferenced_only;
+  return group(gr, out, max);
 }
 
 size_t kmemleak_summary(LeakGroup* out, size_t max) {
-  Grouping gr{out, max, 0, 0, true, false};
-  return group(gr);
+  Grouping gr{};
+  gr.reports_only = true;
+  return group(gr, out, max);
 }
 
 void kmemleak_memory(LeakMemory& out) {
-  Guard<> g(g_ctl);
   StackDepotStats sd;
   stackdepot_stats(sd);
+  Guard<> g(g_tables);
   out.slab_records_bytes = leak_records_bytes();
-  out.tables_bytes = g_reg.bytes() + g_roots.bytes() + g_areas.bytes() + g_pending.bytes() +
+  out.tables_bytes = g_reg.bytes() + g_roots.bytes() + g_areas.bytes() + g_marks.bytes() +
                      (g_gray ? (kPageBytes << g_gray_order) + (kPageBytes << g_stack_copy_order) : 0);
   out.stackdepot_bytes = sd.bytes_total;
 }
@@ -971,9 +1150,23 @@ uint64_t kmemleak_metadata_pages() {
   return m.tables_bytes / kPageBytes;
 }
 
-// Sets the per-slab records up; called with g_ctl held.
 namespace {
-bool turn_on() {
+// The tables' pages come from the page allocator, which the host library
+// brings up with kmem on first use (kmem_alloc does the same).
+void bring_up() {
+  if (!kmem_ready()) kmem_init();
+}
+
+// Records for every slab of every tracked cache (kmem_slab.cpp); false if
+// some could not have them.
+bool fill_records(bool zero_scan) {
+  bool all = true;
+  for_each_cache([&all, zero_scan](kmem_cache_t* cp) { all &= leak_records_fill(cp, zero_scan); });
+  return all;
+}
+
+// Sets everything up for stamps and scans (g_world held).
+void turn_on() {
   if (!g_gray) {
     g_gray_order = order_for_ram(kGrayOrder);
     g_stack_copy_order = order_for_ram(kStackCopyOrder);
@@ -983,22 +1176,11 @@ bool turn_on() {
   }
   stackdepot_init(stackdepot_default_pool());
   __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
-  bool all = true;
-  for_each_cache([&all](kmem_cache_t* cp) { all &= leak_records_reset(cp); });
-  if (!all) plat::log("kmemleak: no memory for some slabs' records: their objects are not tracked");
-  // Annotations made before the records existed.
-  for (size_t i = 0; i < g_pending.n; i++) {
-    for_each_cache([&](kmem_cache_t* cp) {
-      Slab* sp = cp->offslab ? slab_of_heap_address(g_pending.v[i].start) : nullptr;
-      if (!cp->offslab) {
-        Page* p = segkmem_page_of(g_pending.v[i].start);
-        if (p && (p->flags & kPageSlab) && static_cast<Slab*>(p->owner)->cache == cp) sp = onslab_header(g_pending.v[i].start);
-      }
-      if (sp && sp->cache == cp)
-        if (LeakMeta* m = leak_meta_of(cp, reinterpret_cast<void*>(g_pending.v[i].start))) m->flags |= g_pending.v[i].flags;
-    });
+  if (!fill_records(true)) {
+    __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
+    plat::log("kmemleak: no memory for the records of some slabs: their buffers are scanned as roots and "
+              "counted as untracked until a scan finds memory for them");
   }
-  g_pending.n = 0;
 #if defined(__SANITIZE_ADDRESS__)
   // Host under ASan with detect_stack_use_after_return: locals live in
   // fake frames on ASan's heap, which no stack scan reads.
@@ -1007,7 +1189,6 @@ bool turn_on() {
               "misses them (ASAN_OPTIONS=detect_stack_use_after_return=0)");
 #endif
   __atomic_store_n(&g_leak_on, 1u, __ATOMIC_RELAXED);
-  return true;
 }
 }  // namespace
 
@@ -1017,13 +1198,12 @@ bool turn_on() {
 using namespace mm;
 
 void kmemleak_enable(bool on) {
-  if (!kmem_ready()) kmem_init();
-  // The hooks are flipped with g_ctl released: in the kernel that patches
-  // code and cross-calls every core, and a core spinning on g_ctl could not
-  // answer.
+  bring_up();
+  // The hooks are flipped with g_world released: in the kernel that patches
+  // code and stops every other core, which may be waiting for it.
   if (on) {
     {
-      mm::Guard<mm::NoIrqSave> g(g_ctl);
+      ScanGuard g;
       if (kmemleak_enabled()) return;
       turn_on();
     }
@@ -1031,22 +1211,25 @@ void kmemleak_enable(bool on) {
   } else {
     if (!kmemleak_enabled()) return;
     alloc_hooks_set(kFeatureKmemleak, false);
-    mm::Guard<mm::NoIrqSave> g(g_ctl);
+    ScanGuard g;
     __atomic_store_n(&g_leak_on, 0u, __ATOMIC_RELAXED);
     __atomic_store_n(&g_leak_records, false, __ATOMIC_RELAXED);
   }
 }
 
 void kmemleak_add_root(const void* start, size_t size) {
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  bring_up();
+  mm::Guard<> g(g_tables);
   if (!g_roots.insert(g_roots.n, Root{reinterpret_cast<uintptr_t>(start), size}))
     plat::log("kmemleak: no memory to register a root");
 }
 
 void kmemleak_del_root(const void* start) {
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
-  for (size_t i = 0; i < g_roots.n; i++)
-    if (g_roots.v[i].start == reinterpret_cast<uintptr_t>(start)) return g_roots.erase(i);
+  {
+    mm::Guard<> g(g_tables);
+    for (size_t i = 0; i < g_roots.n; i++)
+      if (g_roots.v[i].start == reinterpret_cast<uintptr_t>(start)) return g_roots.erase(i);
+  }
   report_error(MemError{"kmemleak_del_root of a range never added", "kmemleak", reinterpret_cast<uintptr_t>(start),
                         caller_of_api(), 0});
 }
@@ -1055,7 +1238,11 @@ void kmemleak_set_min_age_ms(unsigned ms) { __atomic_store_n(&g_min_age_ms, ms, 
 
 namespace {
 __attribute__((noinline)) size_t scan_now() {  // its frame is built below the scrub, not in kmemleak_scan's
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
+  ScanGuard g;
+  if (!kmemleak_enabled()) return 0;
+  // Slabs that went without records while memory was short: try again.
+  if (__atomic_exchange_n(&g_leak_records_short, false, __ATOMIC_RELAXED) && !fill_records(false))
+    __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
   Scan s;
   s.now = static_cast<uint32_t>(plat::ticks());
   uint64_t age_ticks = uint64_t{kmemleak_min_age_ms()} * plat::ticks_per_second() / 1000;
@@ -1063,21 +1250,20 @@ __attribute__((noinline)) size_t scan_now() {  // its frame is built below the s
   g_scan = &s;
   uint64_t t0 = plat::monotonic_ns();
   uint64_t pause = with_world(scan_world, nullptr);
-  g_last.scans++;
-  g_last.duration_ns = plat::monotonic_ns() - t0;
-  g_last.pause_ns = pause;
-  g_last.bytes_scanned = s.bytes;
-  g_last.objects = s.objects;
-  g_last.unreferenced = s.unreferenced;
-  g_last.new_reports = s.new_reports;
-  g_last.gray_overflows = s.overflows;
-  g_scan = nullptr;
-  // Scan areas of objects that went away (their flag is gone).
-  for (size_t i = 0; i < g_areas.n;) {
-    Obj o;
-    if (lookup(g_areas.v[i].object, o) && o.start == g_areas.v[i].object && (o.flags() & kLeakAreas)) i++;
-    else g_areas.erase(i);
+  {
+    Guard<> t(g_tables);
+    g_last.scans++;
+    g_last.duration_ns = plat::monotonic_ns() - t0;
+    g_last.pause_ns = pause;
+    g_last.bytes_scanned = s.bytes;
+    g_last.objects = s.objects;
+    g_last.unreferenced = s.unreferenced;
+    g_last.new_reports = s.new_reports;
+    g_last.gray_overflows = s.overflows;
+    g_last.untracked_objects = s.untracked_objects;
+    g_last.untracked_slabs = s.untracked_slabs;
   }
+  g_scan = nullptr;
   return s.new_reports;
 }
 }  // namespace
@@ -1110,60 +1296,92 @@ void kmemleak_alloc(const void* ptr, size_t size, int min_count, int) {
     report_error(MemError{"kmemleak_alloc with a null pointer, size 0 or a bad min_count", "kmemleak", a, caller, size});
     return;
   }
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
-  size_t at = 0;
-  while (at < g_reg.n && g_reg.v[at].start < a) at++;
-  if ((at < g_reg.n && g_reg.v[at].start < a + size) ||
-      (at && g_reg.v[at - 1].start + g_reg.v[at - 1].size > a)) {
-    report_error(MemError{"kmemleak_alloc of a range that overlaps a registered object", "kmemleak", a, caller, size});
-    return;
-  }
   RegObj r{};
   r.start = a;
   r.size = size;
   r.min_count = min_count;
   r.meta.ticks = static_cast<uint32_t>(plat::ticks()) + 1;
   r.meta.cpu = static_cast<uint8_t>(plat::cpu_id());
-  r.meta.stack = capture(caller);
+  r.meta.stack = capture(caller);  // before the lock: the stack depot has its own
   if (min_count == -1) r.meta.flags = kLeakIgnore;
   if (min_count == 0) r.meta.flags = kLeakNotLeak;
-  if (!g_reg.insert(at, r)) plat::log("kmemleak: no memory to register an object");
+  const char* error = nullptr;
+  bring_up();
+  {
+    mm::Guard<> g(g_tables);
+    size_t at = 0;
+    while (at < g_reg.n && g_reg.v[at].start < a) at++;
+    if ((at < g_reg.n && g_reg.v[at].start < a + size) || (at && g_reg.v[at - 1].start + g_reg.v[at - 1].size > a))
+      error = "kmemleak_alloc of a range that overlaps a registered object";
+    else if (!g_reg.insert(at, r))
+      error = "kmemleak_alloc: no memory to register the object (not tracked)";
+  }
+  if (error) report_error(MemError{error, "kmemleak", a, caller, size});
 }
 
 void kmemleak_free(const void* ptr) {
   auto a = reinterpret_cast<uintptr_t>(ptr);
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
-  for (size_t i = 0; i < g_reg.n; i++)
-    if (g_reg.v[i].start == a) return g_reg.erase(i);
+  {
+    mm::Guard<> g(g_tables);
+    for (size_t i = 0; i < g_reg.n; i++)
+      if (g_reg.v[i].start == a) {
+        g_reg.erase(i);
+        return;
+      }
+  }
   report_error(MemError{"kmemleak_free of an address no kmemleak_alloc registered", "kmemleak", a, caller_of_api(), 0});
 }
 
 namespace {
-// Sets flags on the object starting at ptr: in its record, or (a slab
-// buffer without one yet, kmemleak off) in the pending table.
-void annotate(const char* what, const void* ptr, uint8_t set, uint8_t clear_crc, uintptr_t caller) {
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
+// The slab buffer containing a, if a is in a slab of a tracked cache:
+// its cache, slab and start.
+bool slab_buffer_at(uintptr_t a, kmem_cache_t*& cp, Slab*& sp, uintptr_t& start) {
+  sp = slab_of_heap_address(a);
+  if (!sp) return false;
+  cp = sp->cache;
+  if (!cp || !cp->tracked || a < sp->base) return false;
+  uintptr_t i = div_chunk(cp, a - sp->base);
+  start = sp->base + i * cp->chunk;
+  return i < sp->chunks && a - start < cp->bufsize;
+}
+
+// Sets and clears flags of the object starting at ptr (Linux's annotations;
+// any context). A slab buffer's go into its record under its cache's lock
+// (kmem_slab.cpp, leak_annotate: made on demand, kmemleak on or off); a
+// large allocation's or a registered object's under g_tables.
+void annotate(const char* what, const void* ptr, uint8_t set, uint8_t clear, uintptr_t caller) {
   auto a = reinterpret_cast<uintptr_t>(ptr);
-  Obj o;
-  bool found = lookup(a, o) && o.start == a;
-  if (!found) {
-    // A slab buffer of a slab with no records (kmemleak off): remember it.
-    Page* p = segkmem_page_of(a);
-    if (p && (p->flags & kPageSlab)) {
-      Slab* sp = static_cast<Slab*>(p->owner);
-      if (!sp->leak && a >= sp->base && (a - sp->base) % sp->cache->chunk == 0) {
-        if (!g_pending.insert(g_pending.n, Pending{a, set})) plat::log("kmemleak: no memory for an annotation");
+  kmem_cache_t* cp;
+  Slab* sp;
+  uintptr_t start;
+  if (slab_of_heap_address(a)) {
+    if (slab_buffer_at(a, cp, sp, start) && start == a) {
+      // Nothing to keep while off (a transient leak's state is a scan's).
+      if (!(set & kLeakKept) && !kmemleak_enabled()) return;
+      LeakAnnotation r = leak_annotate(cp, sp, a, set, clear);
+      if (r == LeakAnnotation::kDone) return;
+      if (r == LeakAnnotation::kNoMemory) {
+        report_error(MemError{"kmemleak annotation lost: no memory for the records of the object's slab", what, a,
+                              caller, 0});
         return;
       }
     }
-    annotated_object(what, ptr, false, o, caller);
-    return;
+    return report_misuse(what, a, false, caller, 0);
   }
-  o.set_flags(static_cast<uint8_t>(o.flags() | set));
-  if (clear_crc) {
-    o.set_crc(0);
-    o.set_flags(static_cast<uint8_t>(o.flags() & ~kLeakCandidate));
+  uintptr_t found = 0;
+  {
+    mm::Guard<> g(g_tables);
+    Obj o;
+    if (lookup(a, o)) {
+      found = o.start;
+      if (o.start == a) {
+        o.set_flags(static_cast<uint8_t>((o.flags() | set) & ~clear));
+        if (clear & kLeakCandidate) o.set_crc(0);
+        return;
+      }
+    }
   }
+  report_misuse(what, a, false, caller, found);
 }
 }  // namespace
 
@@ -1171,22 +1389,50 @@ void kmemleak_not_leak(const void* ptr) { annotate("kmemleak_not_leak", ptr, kLe
 void kmemleak_ignore(const void* ptr) { annotate("kmemleak_ignore", ptr, kLeakIgnore, 0, caller_of_api()); }
 void kmemleak_no_scan(const void* ptr) { annotate("kmemleak_no_scan", ptr, kLeakNoScan, 0, caller_of_api()); }
 void kmemleak_transient_leak(const void* ptr) {
-  annotate("kmemleak_transient_leak", ptr, 0, 1, caller_of_api());
+  annotate("kmemleak_transient_leak", ptr, 0, kLeakCandidate, caller_of_api());
 }
 
 void kmemleak_scan_area(const void* ptr, size_t size, int) {
   uintptr_t caller = caller_of_api();
-  mm::Guard<mm::NoIrqSave> g(g_ctl);
-  Obj o;
-  if (!annotated_object("kmemleak_scan_area", ptr, true, o, caller)) return;
   auto a = reinterpret_cast<uintptr_t>(ptr);
-  size_t room = o.start + o.size - a;
-  Area area{o.start, a, size > room ? room : size};
-  size_t at = 0;
-  while (at < g_areas.n && g_areas.v[at].object <= o.start) at++;
-  if (!g_areas.insert(at, area)) {
-    plat::log("kmemleak: no memory for a scan area: the whole object is scanned");
+  kmem_cache_t* cp;
+  Slab* sp;
+  uintptr_t start;
+  if (slab_of_heap_address(a)) {
+    if (!slab_buffer_at(a, cp, sp, start)) return report_misuse("kmemleak_scan_area", a, true, caller, 0);
+    // The flag first: a scan that sees it before the area scans the whole
+    // object (scan_object), never too little.
+    LeakAnnotation r = leak_annotate(cp, sp, start, kLeakAreas, 0);
+    if (r == LeakAnnotation::kNoObject) return report_misuse("kmemleak_scan_area", a, true, caller, 0);
+    if (r == LeakAnnotation::kNoMemory) {
+      report_error(MemError{"kmemleak annotation lost: no memory for the records of the object's slab",
+                            "kmemleak_scan_area", a, caller, 0});
+      return;
+    }
+    size_t room = start + cp->bufsize - a;
+    bool added;
+    {
+      mm::Guard<> g(g_tables);
+      size_t at = 0;
+      while (at < g_areas.n && g_areas.v[at].object <= start) at++;
+      added = g_areas.insert(at, Area{start, a, size > room ? room : size});
+    }
+    if (!added) plat::log("kmemleak: no memory for a scan area: the whole object is scanned");
     return;
   }
-  o.set_flags(static_cast<uint8_t>(o.flags() | kLeakAreas));
+  bool ok = false, added = false;
+  {
+    mm::Guard<> g(g_tables);
+    Obj o;
+    if (lookup(a, o)) {
+      ok = true;
+      size_t room = o.start + o.size - a;
+      size_t at = 0;
+      while (at < g_areas.n && g_areas.v[at].object <= o.start) at++;
+      added = g_areas.insert(at, Area{o.start, a, size > room ? room : size});
+      if (added) o.set_flags(static_cast<uint8_t>(o.flags() | kLeakAreas));
+    }
+  }
+  if (!ok) return report_misuse("kmemleak_scan_area", a, true, caller, 0);
+  if (!added) plat::log("kmemleak: no memory for a scan area: the whole object is scanned");
 }

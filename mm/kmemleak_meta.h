@@ -1,20 +1,36 @@
 // kmemleak's per-object metadata, kept by the allocators (internal to mm/).
 //
-// 1. Slab buffers: while kmemleak is on, every slab of a tracked cache has a
-//    LeakSlab (Slab::leak), allocated with the slab from the internal ladder:
+// 1. Slab buffers: every slab of a tracked cache has a LeakSlab (Slab::leak)
+//    while kmemleak is on, allocated with the slab from the internal ladder:
 //    one LeakMeta per buffer and three bitmaps the scanner owns. Switching
-//    kmemleak off frees them all; switching it on gives every existing slab
-//    a zeroed one (buffers allocated before: no age, no backtrace).
+//    on gives every existing slab one (leak_records_fill), however many
+//    there are; a slab that cannot have one (memory short) is scanned as a
+//    root and its buffers counted as untracked, never reported. Switching
+//    off keeps them (they are reused at the next switch-on, and go with
+//    their slab).
 // 2. Large kmem_alloc allocations (5 pages or more): the same four words in
 //    the `count` fields of their 2nd to 5th page descriptors (segkmem.h:
 //    segkmem_large_leak_words), which nothing else uses, so they exist
-//    whether kmemleak is on or not.
+//    whether kmemleak is on or not, and are zeroed when the pages are freed.
 // 3. An allocation with kmemleak on writes its LeakMeta whole (two 8-byte
-//    stores for slab buffers): ticks, CPU, no flags, the stack handle and a
-//    zero checksum. Only the allocating CPU writes it while the buffer is
-//    allocated, and the scanner reads it with every other CPU stopped.
-//    Annotations (kmemleak_not_leak ...) set flags; the scanner sets the
-//    per-scan flags and the checksum.
+//    stores for slab buffers): ticks, CPU, no flags, the size asked for,
+//    the stack handle and a zero checksum. Only the allocating CPU writes it
+//    while the buffer is allocated, and the scanner reads it with every
+//    other CPU stopped. So a record is exact while kmemleak is on; a buffer
+//    freed and allocated again while it is off keeps the record of its
+//    previous owner, and switching on zeroes every record's stamp and scan
+//    state (objects allocated before: no age, no backtrace).
+// 4. Annotations (kLeakKept: not_leak, ignore, no_scan, scan areas) are
+//    decisions about one object, kept across switches: written into its
+//    record under its slab's lock (a slab without records gets them on
+//    demand, kmemleak on or off), and they must leave with the object. A
+//    slab with any annotated buffer (LeakSlab::kept) is diverted: the free
+//    fast path's owner check fails for every buffer of it (the header's
+//    check word, and the owner id bytes of an off-slab cache's pages), so
+//    its frees go out of line (kmem.cpp, free_bad_owner), where the freed
+//    buffer's record is cleared before the buffer can be handed out again;
+//    the slab is restored when its last annotated buffer goes. No other
+//    free pays anything.
 #pragma once
 #include <cstdint>
 
@@ -30,12 +46,16 @@ enum LeakFlags : uint8_t {
   kLeakUnref = 1 << 6,      // unreferenced at the last scan
   kLeakInternal = 1 << 7,   // the allocators' own (large internal allocations): never an object
 };
+// The annotations: what an object keeps across switches (4.).
+constexpr uint8_t kLeakKept = kLeakNotLeak | kLeakIgnore | kLeakNoScan | kLeakAreas;
+// What a scan decides (cleared at switch-on).
+constexpr uint8_t kLeakScanState = kLeakCandidate | kLeakReported | kLeakUnref;
 
 struct LeakMeta {
   uint32_t ticks;   // plat::ticks() + 1 at allocation; 0: allocated before kmemleak was on
   uint8_t cpu;
   uint8_t flags;    // LeakFlags
-  uint16_t spare;
+  uint16_t size;    // bytes asked for (kmem_alloc); 0: the buffer's size
   uint32_t stack;   // stack depot handle, 0: none
   uint32_t crc;     // crc32_le(0, obj, size) when it was last found unreferenced
 };
@@ -46,6 +66,8 @@ static_assert(sizeof(LeakMeta) == 16);
 struct LeakSlab {
   uint32_t words;
   uint32_t chunks;
+  uint32_t kept;       // buffers with kLeakKept flags (under the cache's slab_lock): the slab is diverted while > 0
+  LeakSlab* next;      // while not yet attached to a slab (kmem_slab.cpp, leak_records_attach)
   uint64_t* reached;   // the scan found a reference (or it is a root)
   uint64_t* scanned;   // the scan read its contents
   uint64_t* magfree;   // free in a magazine or the depot at this scan

@@ -13,7 +13,8 @@
 //                before the first failure (0: none)
 //   cache=NAME   only allocations from the kmem cache or vmem arena NAME
 //                (kmem_alloc's sizes are caches kmem_alloc_N; a large
-//                kmem_alloc is "kmem_alloc")
+//                kmem_alloc is "kmem_alloc"; kmemleak's per-slab records
+//                are "kmemleak_records")
 // Written as "PROBABILITY,INTERVAL,TIMES[,cache=NAME][,space=BYTES]", the
 // kmem.fail= bootarg's and `kmem fail`'s syntax.
 //

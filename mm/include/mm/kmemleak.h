@@ -36,8 +36,14 @@ inline void kmemleak_erase(void** ptr) { *ptr = nullptr; }
 // --- Driving the scanner ----------------------------------------------------------
 // On: every allocation from then on is stamped (time, CPU, backtrace); the
 // objects allocated before are still scanned and reported, with no
-// backtrace. Off: no stamps, no scans (the per-buffer records stay with
-// their slabs).
+// backtrace. Off: no stamps, no scans, no reports (the per-buffer records
+// stay with their slabs). Annotations made on or off stay with their
+// objects. Not from interrupt context.
+// The calls below that stop the world (kmemleak_scan, kmemleak_reports,
+// kmemleak_lookup, kmemleak_clear, kmemleak_since, kmemleak_summary) are
+// for threads with interrupts enabled; the annotations, kmemleak_alloc
+// and kmemleak_free, kmemleak_last_scan, kmemleak_mark and kmemleak_memory
+// may be called from any context.
 void kmemleak_enable(bool on);
 // Host: the program's roots (the kernel's writable sections, per-CPU data
 // and every CPU's stack are roots without asking).
@@ -75,13 +81,16 @@ struct LeakScanStats {
   uint64_t unreferenced;     // of them, unreferenced (reported or not yet old/settled enough)
   uint64_t new_reports;
   uint64_t gray_overflows;   // times the mark stack filled (extra passes)
+  // Buffers of slabs that have no records (memory was short when they were
+  // wanted): scanned as roots, never reported; and those slabs.
+  uint64_t untracked_objects, untracked_slabs;
 };
 void kmemleak_last_scan(LeakScanStats& out);
 
 // One object, as reports, dump=, since and summary show it.
 struct LeakObject {
   uintptr_t start;
-  size_t size;
+  size_t size;         // what the allocation asked for, where known (kmem_alloc); else the buffer's size
   uint32_t ticks;      // timer ticks at allocation, 0 if not recorded
   unsigned cpu;        // that allocated it
   uint32_t stack;      // stack depot handle, 0 if not recorded
@@ -100,7 +109,8 @@ bool kmemleak_lookup(const void* addr, LeakObject& out);
 size_t kmemleak_clear();
 // Leak epochs: a mark is a point in time; since(mark) lists the live objects
 // allocated after it (or only those the last scan found unreferenced),
-// grouped by backtrace.
+// grouped by backtrace. Marks are numbered from 1 and all kept; 0: no
+// memory for another.
 unsigned kmemleak_mark();
 struct LeakGroup {
   uint32_t stack;
@@ -108,8 +118,9 @@ struct LeakGroup {
   uintptr_t example;   // one object's start
   const char* kind;
 };
-// Fills groups (most bytes first), returns how many distinct backtraces
-// there are (may exceed max); false-y 0 and *bad_mark set for an unknown mark.
+// Fills groups (the max with the most bytes, most first), returns how many
+// distinct backtraces there are (may exceed max); 0 and *bad_mark set for an
+// unknown mark; 0 while kmemleak is off.
 size_t kmemleak_since(unsigned mark, bool unreferenced_only, LeakGroup* out, size_t max, bool* bad_mark);
 // The current reports grouped by backtrace (like illumos ::findleaks).
 size_t kmemleak_summary(LeakGroup* out, size_t max);

@@ -38,6 +38,10 @@ struct LargeLeakWords {
   uint32_t* w[kWords];
 };
 constexpr uint32_t kLargeUntracked = 0x80u << 8;  // kmemleak's kLeakInternal in kFlagsWord
+// kFlagsWord: the CPU (bits 0-7), kmemleak's flags (8-15), its per-scan
+// bits (16, 17), and from this bit up the bytes of the pages past what
+// kmem_alloc was asked for, plus 1 (0: not known).
+constexpr unsigned kLargeSlackShift = 19;
 bool segkmem_large_leak_words(uintptr_t start, LargeLeakWords& out);
 // Marks a large allocation as the allocators' own (never a kmemleak object).
 void segkmem_large_set_untracked(void* start);
