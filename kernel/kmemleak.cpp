@@ -43,6 +43,10 @@ void print_scan(size_t new_reports) {
           (ull)st.scans, (ull)(st.duration_ns / 1000000), (ull)(st.duration_ns / 1000 % 1000),
           (ull)(st.pause_ns / 1000000), (ull)(st.pause_ns / 1000 % 1000), (ull)st.bytes_scanned, (ull)st.objects,
           (ull)st.unreferenced);
+  if (st.untracked_objects || st.untracked_slabs)
+    kprintf("kmemleak: %llu objects in %llu slabs untracked (no memory for their records): scanned as roots, not "
+            "reported\n",
+            (ull)st.untracked_objects, (ull)st.untracked_slabs);
   if (new_reports) kprintf("kmemleak: %zu new suspected memory leaks (see: kmemleak)\n", new_reports);
 }
 
@@ -258,6 +262,7 @@ int run_kmemleak(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && strcmp(a, "clear") == 0) {
+    if (!mm::kmemleak_enabled()) return shell::usage_error(argv[0], "kmemleak is off: there are no reports to clear");
     kprintf("kmemleak: %zu reports cleared: they are not reported again\n", mm::kmemleak_clear());
     return 0;
   }
@@ -309,7 +314,12 @@ int run_kmemleak(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && strcmp(a, "mark") == 0) {
-    kprintf("kmemleak: mark %u\n", mm::kmemleak_mark());
+    unsigned mark = mm::kmemleak_mark();
+    if (!mark) {
+      kprintf("kmemleak: no memory for another mark\n");
+      return 1;
+    }
+    kprintf("kmemleak: mark %u\n", mark);
     return 0;
   }
   if ((argc == 3 || argc == 4) && strcmp(a, "since") == 0) {
@@ -320,10 +330,12 @@ int run_kmemleak(int argc, char** argv) {
     bool bad;
     size_t n = mm::kmemleak_since(static_cast<unsigned>(mark), unref, g_groups, 32, &bad);
     if (bad) return shell::usage_error(argv[0], "no mark %llu (kmemleak mark makes one)", (ull)mark);
+    if (!mm::kmemleak_enabled()) return shell::usage_error(argv[0], "kmemleak is off (kmemleak on)");
     print_groups(g_groups, n < 32 ? n : 32, n, unref ? "backtraces of unreferenced objects" : "backtraces");
     return 0;
   }
   if (argc == 2 && strcmp(a, "summary") == 0) {
+    if (!mm::kmemleak_enabled()) return shell::usage_error(argv[0], "kmemleak is off (kmemleak on)");
     size_t n = mm::kmemleak_summary(g_groups, 32);
     print_groups(g_groups, n < 32 ? n : 32, n, "distinct backtraces");
     return 0;

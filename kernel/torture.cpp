@@ -55,6 +55,18 @@
 //    (virtual time under --icount); instructions per operation are the
 //    arch cycle counter's ticks over the run, sampled by the calling core
 //    (exact instructions of all vCPUs under qemu-run --icount).
+// 7. kmemleak mode (`kmem torture OPS SEED kmemleak`): the calling core runs
+//    no worker; it switches kmemleak on, settles what was there before
+//    (scans, then clear), starts the workers on the other cores, and then
+//    switches kmemleak off and on again and again while they run, scanning
+//    while it is on. Everything the workers allocate stays reachable (their
+//    tables and inboxes live in the run's state, which .bss points to; an
+//    item in flight is in a core's registers or on its stack), so every
+//    report is a false leak: counted, the first ones printed, and the run
+//    fails. Switching patches code with every other core parked, which
+//    waits for every core's mailbox: a worker gives its core back when a
+//    cross-call waits (smp::another_call_waits) and the checker posts it
+//    again; its state is in its Core. kmemleak is left as it was found.
 #include <atomic>
 #include <new>
 #include <kernel/arch.h>
@@ -67,6 +79,7 @@
 #include <kernel/timer.h>
 #include <kernel/torture.h>
 #include <mm/kmem.h>
+#include <mm/kmemleak.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
 #include "mm_accounting.h"
@@ -157,7 +170,12 @@ struct alignas(64) Core {
   Counts n = {};
   Rng rng = {};
   uint64_t ops = 0;           // this core's share
+  uint64_t op = 0;            // the next one (a worker that yields resumes there)
+  unsigned index = 0;         // in Torture::worker
   uint32_t gen = 0;
+  bool released = false;      // its held items are freed and it counted itself finished
+  bool complete = false;      // nothing left to do
+  std::atomic<bool> running{false};  // in worker() (kmemleak mode: the checker posts it again when it yields)
 };
 
 struct RegSlot {
@@ -173,7 +191,9 @@ struct Registry {
 
 struct Torture {
   uint64_t ops = 0, seed = 0;
-  unsigned cpus = 0, caller = 0;
+  unsigned cpus = 0, caller = 0;  // cpus: the workers
+  unsigned worker[kMaxCpus] = {};  // their cores: all online ones, or all but the caller's (kmemleak mode)
+  bool leakcheck = false;          // kmemleak mode (7.): workers yield to cross-calls and are posted again
   kmem_cache_t* cache[kNumCaches] = {};
   vmem_t* arena[kNumArenas] = {};
   Registry reg[kNumMovable];
@@ -556,9 +576,9 @@ void slot_op(Core& c) {
   Item copy = it;
   it.p = nullptr;
   if (g_t->cpus > 1 && c.rng.below(2)) {
-    unsigned to = c.rng.below(g_t->cpus - 1);
-    if (to >= cpu_id()) to++;
-    if (hand_off(to, copy)) return;
+    unsigned k = c.rng.below(g_t->cpus - 1);  // another worker
+    if (k >= c.index) k++;
+    if (hand_off(g_t->worker[k], copy)) return;
   }
   release(c, copy);
 }
@@ -650,15 +670,30 @@ void sample_ticks() {
   g_t->last_tick = now;
 }
 
+// A worker in kmemleak mode gives its core back when a cross-call waits
+// for it (switching kmemleak patches code with every other core parked,
+// which waits for every core's mailbox): its state is in its Core, and the
+// checker posts it again (7.).
+bool yield_now() { return g_t->leakcheck && smp::another_call_waits(); }
+
 void worker(void*) {
   unsigned self = cpu_id();
   Core& c = g_core[self];
+  c.running.store(true, std::memory_order_relaxed);
   bool sampler = self == g_t->caller;
   // Long runs say how far they are, every tenth of the calling core's share
-  // (the cores' shares are equal, so it is the whole run's progress).
-  uint64_t tenth = sampler && c.ops >= kProgressMinOps ? c.ops / 10 : 0;
-  uint64_t t0 = tenth ? timer::now_ns() : 0;
-  for (uint64_t op = 0; op < c.ops; op++) {
+  // (the cores' shares are equal, so it is the whole run's progress); in
+  // kmemleak mode, of the first worker's.
+  bool reporter = sampler || (g_t->leakcheck && self == g_t->worker[0]);
+  uint64_t tenth = reporter && c.ops >= kProgressMinOps ? c.ops / 10 : 0;
+  static uint64_t t0;  // the reporter's start (its first call)
+  if (tenth && c.op == 0) t0 = timer::now_ns();
+  for (; c.op < c.ops; c.op++) {
+    uint64_t op = c.op;
+    if (op % 64 == 0 && yield_now()) {
+      c.running.store(false, std::memory_order_release);
+      return;
+    }
     if (sampler && op % 256 == 0) sample_ticks();
     if (tenth && op && op % tenth == 0 && op / tenth < 10) {
       uint64_t ms = (timer::now_ns() - t0) / 1000000;
@@ -681,18 +716,27 @@ void worker(void*) {
     }
     c.n.ops++;
   }
-  for (Item& it : c.held) {
-    if (it.p) release(c, it);
-    it.p = nullptr;
+  if (!c.released) {
+    for (Item& it : c.held) {
+      if (it.p) release(c, it);
+      it.p = nullptr;
+    }
+    c.released = true;
+    g_t->finished.fetch_add(1, std::memory_order_release);  // our last push is before this
   }
-  g_t->finished.fetch_add(1, std::memory_order_release);  // our last push is before this
   while (g_t->finished.load(std::memory_order_acquire) != g_t->cpus) {
     drain_inbox(c);
     if (sampler) sample_ticks();
+    if (yield_now()) {
+      c.running.store(false, std::memory_order_release);
+      return;
+    }
     arch::cpu_relax();
   }
   drain_inbox(c);  // nobody pushes any more
   if (sampler) sample_ticks();
+  c.complete = true;
+  c.running.store(false, std::memory_order_release);  // complete, and all it did, before this
 }
 
 // --- setup and the report -------------------------------------------------------
@@ -779,6 +823,81 @@ bool teardown(Counts& total) {
   return ok;
 }
 
+// --- kmemleak mode (7.) ------------------------------------------------------------
+
+struct LeakCheck {
+  bool was_on = false, stacks = true;
+  unsigned min_age = 0;
+  uint64_t switches = 0, scans = 0, false_leaks = 0;
+};
+mm::LeakObject g_leak_seen[8];  // .bss, cleared after use: the scans read it
+
+// Scans; what it reports is a false leak (printed, the first few).
+void leak_check_scan(LeakCheck& lc) {
+  size_t n = kmemleak_scan();
+  lc.scans++;
+  if (!n) return;
+  size_t got = mm::kmemleak_reports(g_leak_seen, 8, 0);
+  for (size_t i = 0; i < got && lc.false_leaks + i < 8; i++)
+    kprintf("kmem torture: FALSE LEAK: %s object 0x%llx (size %zu), allocated on cpu %u\n", g_leak_seen[i].kind,
+            (ull)g_leak_seen[i].start, g_leak_seen[i].size, g_leak_seen[i].cpu);
+  memset(g_leak_seen, 0, sizeof g_leak_seen);
+  lc.false_leaks += n;
+  mm::kmemleak_clear();  // counted once
+}
+
+void leak_check_begin(LeakCheck& lc) {
+  lc.was_on = mm::kmemleak_enabled();
+  lc.min_age = mm::kmemleak_min_age_ms();
+  kmemleak_set_min_age_ms(0);
+  kmemleak_enable(true);
+  // What was unreferenced before the run is not the run's: settled (a
+  // chain of k unreferenced objects takes k + 1 scans) and cleared.
+  for (int i = 0; i < 4; i++) kmemleak_scan();
+  mm::kmemleak_clear();
+}
+
+// Posts every worker that is neither running nor complete.
+bool leak_check_post() {
+  bool left = false;
+  for (unsigned k = 0; k < g_t->cpus; k++) {
+    Core& c = g_core[g_t->worker[k]];
+    // Acquire: a worker's last stores (complete, its state) before it let go.
+    if (c.running.load(std::memory_order_acquire)) {
+      left = true;
+      continue;
+    }
+    if (c.complete) continue;
+    left = true;
+    c.running.store(true, std::memory_order_relaxed);  // until it starts and says so itself
+    if (!smp::call_async(g_t->worker[k], worker, nullptr)) c.running.store(false, std::memory_order_relaxed);
+  }
+  return left;
+}
+
+void leak_check_run(LeakCheck& lc) {
+  while (leak_check_post()) {
+    sample_ticks();
+    if (mm::kmemleak_enabled()) {
+      for (int i = 0; i < 3; i++) leak_check_scan(lc);
+      kmemleak_enable(false);
+    } else {
+      timer::delay_us(2000);
+      kmemleak_enable(true);
+    }
+    lc.switches++;
+    sample_ticks();
+  }
+  // Every worker is done: a last look with kmemleak on.
+  kmemleak_enable(true);
+  for (int i = 0; i < 3; i++) leak_check_scan(lc);
+}
+
+void leak_check_end(LeakCheck& lc) {
+  kmemleak_set_min_age_ms(lc.min_age);
+  if (!lc.was_on) kmemleak_enable(false);
+}
+
 }  // namespace
 
 namespace torture {
@@ -813,11 +932,15 @@ bool detects_corruption() {
 }
 
 int run(const char* cmd, int argc, char** argv) {
-  const char* usage = "usage: kmem torture OPS [SEED]; OPS from 1 to 10000000000, SEED a number";
+  const char* usage =
+      "usage: kmem torture OPS [SEED [kmemleak]]; OPS from 1 to 10000000000, SEED a number; kmemleak: switch "
+      "kmemleak off and on and scan while it runs (two cores or more)";
   uint64_t ops = 0, seed = 1;
-  if (argc < 3 || argc > 4 || !shell::parse_u64(argv[2], ops) || ops == 0 || ops > kMaxOps ||
-      (argc == 4 && !shell::parse_u64(argv[3], seed)))
+  bool leakcheck = argc == 5 && strcmp(argv[4], "kmemleak") == 0;
+  if (argc < 3 || argc > 5 || !shell::parse_u64(argv[2], ops) || ops == 0 || ops > kMaxOps ||
+      (argc >= 4 && !shell::parse_u64(argv[3], seed)) || (argc == 5 && !leakcheck))
     return shell::usage_error(cmd, "%s", usage);
+  if (leakcheck && cpus_online() < 2) return shell::usage_error(cmd, "kmemleak mode needs two cores or more");
 
   // Start from a clean slate (the shell runs one command at a time).
   if (!state_begin()) return 1;
@@ -834,8 +957,14 @@ int run(const char* cmd, int argc, char** argv) {
     for (auto& w : a) w.store(0, std::memory_order_relaxed);
   g_t->ops = ops;
   g_t->seed = seed;
-  g_t->cpus = cpus_online();
   g_t->caller = cpu_id();
+  g_t->leakcheck = leakcheck;
+  g_t->cpus = 0;
+  for (unsigned i = 0; i < cpus_online(); i++)
+    if (!leakcheck || i != g_t->caller) {
+      g_core[i].index = g_t->cpus;
+      g_t->worker[g_t->cpus++] = i;
+    }
   g_t->finished.store(0, std::memory_order_relaxed);
   g_t->corruptions.store(0);
   g_t->ctors.store(0);
@@ -845,9 +974,10 @@ int run(const char* cmd, int argc, char** argv) {
   // Cores are numbered 0..cpus-1 when all are online (they all are on the
   // boards we run: every core the DTB lists is started).
   for (unsigned i = 0; i < kMaxCpus; i++) {
-    g_core[i].ops = i < g_t->cpus ? ops / g_t->cpus + (i < ops % g_t->cpus) : 0;
+    g_core[i].ops = 0;
     g_core[i].rng = Rng{mix(seed * 0x9e3779b97f4a7c15ull + i + 1)};
   }
+  for (unsigned k = 0; k < g_t->cpus; k++) g_core[g_t->worker[k]].ops = ops / g_t->cpus + (k < ops % g_t->cpus);
 
   full_reap();
   uint64_t errors0 = mm::error_count(), bad_pages0 = page_bad_frees();
@@ -860,12 +990,16 @@ int run(const char* cmd, int argc, char** argv) {
     return 1;
   }
 
+  LeakCheck lc;
+  if (leakcheck) leak_check_begin(lc);
   g_t->ticks = 0;
   g_t->last_tick = arch::cycles();
   uint64_t t0 = timer::now_ns();
-  smp::call_on_all(worker, nullptr);
+  if (leakcheck) leak_check_run(lc);
+  else smp::call_on_all(worker, nullptr);
   uint64_t ns = timer::now_ns() - t0;
   uint64_t ticks = g_t->ticks;
+  if (leakcheck) leak_check_end(lc);
 
   Counts total{};
   for (unsigned i = 0; i < kMaxCpus; i++) {
@@ -932,7 +1066,10 @@ int run(const char* cmd, int argc, char** argv) {
   kprintf("  %llu ms, %llu ops/s, %llu instructions/op (counter ticks: instructions under --icount)\n", (ull)ms,
           (ull)(ns ? total.ops * 1000000000ull / ns : 0), (ull)(total.ops ? ticks / total.ops : 0));
   uint64_t corrupt = g_t->corruptions.load();
-  bool pass = corrupt == 0 && balanced && pages_ok && errors == 0;
+  bool pass = corrupt == 0 && balanced && pages_ok && errors == 0 && lc.false_leaks == 0;
+  if (leakcheck)
+    kprintf("  kmemleak: switched %llu times, %llu scans while the workers ran, %llu false leaks\n",
+            (ull)lc.switches, (ull)lc.scans, (ull)lc.false_leaks);
   if (bad_pages) kprintf("  %llu page frees refused by the page allocator (counted as allocator errors)\n", (ull)bad_pages);
   kprintf("kmem torture: %s: %llu corruptions, counts %s, pages %s, %llu allocator errors\n", pass ? "PASS" : "FAIL",
           (ull)corrupt, balanced ? "balanced" : "UNBALANCED", pages_ok ? "balanced" : "UNBALANCED", (ull)errors);

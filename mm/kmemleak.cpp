@@ -1251,7 +1251,7 @@ __attribute__((noinline)) size_t scan_now() {  // its frame is built below the s
   uint64_t t0 = plat::monotonic_ns();
   uint64_t pause = with_world(scan_world, nullptr);
   {
-    Guard<> t(g_tables);
+    mm::Guard<> t(g_tables);
     g_last.scans++;
     g_last.duration_ns = plat::monotonic_ns() - t0;
     g_last.pause_ns = pause;
