@@ -330,12 +330,16 @@ namespace {
 // kmemleak switched on over a heap that was built while it was off, the
 // way `kmemleak on` is used on a running board: several hundred slabs of
 // one cache, every object reachable through a list from .bss but the
-// ones left out, with no settling scans and no clear before looking.
+// ones left out (some in the oldest slabs, and the list running from the
+// oldest slabs into the newer ones, so that a slab left without records
+// hides leaks and cuts the list), with no settling scans and no clear
+// before looking.
 struct SwitchNode {
   SwitchNode* next;
   uint64_t body[7];  // 64 bytes
 };
 SwitchNode* g_switch_head;
+SwitchNode* g_switch_tail;  // nodes are appended: the oldest slabs point into newer ones
 kmem_cache_t* g_switch_cache;
 constexpr unsigned kSwitchLeaks = 12;
 uintptr_t g_switch_leaked[kSwitchLeaks];  // ~address: not references
@@ -345,8 +349,9 @@ __attribute__((noinline)) void switch_push(unsigned n) {
   for (unsigned i = 0; i < n; i++) {
     auto* x = static_cast<SwitchNode*>(kmem_cache_alloc(g_switch_cache, KM_SLEEP));
     memset(x, 0, sizeof *x);
-    x->next = g_switch_head;
-    g_switch_head = x;
+    if (g_switch_tail) g_switch_tail->next = x;
+    else g_switch_head = x;
+    g_switch_tail = x;
   }
 }
 __attribute__((noinline)) void switch_leak(unsigned n) {
@@ -360,6 +365,7 @@ __attribute__((noinline)) void switch_free_every_other() {
   for (SwitchNode* x = g_switch_head; x && x->next; x = x->next) {
     SwitchNode* gone = x->next;
     x->next = gone->next;
+    if (gone == g_switch_tail) g_switch_tail = x;
     kmem_cache_free(g_switch_cache, gone);
   }
 }
@@ -405,10 +411,11 @@ KTEST(kmemleak_switched_on_over_a_running_heap_reports_exactly_its_leaks) {
                                      nullptr, 0);
   KASSERT(g_switch_cache != nullptr);
   g_switch_nleaked = 0;
-  switch_push(10000);
-  switch_leak(4);
+  g_switch_head = g_switch_tail = nullptr;
+  switch_leak(4);  // in the oldest slabs
   switch_push(10000);
   switch_leak(3);
+  switch_push(10000);
   kmemleak_set_min_age_ms(0);
   kmemleak_enable(true);
   SwitchResult r = switch_scan();
@@ -437,6 +444,7 @@ KTEST(kmemleak_switched_on_over_a_running_heap_reports_exactly_its_leaks) {
     kmem_cache_free(g_switch_cache, g_switch_head);
     g_switch_head = n;
   }
+  g_switch_tail = nullptr;
   for (unsigned j = 0; j < g_switch_nleaked; j++)
     kmem_cache_free(g_switch_cache, reinterpret_cast<void*>(~g_switch_leaked[j]));
   KEXPECT(kmem_cache_destroy(g_switch_cache));
