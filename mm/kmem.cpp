@@ -693,7 +693,7 @@ MM_RESTARTABLE_TEXT __attribute__((noinline, cold)) void* alloc_failslab(kmem_ca
 __attribute__((noinline)) void* alloc_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, const AllocTag* tag) {
   if (!leak_stamping()) return prof_stamp_irq(cp, obj, tag);
   prof_stamp_irq(cp, obj, tag);
-  return leak_stamp(cp, obj, caller ? caller : caller_of_api(), 0);  // no size: four arguments at most
+  return leak_stamp(cp, obj, caller ? caller : caller_of_api());  // no size: four arguments at most
 }
 MM_RESTARTABLE_TEXT __attribute__((noinline)) void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
@@ -715,7 +715,7 @@ __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, 
   void* obj = cp->debug ? alloc_unmagazined(cp, kmflag, requested, caller) : alloc_slow(cp, kmflag);
   kmemtrace::note_alloc(type, caller, obj, requested, cp->chunk, kmflag);
   if (obj && prof_counting()) prof_stamp_irq(cp, obj, tag);
-  if (obj && leak_stamping()) leak_stamp(cp, obj, caller, leak_size(type, requested));
+  if (obj && leak_stamping()) leak_stamp_typed(cp, obj, caller, type, requested);
   return obj;
 }
 #if defined(ARCH_HAS_RSEQ_RECORD)

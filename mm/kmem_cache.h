@@ -580,9 +580,10 @@ LeakAnnotation leak_annotate(kmem_cache_t* cp, Slab* sp, uintptr_t buf, uint8_t 
 // the buffer can be handed out again. Returns the flags it had (0 if
 // none, or buf is no allocated buffer of sp: the slab layer reports that).
 uint8_t leak_free_diverted(kmem_cache_t* cp, Slab* sp, uintptr_t buf);
-// The same as an annotation, with every other CPU stopped (kmemleak_clear):
-// buffer i of sp gets flags.
-void leak_flags_stopped(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags);
+// Buffer i of sp gets flags in its record; its slab is diverted while it
+// has a buffer with annotations (kLeakKept), and no longer once none is
+// left (slab_lock held, or every other CPU stopped: kmemleak_clear).
+void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags);
 // The consolidator moved an object from buffer from to buffer to: its
 // record goes with it.
 void leak_move(kmem_cache_t* cp, uintptr_t from, uintptr_t to);
@@ -590,10 +591,12 @@ uint64_t leak_records_bytes();
 // kmemleak.cpp: is it on (the hooked copies stamp objects), and the stamps.
 extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, 6)
 inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
-// Stamps obj's record (a tail call from the magazine path: returns obj).
-// requested: the size kmem_alloc was asked for (0: the buffer's size, a
-// kmem_cache_alloc).
-void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested);
+// Stamps obj's record (a tail call from the magazine path: returns obj):
+// a kmem_cache_alloc's (the buffer's size is the size asked for), or a
+// kmem_alloc's of requested bytes (a class's: 16 KiB at most).
+void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller);
+void* leak_stamp_sized(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested);
+
 void leak_note_large(void* obj, uintptr_t caller, size_t requested);
 // An annotated buffer's free went out of line and found scan areas
 // registered for it: they go with it (leak_free_diverted's caller).

@@ -267,10 +267,12 @@ __attribute__((always_inline)) inline plat::RseqPush magazine_push(kmem_cache_t*
   }
 }
 
-// What kmemleak's record keeps of an allocation's size: kmem_alloc's
-// request; 0 for a kmem_cache_alloc (the buffer's size is exact).
-__attribute__((always_inline)) inline size_t leak_size(uint8_t type, size_t requested) {
-  return type == kmemtrace::kTypeKmalloc ? requested : 0;
+// kmemleak's stamp of an allocation of a type (kmemtrace's kTypeCache or
+// kTypeKmalloc: a constant where the hooked copies inline it).
+__attribute__((always_inline)) inline void* leak_stamp_typed(kmem_cache_t* cp, void* obj, uintptr_t caller,
+                                                             uint8_t type, size_t requested) {
+  if (type == kmemtrace::kTypeKmalloc) return leak_stamp_sized(cp, obj, caller, requested);
+  return leak_stamp(cp, obj, caller);
 }
 
 // The magazine layer's allocation. kmem_cache_alloc and kmem_alloc use it
@@ -306,7 +308,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
       void* obj;
       if (__builtin_expect(magazine_pop(cp, cpu_base(cp), obj), 1)) {
         if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
-        if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller, leak_size(type, requested));
+        if (__builtin_expect(leak_stamping(), 0)) return leak_stamp_typed(cp, obj, caller, type, requested);
         return obj;
       }
       return alloc_slow_traced(cp, kmflag, type, requested, caller, tag);
@@ -320,7 +322,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
                                         requested, cp->chunk, static_cast<uint32_t>(kmflag));
       plat::irq_restore(s);
       if (__builtin_expect(prof_counting(), 0)) return alloc_stamp(cp, obj, caller, tag);
-      if (__builtin_expect(leak_stamping(), 0)) return leak_stamp(cp, obj, caller, leak_size(type, requested));
+      if (__builtin_expect(leak_stamping(), 0)) return leak_stamp_typed(cp, obj, caller, type, requested);
       return obj;
     }
     plat::irq_restore(s);

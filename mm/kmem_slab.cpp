@@ -180,9 +180,8 @@ void slab_divert(kmem_cache_t* cp, Slab* sp, bool on) {
   set_owner_ids(cp, sp, !on);
 }
 
-// Buffer i's record gets flags: its slab counts one annotated buffer more
-// or fewer when the kept ones come or go (slab_lock held, or every other
-// CPU stopped).
+}  // namespace
+
 void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) {
   LeakSlab* ls = sp->leak;
   bool was = ls->meta[i].flags & kLeakKept, now = flags & kLeakKept;
@@ -191,7 +190,8 @@ void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) {
   if (was && !now && --ls->kept == 0) slab_divert(cp, sp, false);
 }
 
-// Buffer i's record is cleared (the same).
+namespace {
+// Buffer i's record is cleared (as leak_record_flags).
 void leak_record_clear(kmem_cache_t* cp, Slab* sp, uint32_t i) {
   leak_record_flags(cp, sp, i, 0);
   sp->leak->meta[i] = LeakMeta{};
@@ -865,8 +865,6 @@ uint8_t leak_free_diverted(kmem_cache_t* cp, Slab* sp, uintptr_t buf) {
   if (was & kLeakKept) leak_record_clear(cp, sp, i);
   return was;
 }
-
-void leak_flags_stopped(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) { leak_record_flags(cp, sp, i, flags); }
 
 void leak_move(kmem_cache_t* cp, uintptr_t from, uintptr_t to) {
   // Both buffers are the consolidator's (allocated): their slabs stay.

@@ -859,10 +859,9 @@ __attribute__((always_inline)) inline void* stamp_slab(kmem_cache_t* cp, Slab* s
   if (!ls) return obj;
   auto addr = reinterpret_cast<uintptr_t>(obj);
   auto* m = reinterpret_cast<uint64_t*>(&ls->meta[div_chunk(cp, addr - sp->base)]);
-  // A size past 16 bits is no class's (0: the buffer's size).
-  uint64_t size = requested <= 0xffff ? requested : 0;
-  uint64_t first =
-      static_cast<uint32_t>(plat::ticks() + 1) | uint64_t{static_cast<uint8_t>(plat::cpu_id())} << 32 | size << 48;
+  // requested: a kmem_alloc class's size (16 KiB at most: 16 bits), or 0.
+  uint64_t first = static_cast<uint32_t>(plat::ticks() + 1) | uint64_t{static_cast<uint8_t>(plat::cpu_id())} << 32 |
+                   uint64_t{requested} << 48;
   if (__builtin_expect(__atomic_load_n(&g_backtraces, __ATOMIC_RELAXED), 1))
     return stamp_with_backtrace(m, first, caller, obj);
   m[1] = 0;
@@ -877,11 +876,20 @@ __attribute__((noinline)) void* stamp_offslab(kmem_cache_t* cp, void* obj, uintp
 
 }  // namespace
 
-__attribute__((noipa)) void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller,
-                                        size_t requested) {  // noipa: not split in two
+namespace {
+__attribute__((always_inline)) inline void* stamp(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested) {
   if (!cp->tracked) return obj;
   if (__builtin_expect(cp->offslab, 0)) return stamp_offslab(cp, obj, caller, requested);
   return stamp_slab(cp, onslab_header(reinterpret_cast<uintptr_t>(obj)), obj, caller, requested);
+}
+}  // namespace
+
+// noipa: not split in two.
+__attribute__((noipa)) void* leak_stamp(kmem_cache_t* cp, void* obj, uintptr_t caller) {
+  return stamp(cp, obj, caller, 0);
+}
+__attribute__((noipa)) void* leak_stamp_sized(kmem_cache_t* cp, void* obj, uintptr_t caller, size_t requested) {
+  return stamp(cp, obj, caller, requested);
 }
 
 void leak_note_large(void* obj, uintptr_t caller, size_t requested) {
@@ -987,7 +995,7 @@ size_t kmemleak_clear() {
             // An annotation like kmemleak_not_leak's (kmemleak_meta.h, 4):
             // under the cache's lock where stopped CPUs may hold it, the
             // scanner holds it already (with_world).
-            leak_flags_stopped(o.cp, o.sp, o.idx, f);
+            leak_record_flags(o.cp, o.sp, o.idx, f);
           } else {
             o.set_flags(f);
           }

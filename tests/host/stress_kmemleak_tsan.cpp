@@ -4,8 +4,12 @@
 // replaced, children move from node to node, slots hold interior pointers,
 // and a node is often held only in a register or on its thread's stack at
 // the instant the world stops. Meanwhile the main thread scans again and
-// again, and another thread asks kmem_whatis about buffers (its magazine
-// search stops the world too). No scan may report anything. Then every
+// again, switching kmemleak off and on every few scans, another thread asks
+// kmem_whatis about buffers (its magazine search stops the world too), one
+// annotates objects it keeps (kmemleak_not_leak) and frees them (their
+// slabs' frees go out of line, where the annotation leaves with the
+// buffer, which the mutators then get as nodes), and one reads kmemleak's
+// figures and makes marks. No scan may report anything. Then every
 // mutator lets go of its whole graph and exits, and two scans must report
 // exactly the nodes it held, children included.
 //
@@ -192,6 +196,52 @@ void whatis_thread() {
   g_whatis.fetch_add(n);
 }
 
+// Objects annotated kmemleak_not_leak while kept in a registered root, then
+// freed: their slabs are diverted while they live, and the buffers go back
+// with no annotation (a mutator's node that gets one must be reported
+// when dropped at the end).
+uintptr_t g_annotated[32];
+std::atomic<uint64_t> g_annotations{0};
+void annotator_thread() {
+  std::mt19937 rng(777);
+  uint64_t n = 0;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    unsigned i = rng() % 32;
+    size_t size = sizeof(Node) + (i % 4) * 40;
+    if (g_annotated[i]) {
+      void* p = reinterpret_cast<void*>(g_annotated[i]);
+      g_annotated[i] = 0;
+      kmem_free(p, size);
+    } else {
+      void* p = kmem_alloc(size, KM_SLEEP);
+      g_annotated[i] = reinterpret_cast<uintptr_t>(p);
+      kmemleak_not_leak(p);
+      n++;
+    }
+  }
+  for (unsigned i = 0; i < 32; i++)
+    if (g_annotated[i]) {
+      kmem_free(reinterpret_cast<void*>(g_annotated[i]), sizeof(Node) + (i % 4) * 40);
+      g_annotated[i] = 0;
+    }
+  g_annotations.fetch_add(n);
+}
+
+// kmemleak's figures and marks, which take no stopped world.
+std::atomic<uint64_t> g_figures{0};
+void figures_thread() {
+  uint64_t n = 0;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    mm::LeakScanStats st;
+    mm::kmemleak_last_scan(st);
+    mm::LeakMemory m;
+    mm::kmemleak_memory(m);
+    if (n % 64 == 0 && !mm::kmemleak_mark()) g_errors.fetch_add(1);
+    n++;
+  }
+  g_figures.fetch_add(n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,15 +256,24 @@ int main(int argc, char** argv) {
   if (getenv("STRESS_NO_STACKS")) mm::kmemleak_set_stack_scan(false);  // (to see the test fail)
   kmemleak_add_root(g_slots, sizeof g_slots);
   kmemleak_add_root(g_whatis_held, sizeof g_whatis_held);
+  kmemleak_add_root(g_annotated, sizeof g_annotated);
 
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < kMutators; t++) threads.emplace_back(mutator, t);
   threads.emplace_back(whatis_thread);
+  threads.emplace_back(annotator_thread);
+  threads.emplace_back(figures_thread);
 
-  uint64_t scans = 0, false_reports = 0, max_pause_ns = 0;
+  uint64_t scans = 0, false_reports = 0, max_pause_ns = 0, switches = 0;
   auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the mutators run between scans
+    if (scans % 8 == 7) {  // off for a while, then on again over what changed meanwhile
+      kmemleak_enable(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      kmemleak_enable(true);
+      switches++;
+    }
     size_t n = kmemleak_scan();
     scans++;
     mm::LeakScanStats st;
@@ -243,10 +302,13 @@ int main(int argc, char** argv) {
   for (uintptr_t e : g_expected)
     if (!got.count(e)) std::fprintf(stderr, "not reported: %#lx\n", static_cast<unsigned long>(~e));
 
-  std::printf("%llu scans over %.1f s, %llu moves, %llu whatis, longest pause %.2f ms; "
+  std::printf("%llu scans over %.1f s (%llu switches off and on), %llu moves, %llu whatis, %llu annotations, "
+              "%llu figures read, longest pause %.2f ms; "
               "%llu reports of live nodes; at the end %zu of %zu dropped nodes reported (%zu in all)%s\n",
-              static_cast<unsigned long long>(scans), seconds, static_cast<unsigned long long>(g_moves.load()),
-              static_cast<unsigned long long>(g_whatis.load()), max_pause_ns / 1e6,
+              static_cast<unsigned long long>(scans), seconds, static_cast<unsigned long long>(switches),
+              static_cast<unsigned long long>(g_moves.load()), static_cast<unsigned long long>(g_whatis.load()),
+              static_cast<unsigned long long>(g_annotations.load()), static_cast<unsigned long long>(g_figures.load()),
+              max_pause_ns / 1e6,
               static_cast<unsigned long long>(false_reports), reported, g_expected.size(), total,
               exact ? "" : ": NOT the dropped set");
   // Tidy up: the reports become roots; free them.
@@ -255,6 +317,7 @@ int main(int argc, char** argv) {
     auto* n = reinterpret_cast<Node*>(~e);
     kmem_free(n, n->size);
   }
-  bool ok = scans > 1 && false_reports == 0 && exact && reported == g_expected.size() && g_errors.load() == 0;
+  bool ok = scans > 1 && switches > 0 && g_annotations.load() > 0 && false_reports == 0 && exact &&
+            reported == g_expected.size() && g_errors.load() == 0;
   return ok ? 0 : 1;
 }
