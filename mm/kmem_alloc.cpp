@@ -380,7 +380,7 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_trace_only(size_t size, int km
 // the untraced path a move on riscv64), or the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_alloc)(size_t size, int kmflag) {
 #if !defined(MM_KERNEL)
-  if (__builtin_expect(size - 1 < g_hooks_bound[0], 1))  // (5): the table's class, or g_no_class (4)
+  if (__builtin_expect(size - 1 < plat::load_shared(g_hooks_bound[0]), 1))  // (5): the table's class, or g_no_class (4)
     return class_alloc(table_entry(&g_class_table[(size - 1) >> 3]), size, kmflag);
 #endif
   plat::HookMode mode = plat::alloc_hooks_mode();
@@ -438,7 +438,7 @@ __attribute__((noinline)) void kmem_free_rest(void* buf, size_t size, uintptr_t 
 // (kmem_free_body).
 MM_RESTARTABLE_TEXT MM_FRAMELESS void kmem_free(void* buf, size_t size) {
 #if !defined(MM_KERNEL)
-  if (__builtin_expect(size - 1 < g_hooks_bound[1], 1)) {  // (5): the table's class, or g_no_class (4)
+  if (__builtin_expect(size - 1 < plat::load_shared(g_hooks_bound[1]), 1)) {  // (5): the table's class, or g_no_class (4)
     kmem_cache_t* cp = table_entry(&g_class_table[(size - 1) >> 3]);
     return cache_free<false, false, true>(cp, buf);
   }

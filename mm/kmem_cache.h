@@ -562,10 +562,13 @@ extern bool g_leak_records;
 extern bool g_leak_records_short;
 // Gives every slab of cp records, as many batches as that takes, until
 // none lacks them; false if memory ran out first (those slabs are scanned
-// as roots and their buffers counted as untracked). zero_scan (the switch
-// on): the records it finds lose their stamps and scan state and keep
-// their annotations (kmemleak_meta.h, 3 and 4).
-bool leak_records_fill(kmem_cache_t* cp, bool zero_scan);
+// as roots and their buffers counted as untracked).
+bool leak_records_fill(kmem_cache_t* cp);
+// With every other CPU stopped (the switch on): every record of cp loses
+// its stamp and scan state and keeps its annotations (kmemleak_meta.h, 3
+// and 4). Stopped, so that a stamp still on its way from before the switch
+// off lands after the zeroing, not in the middle of it.
+void leak_records_forget_stamps(kmem_cache_t* cp);
 // The record of buffer buf of cp (allocated or not), or null (untracked
 // cache, or a slab without records).
 LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf);

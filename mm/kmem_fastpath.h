@@ -150,7 +150,7 @@ __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
   Page** leaf = g_heap_index.dir[off >> kIndexLeafShift];
   const Page* p = leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)];
-  return static_cast<const Slab*>(p->owner)->check == cp;  // a Slab or g_no_owner
+  return plat::load_shared(static_cast<const Slab*>(p->owner)->check) == cp;  // a Slab or g_no_owner
 }
 
 // The owner check of the magazine frees (2): does obj not belong to cp?
@@ -191,7 +191,9 @@ __attribute__((always_inline)) inline bool wrong_owner(const kmem_cache_t* cp, c
     return check != kOwnerNone || obj == nullptr;
   }
   if (kNullOk && obj == nullptr) return true;
-  return onslab_header(reinterpret_cast<uintptr_t>(obj))->check != cp;
+  // The check word changes while the slab lives when kmemleak diverts its
+  // frees (Slab::check): a free that sees either value goes right.
+  return plat::load_shared(onslab_header(reinterpret_cast<uintptr_t>(obj))->check) != cp;
 }
 
 // The restartable fast paths address this CPU's CpuCache fields as
@@ -445,7 +447,7 @@ __attribute__((always_inline)) inline void cache_free_prof(kmem_cache_t* cp, voi
   // Not cp's to push here (a wrong free, or a slab whose frees go out of
   // line: Slab::check): the hooked copy takes the reference off, if the
   // buffer is cp's, and then decides.
-  if (__builtin_expect(sp->check != cp, 0)) return free_unstamp(cp, obj, kType, caller);
+  if (__builtin_expect(plat::load_shared(sp->check) != cp, 0)) return free_unstamp(cp, obj, kType, caller);
   if (uint32_t* tags = sp->tags) {
     uint32_t* slot = &tags[(a & (kPageBytes - 1)) >> cp->prof_shift];
     uint32_t ref = *slot;

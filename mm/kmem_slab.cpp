@@ -186,8 +186,12 @@ void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags) {
   LeakSlab* ls = sp->leak;
   bool was = ls->meta[i].flags & kLeakKept, now = flags & kLeakKept;
   ls->meta[i].flags = flags;
-  if (!was && now && ls->kept++ == 0) slab_divert(cp, sp, true);
-  if (was && !now && --ls->kept == 0) slab_divert(cp, sp, false);
+  if (was == now) return;
+  // Relaxed stores (under the lock): leak_free_diverted reads kept without it.
+  uint32_t kept = ls->kept + (now ? 1 : -1);
+  __atomic_store_n(&ls->kept, kept, __ATOMIC_RELAXED);
+  if (now && kept == 1) slab_divert(cp, sp, true);
+  if (!now && kept == 0) slab_divert(cp, sp, false);
 }
 
 namespace {
@@ -778,30 +782,31 @@ bool leak_records_attach(kmem_cache_t* cp, uint64_t want) {
 }
 }  // namespace
 
-bool leak_records_fill(kmem_cache_t* cp, bool zero_scan) {
+bool leak_records_fill(kmem_cache_t* cp) {
   if (!cp->tracked) return true;
   uint64_t missing = 0;
   {
     Guard<> g(cp->slab_lock);
     SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
     for (SlabList* l : lists)
-      for (Slab* sp = l->head; sp; sp = sp->next) {
-        LeakSlab* ls = sp->leak;
-        if (!ls) {
-          missing++;
-          continue;
-        }
-        if (!zero_scan) continue;
-        // Stamps and scan state go (a buffer may have changed hands while
-        // kmemleak was off); annotations stay (kmemleak_meta.h, 4).
-        for (uint32_t i = 0; i < ls->chunks; i++) {
-          uint8_t kept = ls->meta[i].flags & kLeakKept;
-          ls->meta[i] = LeakMeta{};
-          ls->meta[i].flags = kept;
-        }
-      }
+      for (Slab* sp = l->head; sp; sp = sp->next) missing += sp->leak ? 0 : 1;
   }
   return leak_records_attach(cp, missing);
+}
+
+void leak_records_forget_stamps(kmem_cache_t* cp) {
+  if (!cp->tracked) return;
+  SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
+  for (SlabList* l : lists)
+    for (Slab* sp = l->head; sp; sp = sp->next) {
+      LeakSlab* ls = sp->leak;
+      if (!ls) continue;
+      for (uint32_t i = 0; i < ls->chunks; i++) {
+        uint8_t kept = ls->meta[i].flags & kLeakKept;
+        ls->meta[i] = LeakMeta{};
+        ls->meta[i].flags = kept;
+      }
+    }
 }
 
 LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf) {

@@ -1167,9 +1167,9 @@ void bring_up() {
 
 // Records for every slab of every tracked cache (kmem_slab.cpp); false if
 // some could not have them.
-bool fill_records(bool zero_scan) {
+bool fill_records() {
   bool all = true;
-  for_each_cache([&all, zero_scan](kmem_cache_t* cp) { all &= leak_records_fill(cp, zero_scan); });
+  for_each_cache([&all](kmem_cache_t* cp) { all &= leak_records_fill(cp); });
   return all;
 }
 
@@ -1184,11 +1184,14 @@ void turn_on() {
   }
   stackdepot_init(stackdepot_default_pool());
   __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
-  if (!fill_records(true)) {
+  if (!fill_records()) {
     __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
     plat::log("kmemleak: no memory for the records of some slabs: their buffers are scanned as roots and "
               "counted as untracked until a scan finds memory for them");
   }
+  // Stamps and scan state from before (a buffer may have changed hands
+  // while kmemleak was off) go; annotations stay.
+  with_world([](void*) { each_cache(leak_records_forget_stamps); }, nullptr);
 #if defined(__SANITIZE_ADDRESS__)
   // Host under ASan with detect_stack_use_after_return: locals live in
   // fake frames on ASan's heap, which no stack scan reads.
@@ -1249,7 +1252,7 @@ __attribute__((noinline)) size_t scan_now() {  // its frame is built below the s
   ScanGuard g;
   if (!kmemleak_enabled()) return 0;
   // Slabs that went without records while memory was short: try again.
-  if (__atomic_exchange_n(&g_leak_records_short, false, __ATOMIC_RELAXED) && !fill_records(false))
+  if (__atomic_exchange_n(&g_leak_records_short, false, __ATOMIC_RELAXED) && !fill_records())
     __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
   Scan s;
   s.now = static_cast<uint32_t>(plat::ticks());

@@ -48,6 +48,10 @@
 //                                         or call site has a path for
 //                                         kmemtrace alone; kHooked or kOff
 //                                         where the platform has no three-way sites
+//   T load_shared(const T& word);         a word another CPU may store (relaxed)
+//                                         while a fast path loads it: kernel: a
+//                                         plain load (single-copy atomic, any
+//                                         addressing mode); host: relaxed atomic
 //   constexpr bool kRestartable;          restartable per-CPU sections (kernel,
 //                                         where the arch has them: kernel/rseq.h);
 //                                         false: mask instead (the host)

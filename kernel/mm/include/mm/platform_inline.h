@@ -33,6 +33,15 @@ inline unsigned cpu_slot() { return cpu_id(); }
 inline uintptr_t cpu_line_offset() { return arch::this_cpu()->line_offset; }  // kept scaled (kernel/percpu.h)
 #endif
 inline unsigned cpu_count() { return g_cpu_count; }
+// A word another CPU may store (relaxed) while this one loads it on a fast
+// path: a plain load. An aligned word is single-copy atomic on every arch
+// we run on, and an __atomic load would keep GCC from folding an offset or
+// an index into the load's addressing (its atomic patterns take a base
+// register only on arm64), an instruction more on every free.
+template <typename T>
+inline T load_shared(const T& v) {
+  return v;
+}
 // c + 1, stored relaxed, where this CPU is c's only writer and others read
 // it relaxed (statistics); with interrupts masked (the masked fast paths).
 inline void count_own(uintptr_t& c) {
