@@ -559,7 +559,7 @@ struct LeakMeta;
 extern bool g_leak_records;
 // A slab of a tracked cache went without records while they were wanted
 // (memory was short): the next scan tries again (relaxed: a hint).
-extern bool g_leak_records_short;
+extern uint32_t g_leak_records_short;  // word-sized: riscv64 has no sub-word atomics
 // Gives every slab of cp records, as many batches as that takes, until
 // none lacks them; false if memory ran out first (those slabs are scanned
 // as roots and their buffers counted as untracked).

@@ -345,7 +345,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
     sp->leak = leak_slab_alloc(sp->chunks);
     // Scanned as a root, its buffers untracked, until a scan's retry
     // (leak_records_fill) finds memory for its records.
-    if (!sp->leak) __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
+    if (!sp->leak) __atomic_store_n(&g_leak_records_short, 1u, __ATOMIC_RELAXED);
   }
   sp->tags = cp->profiled && prof_records() ? prof_tags_alloc(prof_tag_entries(cp, sp)) : nullptr;
   mark_slab_pages(cp, sp, true);
@@ -732,7 +732,7 @@ void slab_reap_all() {
 }
 
 bool g_leak_records;
-bool g_leak_records_short;
+uint32_t g_leak_records_short;
 
 namespace {
 // Records for every slab of cp that has none, `want` of them made at a time

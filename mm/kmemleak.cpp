@@ -1185,7 +1185,7 @@ void turn_on() {
   stackdepot_init(stackdepot_default_pool());
   __atomic_store_n(&g_leak_records, true, __ATOMIC_RELAXED);
   if (!fill_records()) {
-    __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_leak_records_short, 1u, __ATOMIC_RELAXED);
     plat::log("kmemleak: no memory for the records of some slabs: their buffers are scanned as roots and "
               "counted as untracked until a scan finds memory for them");
   }
@@ -1252,8 +1252,8 @@ __attribute__((noinline)) size_t scan_now() {  // its frame is built below the s
   ScanGuard g;
   if (!kmemleak_enabled()) return 0;
   // Slabs that went without records while memory was short: try again.
-  if (__atomic_exchange_n(&g_leak_records_short, false, __ATOMIC_RELAXED) && !fill_records())
-    __atomic_store_n(&g_leak_records_short, true, __ATOMIC_RELAXED);
+  if (__atomic_exchange_n(&g_leak_records_short, 0u, __ATOMIC_RELAXED) && !fill_records())
+    __atomic_store_n(&g_leak_records_short, 1u, __ATOMIC_RELAXED);
   Scan s;
   s.now = static_cast<uint32_t>(plat::ticks());
   uint64_t age_ticks = uint64_t{kmemleak_min_age_ms()} * plat::ticks_per_second() / 1000;
