@@ -52,17 +52,26 @@ inline void cpu_relax() {
 // the virtual counter (CNTVCT_EL0) on AArch64, the time CSR on RISC-V (Linux
 // lets user space read both), the monotonic clock in nanoseconds elsewhere.
 // Its rate differs between hosts: compare its values, not across machines.
+// A word another CPU may store (relaxed) while this one loads it on a fast
+// path: a plain load, as the kernel's (an aligned word is single-copy
+// atomic; GCC folds an atomic load into no other instruction, which cost
+// the host's kmem_alloc pair 4 instructions), and under ThreadSanitizer a
+// relaxed atomic load, so that it sees two atomics.
+template <typename T>
+inline T load_shared(const T& v) {
+#if defined(__SANITIZE_THREAD__)
+  return __atomic_load_n(&v, __ATOMIC_RELAXED);
+#else
+  return v;
+#endif
+}
 // The allocators' hook switch (mm/hooks.h): a load and a branch (2
 // instructions on x86-64). Written by set_alloc_hooks (platform.cpp) while
-// other threads allocate, so loaded relaxed (the same mov); the features'
-// own flags, read on the hooked paths, carry their ordering.
+// other threads allocate (load_shared); the features' own flags, read on
+// the hooked paths, carry their ordering.
 extern bool g_alloc_hooks, g_free_hooks;
-__attribute__((always_inline)) inline bool alloc_hooks_on() {
-  return __builtin_expect(__atomic_load_n(&g_alloc_hooks, __ATOMIC_RELAXED), 0);
-}
-__attribute__((always_inline)) inline bool free_hooks_on() {
-  return __builtin_expect(__atomic_load_n(&g_free_hooks, __ATOMIC_RELAXED), 0);
-}
+__attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(load_shared(g_alloc_hooks), 0); }
+__attribute__((always_inline)) inline bool free_hooks_on() { return __builtin_expect(load_shared(g_free_hooks), 0); }
 // Three ways where the kernel has static branches (its platform_inline.h);
 // here the hooked copies pick kmemtrace's paths themselves.
 __attribute__((always_inline)) inline HookMode alloc_hooks_mode() {
@@ -120,13 +129,6 @@ inline unsigned cpu_id() {
 inline unsigned cpu_slot() { return t_cpu; }
 inline uintptr_t cpu_line_offset() { return t_cpu_line; }
 unsigned cpu_count();
-// A word another CPU may store (relaxed) while this one loads it on a fast
-// path: a relaxed atomic load here (the same mov on x86-64), so that
-// ThreadSanitizer sees two atomics; the kernel's is a plain load.
-template <typename T>
-inline T load_shared(const T& v) {
-  return __atomic_load_n(&v, __ATOMIC_RELAXED);
-}
 // c + 1, stored relaxed, where the calling CPU (thread) is c's only writer
 // and others read it relaxed (statistics). On x86-64 one add to memory:
 // GCC does not fuse a load, an add and an atomic store into one (2
