@@ -11,6 +11,7 @@
 #include <kernel/static_branch.h>
 #include <kernel/timer.h>
 #include <mm/page.h>
+#include <initializer_list>
 
 namespace {
 
@@ -127,6 +128,58 @@ KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
   KEXPECT_EQ(site_insn(odd->site), arch::static_branch_insn(odd->site, to, !was_on));
   KASSERT(static_branch::patch_site(odd->site, to, was_on));
   KEXPECT_EQ(site_insn(odd->site), before);
+#endif
+}
+
+// A site on a 2-byte boundary is written in two halves (riscv64, arm's
+// Thumb-2: kernel/static_branch.cpp). Whichever mapping of the text's
+// writable alias fails on the way, the site ends holding its old
+// instruction or the new one whole, and patch_site's answer says which:
+// never a mix (on Thumb-2 a mix is another branch). The failures are
+// injected (static_branch::fail_alias_maps_after: the first n mappings
+// succeed, the rest fail), on two sites of the test's own in the kernel
+// text, never executed: one inside a page, one straddling two (its halves
+// in two frames). Each starts as the nop, is patched on and off.
+#if defined(__thumb__) || defined(__riscv)
+asm(".pushsection .text.test_two_half_sites, \"ax\"\n"
+    ".balign 4096\n"
+    ".globl test_two_half_sites\n"
+    "test_two_half_sites:\n"
+    ".space 4096 + 8\n"
+    ".popsection\n");
+extern "C" const char test_two_half_sites[];
+#endif
+
+KTEST(static_branch_two_half_patch_leaves_no_mix_when_a_mapping_fails) {
+#if !defined(__thumb__) && !defined(__riscv)
+  KSKIP("every site here is one aligned store (arm64, ARM state) or there are none (armv7m)");
+#else
+  const auto base = reinterpret_cast<uintptr_t>(test_two_half_sites);
+  KASSERT((base & 4095) == 0);
+  const uintptr_t target = base + 8;  // in the text, in reach; never run
+  const uintptr_t sites[] = {base + 2, base + 4094};  // inside a page; across two
+  for (uintptr_t site : sites) {
+    KASSERT(static_branch::patch_site(site, target, false));
+    KEXPECT_EQ(site_insn(site), arch::static_branch_insn(site, target, false));
+    for (bool on : {true, false}) {
+      const uint32_t before = site_insn(site), after = arch::static_branch_insn(site, target, on);
+      for (int succeed = 0; succeed <= 2; succeed++) {
+        static_branch::fail_alias_maps_after(succeed);
+        bool ok = static_branch::patch_site(site, target, on);
+        static_branch::fail_alias_maps_after(-1);
+        const uint32_t now = site_insn(site);
+        if (now != (ok ? after : before))
+          ktest::fail(__FILE__, __LINE__, "site 0x%lx, %d mappings allowed: patch_site said %s, the site holds 0x%08x "
+                      "(before 0x%08x, wanted 0x%08x)", static_cast<unsigned long>(site), succeed, ok ? "done" : "not done",
+                      static_cast<unsigned>(now), static_cast<unsigned>(before), static_cast<unsigned>(after));
+        if (succeed == 0) KEXPECT(!ok);
+        if (ok || now != before) KASSERT(static_branch::patch_site(site, target, !on));  // back, whole
+        KEXPECT_EQ(site_insn(site), before);
+      }
+      KASSERT(static_branch::patch_site(site, target, on));  // with no failure injected
+      KEXPECT_EQ(site_insn(site), after);
+    }
+  }
 #endif
 }
 

@@ -30,4 +30,8 @@ bool set(Key key, Way way);
 // if site or target is outside the kernel text or target is beyond the
 // arch's branch reach. For tests.
 bool patch_site(uintptr_t site, uintptr_t target, bool on);
+// For tests: of the mappings of the text's writable alias that patching
+// makes from now on, the first `succeed` succeed and every later one
+// fails, as if no page table could be had; -1 fails none (the default).
+void fail_alias_maps_after(int succeed);
 }  // namespace static_branch
