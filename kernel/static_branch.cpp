@@ -9,6 +9,19 @@
 // runs arch::sync_instructions through a cross-call, so none goes on
 // executing an instruction it fetched before.
 //
+// Who may patch: a core's own thread, never an interrupt handler or a
+// cross-call, since patching waits for every other core (smp::stop_others,
+// smp::call_on_all: check_caller). set and patch_site refuse any other
+// caller, with a report, before they touch anything. Today only the boot
+// core has a thread (the shell: mm/hooks.cpp's callers, the kmemleak,
+// kmemtrace, fault injection and profiling switches, and tests); the other
+// cores run cross-calls from their idle loops. Should another core's thread
+// patch, one patcher at a time: g_patch_lock, taken by set and patch_site
+// and held across the patching and its cross-calls (the alias pages are
+// one set, and a key's sites must end as its last setter said). A spinlock
+// spun on with interrupts as the caller has them, so that a core waiting
+// for it still answers the holder's cross-calls.
+//
 // Where the ISA does not let one core rewrite an instruction another may be
 // executing (arch::text_patch_stops_others: RISC-V without Ziccif, 32-bit
 // ARM's Thumb-2), every
@@ -32,7 +45,9 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/percpu.h>
 #include <kernel/smp.h>
+#include <kernel/spinlock.h>
 #include <arch/ops.h>
 #include <kernel/static_branch.h>
 #include <mm/page.h>
@@ -53,7 +68,8 @@ extern "C" const Site __static_branches_start[], __static_branches_free_start[],
 // site on a 2-byte boundary may straddle two frames.
 uintptr_t g_alias;
 constexpr unsigned kAliasPages = 2;
-int g_alias_maps_left = -1;  // fail_alias_maps_after (tests)
+int g_alias_maps_left = -1;  // fail_alias_maps_after (tests); under g_patch_lock
+SpinLock g_patch_lock;
 
 bool in_text(uintptr_t a) {
   return a >= reinterpret_cast<uintptr_t>(__text_start) && a < reinterpret_cast<uintptr_t>(__text_end);
@@ -207,16 +223,29 @@ bool init() {
   return va != nullptr;
 }
 
+// The caller may patch (above); says why not.
+static bool may_patch(const char* what) {
+  if (!smp::in_cross_call()) return true;
+  kprintf("static_branch: %s from %s on cpu %u refused: patching waits for every core\n", what,
+          this_cpu().irq_depth ? "an interrupt handler" : "a cross-call", cpu_id());
+  return false;
+}
+
 bool patch_site(uintptr_t site, uintptr_t target, bool on) {
-  if (!g_alias) return false;
+  if (!g_alias || !may_patch("patch_site")) return false;
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
   Site s{site, target, target};
   return patch_all(&s, &s + 1, on ? Way::kTarget : Way::kOff);
 }
 
-void fail_alias_maps_after(int succeed) { g_alias_maps_left = succeed; }
+void fail_alias_maps_after(int succeed) {
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
+  g_alias_maps_left = succeed;
+}
 
 bool set(Key key, Way way) {
-  if (!g_alias) return false;
+  if (!g_alias || !may_patch("set")) return false;
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
   const Site *first, *last;
   key_sites(key, first, last);
   if (patch_all(first, last, way)) return true;
