@@ -9,6 +9,19 @@
 // runs arch::sync_instructions through a cross-call, so none goes on
 // executing an instruction it fetched before.
 //
+// Who may patch: a core's own thread, never an interrupt handler or a
+// cross-call, since patching waits for every other core (smp::stop_others,
+// smp::call_on_all: check_caller). set and patch_site refuse any other
+// caller, with a report, before they touch anything. Today only the boot
+// core has a thread (the shell: mm/hooks.cpp's callers, the kmemleak,
+// kmemtrace, fault injection and profiling switches, and tests); the other
+// cores run cross-calls from their idle loops. Should another core's thread
+// patch, one patcher at a time: g_patch_lock, taken by set and patch_site
+// and held across the patching and its cross-calls (the alias pages are
+// one set, and a key's sites must end as its last setter said). A spinlock
+// spun on with interrupts as the caller has them, so that a core waiting
+// for it still answers the holder's cross-calls.
+//
 // Where the ISA does not let one core rewrite an instruction another may be
 // executing (arch::text_patch_stops_others: RISC-V without Ziccif, 32-bit
 // ARM's Thumb-2), every
@@ -32,7 +45,9 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/percpu.h>
 #include <kernel/smp.h>
+#include <kernel/spinlock.h>
 #include <arch/ops.h>
 #include <kernel/static_branch.h>
 #include <mm/page.h>
@@ -49,7 +64,12 @@ struct Site {
 // (linker/kernel.ld.in).
 extern "C" const Site __static_branches_start[], __static_branches_free_start[], __static_branches_end[];
 
-uintptr_t g_alias;  // one page of heap-window addresses, never mapped but while patching
+// Two pages of heap-window addresses, never mapped but while patching: a
+// site on a 2-byte boundary may straddle two frames.
+uintptr_t g_alias;
+constexpr unsigned kAliasPages = 2;
+int g_alias_maps_left = -1;  // fail_alias_maps_after (tests); under g_patch_lock
+SpinLock g_patch_lock;
 
 bool in_text(uintptr_t a) {
   return a >= reinterpret_cast<uintptr_t>(__text_start) && a < reinterpret_cast<uintptr_t>(__text_end);
@@ -72,25 +92,39 @@ bool patchable(uintptr_t site, uintptr_t target) {
   return true;
 }
 
-// Stores value (T: 4 or 2 bytes, aligned to its size) at text address at,
-// through the alias.
-template <typename T>
-bool write_text(uintptr_t at, T value) {
+// The writable alias of text address at: its frame mapped at alias page
+// `page`; 0 (nothing mapped) if it could not be.
+uintptr_t map_alias(uintptr_t at, unsigned page) {
   uint64_t pa = arch::translate(at);
-  if (!pa) return false;
+  if (!pa) return 0;
+  if (g_alias_maps_left == 0) return 0;
+  if (g_alias_maps_left > 0) g_alias_maps_left--;
   uint64_t frame = pa & ~uint64_t{mm::kPageBytes - 1};
-  if (!arch::map(g_alias, frame, mm::kPageBytes, arch::kMapRead | arch::kMapWrite)) return false;
-  uintptr_t alias = g_alias + static_cast<uintptr_t>(pa - frame);
+  uintptr_t va = g_alias + page * mm::kPageBytes;
+  if (!arch::map(va, frame, mm::kPageBytes, arch::kMapRead | arch::kMapWrite)) return 0;
+  return va + static_cast<uintptr_t>(pa - frame);
+}
+void unmap_aliases() { arch::unmap(g_alias, kAliasPages * mm::kPageBytes); }  // those not mapped are skipped
+
+// Stores value (T: 4 or 2 bytes, aligned to its size) through alias, the
+// writable alias of text address at, and makes it visible to instruction
+// fetch. Cannot fail.
+template <typename T>
+void store_text(uintptr_t alias, uintptr_t at, T value) {
   *reinterpret_cast<volatile T*>(alias) = value;
   arch::text_written(alias, at);
-  arch::unmap(g_alias, mm::kPageBytes);
-  return true;
 }
 
 bool patch(uintptr_t site, uintptr_t target, bool on) {
   if (!patchable(site, target)) return false;
   uint32_t insn = arch::static_branch_insn(site, target, on);
-  if (!(site & 3)) return write_text<uint32_t>(site, insn);
+  if (!(site & 3)) {
+    uintptr_t alias = map_alias(site, 0);
+    if (!alias) return false;
+    store_text<uint32_t>(alias, site, insn);
+    unmap_aliases();
+    return true;
+  }
   // A site on a 2-byte boundary (riscv64, 32-bit ARM's Thumb-2), perhaps
   // across a page: two halves, never seen half-written since the other
   // cores are parked and this one runs with interrupts masked. On riscv64
@@ -99,17 +133,29 @@ bool patch(uintptr_t site, uintptr_t target, bool on) {
   // jal with part of its offset (on: high half first; off: low half first).
   // From a branch to one target straight to one to the other, the site in
   // between is a branch elsewhere: only the parking keeps that unseen.
-  // If the second store fails (no alias mapping), the first half goes back
-  // to what it was: a mix is no instruction to leave behind (on Thumb-2 it
-  // is another branch).
+  // Both halves' aliases (two pages for a site that straddles two frames)
+  // are mapped before either half is stored, so that once the first store
+  // is made the second cannot fail: a mix is no instruction to leave
+  // behind (on Thumb-2 it is another branch). A mapping that fails leaves
+  // the site as it was.
   if (!arch::text_patch_stops_others()) return false;
+  bool straddles = ((site + 2) & (mm::kPageBytes - 1)) == 0;
+  uintptr_t lo_alias = map_alias(site, 0);
+  uintptr_t hi_alias = !lo_alias ? 0 : straddles ? map_alias(site + 2, 1) : lo_alias + 2;
+  if (!hi_alias) {
+    unmap_aliases();
+    return false;
+  }
   auto lo = static_cast<uint16_t>(insn), hi = static_cast<uint16_t>(insn >> 16);
-  uintptr_t first = on ? site + 2 : site, second = on ? site : site + 2;
-  uint16_t was = *reinterpret_cast<const volatile uint16_t*>(first);
-  if (!write_text<uint16_t>(first, on ? hi : lo)) return false;
-  if (write_text<uint16_t>(second, on ? lo : hi)) return true;
-  write_text<uint16_t>(first, was);
-  return false;
+  if (on) {
+    store_text<uint16_t>(hi_alias, site + 2, hi);
+    store_text<uint16_t>(lo_alias, site, lo);
+  } else {
+    store_text<uint16_t>(lo_alias, site, lo);
+    store_text<uint16_t>(hi_alias, site + 2, hi);
+  }
+  unmap_aliases();
+  return true;
 }
 
 struct Batch {
@@ -168,22 +214,38 @@ namespace static_branch {
 bool init() { return true; }
 bool patch_site(uintptr_t, uintptr_t, bool) { return false; }
 bool set(Key, Way) { return true; }
+void fail_alias_maps_after(int) {}
 #else
 bool init() {
   if (g_alias) return true;
-  void* va = vmem_alloc(mm::segkmem_heap_arena(), mm::kPageBytes, VM_NOSLEEP);
+  void* va = vmem_alloc(mm::segkmem_heap_arena(), kAliasPages * mm::kPageBytes, VM_NOSLEEP);
   g_alias = reinterpret_cast<uintptr_t>(va);
   return va != nullptr;
 }
 
+// The caller may patch (above); says why not.
+static bool may_patch(const char* what) {
+  if (!smp::in_cross_call()) return true;
+  kprintf("static_branch: %s from %s on cpu %u refused: patching waits for every core\n", what,
+          this_cpu().irq_depth ? "an interrupt handler" : "a cross-call", cpu_id());
+  return false;
+}
+
 bool patch_site(uintptr_t site, uintptr_t target, bool on) {
-  if (!g_alias) return false;
+  if (!g_alias || !may_patch("patch_site")) return false;
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
   Site s{site, target, target};
   return patch_all(&s, &s + 1, on ? Way::kTarget : Way::kOff);
 }
 
+void fail_alias_maps_after(int succeed) {
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
+  g_alias_maps_left = succeed;
+}
+
 bool set(Key key, Way way) {
-  if (!g_alias) return false;
+  if (!g_alias || !may_patch("set")) return false;
+  Guard<SpinLock, NoIrqSave> g(g_patch_lock);
   const Site *first, *last;
   key_sites(key, first, last);
   if (patch_all(first, last, way)) return true;

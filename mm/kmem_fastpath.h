@@ -143,14 +143,20 @@ void free_unstamp(kmem_cache_t* cp, void* obj, uint8_t type, uintptr_t caller);
 // loads in order on every arch we run on, against release stores on the
 // writers' side (index_prepare's leaf, index_set's entry, mark_slab_pages'
 // owner), so it finds a filled leaf, a set-up descriptor and an
-// initialised Slab or g_no_owner (unless it races the release of the very
-// page it points into: segkmem.cpp, forget_page).
+// initialised Slab or g_no_owner. Unless it races the release of the very
+// page it points into: having loaded the page's entry just before
+// forget_page cleared it (segkmem.cpp), it may find the owner null there,
+// or null or another page's link once the page is back in the page
+// allocator (its caches, its free lists: Page::owner shares their word).
+// Null is tested (the one answer that would fault), and is no slab: the
+// free is reported. Out of line (free_bad_owner), so no fast path pays it.
 __attribute__((always_inline)) inline bool owner_by_index(const kmem_cache_t* cp, const void* obj) {
   uintptr_t off = reinterpret_cast<uintptr_t>(obj) - g_heap_index.base;
   if (__builtin_expect(off >= g_heap_index.size, 0)) return false;
   Page** leaf = g_heap_index.dir[off >> kIndexLeafShift];
   const Page* p = leaf[(off >> kPageShift) & (kIndexLeafEntries - 1)];
-  return plat::load_shared(static_cast<const Slab*>(p->owner)->check) == cp;  // a Slab or g_no_owner
+  const void* owner = p->owner;  // a Slab or g_no_owner; null for a page being released
+  return owner && plat::load_shared(static_cast<const Slab*>(owner)->check) == cp;
 }
 
 // The owner check of the magazine frees (2): does obj not belong to cp?

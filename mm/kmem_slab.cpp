@@ -359,15 +359,28 @@ void slab_destroy(kmem_cache_t* cp, Slab* sp) {
   if (__builtin_expect(sp->refcnt != 0, 0))
     plat::fatal("kmem: slab 0x%lx of '%s' destroyed with %u buffers in use", static_cast<unsigned long>(sp->mem),
                 cp->name, static_cast<unsigned>(sp->refcnt));
-  mark_slab_pages(cp, sp, false);
-  // A stale free into the page (an on-slab header stays in the memory
-  // going back) must match no cache, and the profiled free must not find
-  // the references freed below: the free fast path's owner check then
-  // fails, and the page index knows no slab there.
+  // An on-slab header goes back to vmem inside its page. A stale pointer
+  // into the slab, freed after this, reads the header: its check word on
+  // every magazine free (kmem_fastpath.h, wrong_owner), then its tags on
+  // the profiled free, and kmemleak's annotations its leak. The check word
+  // would still name cp, which is also the next cache created in cp's
+  // structure (kmem.cpp, cache_alloc_struct): null, it names no cache,
+  // and the free is refused and reported (free_bad_owner: the page index
+  // names no slab either). The other words are cleared too, the arrays'
+  // before the arrays are freed. Relaxed: only a pointer racing its slab's
+  // destruction reads them meanwhile, and no answer is right for it.
+  LeakSlab* leak = sp->leak;
+  uint32_t* tags = sp->tags;
+  uint32_t tag_entries = prof_tag_entries(cp, sp);
   __atomic_store_n(&sp->check, static_cast<kmem_cache_t*>(nullptr), __ATOMIC_RELAXED);
-  sp->cache = nullptr;
-  if (sp->leak) leak_slab_free(sp->leak);
-  if (sp->tags) prof_tags_free(sp->tags, prof_tag_entries(cp, sp));
+  if (!cp->offslab) {
+    __atomic_store_n(&sp->cache, static_cast<kmem_cache_t*>(nullptr), __ATOMIC_RELAXED);
+    __atomic_store_n(&sp->tags, static_cast<uint32_t*>(nullptr), __ATOMIC_RELAXED);
+    __atomic_store_n(&sp->leak, static_cast<LeakSlab*>(nullptr), __ATOMIC_RELAXED);
+  }
+  mark_slab_pages(cp, sp, false);
+  if (leak) leak_slab_free(leak);
+  if (tags) prof_tags_free(tags, tag_entries);
   if (cp->offslab) internal_free(sp, cp->header_bytes);
   vmem_xfree(cp->arena, mem, cp->slab_size);
 }

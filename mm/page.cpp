@@ -934,7 +934,9 @@ bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserve
   g.hot = {hot->first << kPageShift, hot->end - hot->first, hot->pages, hot->tags,
            fast_frames_of(hot->first << kPageShift, hot->end - hot->first), frame_of(hot->first << kPageShift)};
   note_reserve_level();
-  g.ready = true;  // before any other CPU calls in
+  // Before any other CPU calls in; a release for page_ready's acquire (a
+  // host thread's first use, mm/host.h).
+  __atomic_store_n(&g.ready, true, __ATOMIC_RELEASE);
   plat::log("page: %llu KiB RAM in %u banks, %llu pages free, %llu descriptor pages, reserve %llu pages",
             static_cast<unsigned long long>(g.ram_bytes >> 10), g.nbanks,
             static_cast<unsigned long long>(g.total_pages), static_cast<unsigned long long>(g.descriptor_pages),
@@ -1214,6 +1216,8 @@ void page_stats(PageStats& out) {
   out.pushpage_allocs = g.pushpage_allocs;
   out.bad_frees = load_relaxed(g_bad_frees);
 }
+
+bool page_ready() { return __atomic_load_n(&g.ready, __ATOMIC_ACQUIRE); }
 
 uint64_t page_ram_bytes() { return g.ram_bytes; }
 

@@ -317,11 +317,9 @@ const char* large_free_problem(uintptr_t buf, size_t pages, uint64_t& detail) {
 void segkmem_init() {
   if (g_default) return;
 #if !defined(MM_KERNEL)
-  // Host: the page allocator runs over the host's "physical memory".
-  host::init_memory();
-  const host::HostMemory& m = host::memory();
-  PhysRange bank{m.phys_base, m.phys_size};
-  page_init(&bank, 1, nullptr, 0);
+  // Host: the page allocator runs over the host's "physical memory" (up
+  // already if an arena was the program's first call).
+  host::init_page_allocator();
 #endif
   uintptr_t base;
   size_t window;

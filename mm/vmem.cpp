@@ -54,7 +54,10 @@
 // 7. The tag pool: global, refilled with pages from page_alloc_va, never
 //    from vmem. Each arena keeps spare tags, at least kSegMinFree (a span and
 //    two splits) before any change; kPoolReserve tags are kept for
-//    VM_PUSHPAGE callers. Frees never need a tag.
+//    VM_PUSHPAGE callers. Frees never need a tag. So an arena needs the page
+//    allocator: vmem_create refuses one before page_init, with a report; on
+//    the host it brings the page allocator up first (an arena may be a
+//    program's first call into the library).
 // 8. Locking and ordering. One spinlock per arena (IRQs masked) guards it;
 //    the pool lock nests inside; g_arenas_lock (the arena list, in_use) is
 //    taken before an arena lock, never inside. No vmem lock is held across
@@ -76,6 +79,9 @@
 #include <mm/platform.h>
 #include <mm/failslab.h>
 #include <mm/vmem.h>
+#if !defined(MM_KERNEL)
+#include <mm/host.h>
+#endif
 #include <new>
 #include "alloc_tag_internal.h"
 #include "kmemtrace_hooks.h"
@@ -156,6 +162,7 @@ constexpr const char* kErrDestroyImported = "destroy of arena other arenas impor
 constexpr const char* kErrBadArgs = "invalid arguments";
 constexpr const char* kErrOverlap = "span overlaps arena";
 constexpr const char* kErrNeverFits = "request the arena can never satisfy (refused, not waited for)";
+constexpr const char* kErrNoPages = "arena created before the page allocator (page_init), where its boundary tags come from";
 
 inline vmem_seg* seg_of(Link* l) { return reinterpret_cast<vmem_seg*>(l); }
 inline const vmem_seg* seg_of(const Link* l) { return reinterpret_cast<const vmem_seg*>(l); }
@@ -1455,6 +1462,17 @@ vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, v
   int policy = vmflag & VM_POLICY;
   if (!is_pow2(quantum) || (policy & (policy - 1)) || (afunc && !source)) {
     report(kErrBadArgs, nullptr, reinterpret_cast<uintptr_t>(base), caller, quantum);
+    return nullptr;
+  }
+  // The arena's boundary tags are pages (section 7). On the host an arena
+  // may be the program's first call into the library: the page allocator
+  // comes up then, as kmem's first use brings kmem up. (The kernel sets it
+  // up at boot, before any arena.)
+#if !defined(MM_KERNEL)
+  if (!page_ready()) host::init_page_allocator();
+#endif
+  if (!page_ready()) {
+    report(kErrNoPages, nullptr, reinterpret_cast<uintptr_t>(base), caller, size);
     return nullptr;
   }
   vmem* vmp = nullptr;

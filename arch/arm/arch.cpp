@@ -133,6 +133,17 @@ void set_mode_stacks(const PerCpu& cpu) {
       : "memory");
 }
 
+// Where an exception returns: pc, or, inside a restartable section, the
+// section's start (kernel/rseq.h: every interrupt, 3, and every exception
+// that returns, 4). A section restarts with no IT block in progress: the
+// sections hold no IT instruction, so this only keeps a wrong SPSR.IT from
+// applying to the first instructions of the section.
+void resume_at(TrapFrame* f, uint32_t pc) {
+  uint32_t to = rseq::restart_pc(pc);
+  if (to != pc) f->cpsr &= ~uint32_t{PSR_IT_MASK};
+  f->pc = to;
+}
+
 }  // namespace
 
 extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
@@ -144,15 +155,9 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
   }
   if (kind == TRAP_IRQ) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h). FIQs are fatal, aborts and
-    // undefined instructions never happen inside a section (rseq.h, 4).
-    // A section restarts with no IT block in progress: the sections hold
-    // no IT instruction, so this only keeps a wrong SPSR.IT from applying
-    // to the first instructions of the section.
-    if (uint32_t pc = rseq::restart_pc(f->pc); pc != f->pc) {
-      f->pc = pc;
-      f->cpsr &= ~uint32_t{PSR_IT_MASK};
-    }
+    // again from its beginning (kernel/rseq.h, 3). FIQs are fatal; the
+    // exceptions that return are below (rseq.h, 4).
+    resume_at(f, f->pc);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;
@@ -166,7 +171,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
     case TRAP_DABT:
       // A probing store (probe_write) resumes at its fixup.
       if (extable::fixup(f->pc)) {
-        f->pc = extable::recover(f->pc, f->far, true, "data abort", describe_abort(f, buf, sizeof buf));
+        resume_at(f, extable::recover(f->pc, f->far, true, "data abort", describe_abort(f, buf, sizeof buf)));
         return;
       }
       fatal_exception(describe_abort(f, buf, sizeof buf), f->far, f);
@@ -193,6 +198,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
                                : *reinterpret_cast<const uint16_t*>(f->pc - 2) & 0xff;
       if (imm == (arm_state ? kSemihostingSvcArm : kSemihostingSvcThumb)) {
         f->r[0] = ~0u;
+        resume_at(f, f->pc);
         return;
       }
       f->pc -= arm_state ? 4 : 2;  // report the svc itself

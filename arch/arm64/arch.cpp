@@ -104,8 +104,8 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   }
   if (kind == TRAP_IRQ) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h). FIQs and SErrors are fatal,
-    // synchronous exceptions never happen inside one (rseq.h, 4).
+    // again from its beginning (kernel/rseq.h, 3). FIQs and SErrors are
+    // fatal; the synchronous exceptions that return are below (rseq.h, 4).
     f->elr = rseq::restart_pc(f->elr);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
@@ -118,14 +118,18 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   char buf[96];
   if (kind == TRAP_SYNC) {
     uint64_t ec = f->esr >> 26;
+    // Each one that returns goes back through rseq::restart_pc, as an
+    // interrupt does (kernel/rseq.h, 4): a fixup inside a restartable
+    // section starts it again from its beginning.
     // A probing store (probe_write) resumes at its fixup.
     if (ec == 0x25 && extable::fixup(f->elr)) {
-      f->elr = extable::recover(f->elr, f->far, true, "data abort", describe_sync(f->esr, buf, sizeof buf));
+      f->elr = rseq::restart_pc(
+          extable::recover(f->elr, f->far, true, "data abort", describe_sync(f->esr, buf, sizeof buf)));
       return;
     }
     // A semihosting call where nothing serves it (arm64_semihost).
     if (ec == 0x00 && extable::fixup(f->elr)) {
-      f->elr = extable::recover(f->elr, 0, false, "undefined instruction", "semihosting unavailable");
+      f->elr = rseq::restart_pc(extable::recover(f->elr, 0, false, "undefined instruction", "semihosting unavailable"));
       return;
     }
     // An instruction fetch a probe expects (expected_fault::probe_execute).

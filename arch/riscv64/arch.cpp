@@ -154,9 +154,9 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   }
   if (f->scause & kCauseInterrupt) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h). Every asynchronous entry
-    // comes here (timer, IPI, external); exceptions never happen inside a
-    // section (rseq.h, 4).
+    // again from its beginning (kernel/rseq.h, 3). Every asynchronous entry
+    // comes here (timer, IPI, external); the exceptions that return are
+    // below (rseq.h, 4).
     f->sepc = rseq::restart_pc(f->sepc);
     uint64_t code = f->scause & ~kCauseInterrupt;
     const TrapFrame* outer = cpu.irq_frame;
@@ -184,13 +184,21 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
     cpu.irq_frame = outer;
     return;
   }
+  // Every exception that returns goes back through rseq::restart_pc, as an
+  // interrupt does (kernel/rseq.h, 4): a section it lands in (the faulting
+  // one retried, or a fixup's) starts again from its beginning.
   // A page fault on a mapping another hart just made (this hart's TLB held
-  // the old invalid entry): fence and retry.
+  // the old invalid entry, which no remote fence removed): fence and retry.
+  // The section's memory (a magazine another hart allocated from fresh
+  // heap pages) can be such a mapping.
   uint64_t cause = f->scause;
-  if ((cause == 12 || cause == 13 || cause == 15) && arch::spurious_fault(f->stval, cause == 15, cause == 12)) return;
+  if ((cause == 12 || cause == 13 || cause == 15) && arch::spurious_fault(f->stval, cause == 15, cause == 12)) {
+    f->sepc = rseq::restart_pc(f->sepc);
+    return;
+  }
   // A semihosting call where nothing serves it (riscv_semihost).
   if (cause == 3 && extable::fixup(f->sepc)) {
-    f->sepc = extable::recover(f->sepc, 0, false, "breakpoint", "semihosting unavailable");
+    f->sepc = rseq::restart_pc(extable::recover(f->sepc, 0, false, "breakpoint", "semihosting unavailable"));
     return;
   }
   char buf[96];
@@ -199,8 +207,8 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   // A probing instruction (probe_write, the stimecmp probe) resumes at its
   // fixup; the fault is recorded for the caller to look at.
   if (extable::fixup(f->sepc)) {
-    f->sepc = extable::recover(f->sepc, f->stval, has_address(f->scause), exception_name(f->scause),
-                               describe_exception(f, buf, sizeof buf));
+    f->sepc = rseq::restart_pc(extable::recover(f->sepc, f->stval, has_address(f->scause),
+                                                exception_name(f->scause), describe_exception(f, buf, sizeof buf)));
     return;
   }
   fatal_exception(describe_exception(f, buf, sizeof buf), has_address(f->scause) ? f->stval : 0, f);

@@ -4,7 +4,9 @@
 //    the direct map is one shared mapping of all of it, and map_heap() maps
 //    pages of it again inside a reserved heap window (MAP_FIXED over a
 //    PROT_NONE reservation), as the kernel's page tables would. A flat table
-//    remembers which physical page backs each heap page.
+//    remembers which physical page backs each heap page. The page allocator
+//    runs over it from the library's first use (init_page_allocator: kmem's
+//    or an arena's, whichever comes first).
 // 2. CPUs are threads. A thread claims a free slot on its first cpu_id() and
 //    gives it back when it exits (SlotRelease, after the exit hook has
 //    flushed its caches). Claiming records the thread's kernel tid and its
@@ -84,6 +86,7 @@
 //    ...): a thread in a loop without either, in read() or in a contended
 //    pthread_mutex_lock stops only when it gets out (GCC 12's TSan).
 #include <mm/host.h>
+#include <mm/page.h>
 #include <mm/platform.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -829,6 +832,15 @@ void init_memory(size_t phys_bytes, size_t heap_bytes) {
     g_heap_base = static_cast<uint8_t*>(heap);
     g_heap_size = heap_bytes;
     g_mem = {g_phys_base, phys_bytes, reinterpret_cast<uintptr_t>(heap), heap_bytes};
+  });
+}
+
+void init_page_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    init_memory();
+    PhysRange bank{g_mem.phys_base, g_mem.phys_size};
+    page_init(&bank, 1, nullptr, 0);
   });
 }
 

@@ -10,7 +10,9 @@
 #include <kernel/smp.h>
 #include <kernel/static_branch.h>
 #include <kernel/timer.h>
+#include <mm/hooks.h>
 #include <mm/page.h>
+#include <initializer_list>
 
 namespace {
 
@@ -127,6 +129,111 @@ KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
   KEXPECT_EQ(site_insn(odd->site), arch::static_branch_insn(odd->site, to, !was_on));
   KASSERT(static_branch::patch_site(odd->site, to, was_on));
   KEXPECT_EQ(site_insn(odd->site), before);
+#endif
+}
+
+// A site on a 2-byte boundary is written in two halves (riscv64, arm's
+// Thumb-2: kernel/static_branch.cpp). Whichever mapping of the text's
+// writable alias fails on the way, the site ends holding its old
+// instruction or the new one whole, and patch_site's answer says which:
+// never a mix (on Thumb-2 a mix is another branch). The failures are
+// injected (static_branch::fail_alias_maps_after: the first n mappings
+// succeed, the rest fail), on two sites of the test's own in the kernel
+// text, never executed: one inside a page, one straddling two (its halves
+// in two frames). Each starts as the nop, is patched on and off.
+#if defined(ARCH_HAS_STATIC_BRANCH) && (defined(__thumb__) || defined(__riscv))
+#define TEST_TWO_HALF_SITES 1
+asm(".pushsection .text.test_two_half_sites, \"ax\"\n"
+    ".balign 4096\n"
+    ".globl test_two_half_sites\n"
+    "test_two_half_sites:\n"
+    ".space 4096 + 8\n"
+    ".popsection\n");
+extern "C" const char test_two_half_sites[];
+#endif
+
+KTEST(static_branch_two_half_patch_leaves_no_mix_when_a_mapping_fails) {
+#if !defined(TEST_TWO_HALF_SITES)
+  KSKIP("every site here is one aligned store (arm64, ARM state) or there are none (armv7m)");
+#else
+  const auto base = reinterpret_cast<uintptr_t>(test_two_half_sites);
+  KASSERT((base & 4095) == 0);
+  const uintptr_t target = base + 8;  // in the text, in reach; never run
+  const uintptr_t sites[] = {base + 2, base + 4094};  // inside a page; across two
+  for (uintptr_t site : sites) {
+    KASSERT(static_branch::patch_site(site, target, false));
+    KEXPECT_EQ(site_insn(site), arch::static_branch_insn(site, target, false));
+    for (bool on : {true, false}) {
+      const uint32_t before = site_insn(site), after = arch::static_branch_insn(site, target, on);
+      for (int succeed = 0; succeed <= 2; succeed++) {
+        static_branch::fail_alias_maps_after(succeed);
+        bool ok = static_branch::patch_site(site, target, on);
+        static_branch::fail_alias_maps_after(-1);
+        const uint32_t now = site_insn(site);
+        if (now != (ok ? after : before))
+          ktest::fail(__FILE__, __LINE__, "site 0x%lx, %d mappings allowed: patch_site said %s, the site holds 0x%08x "
+                      "(before 0x%08x, wanted 0x%08x)", static_cast<unsigned long>(site), succeed, ok ? "done" : "not done",
+                      static_cast<unsigned>(now), static_cast<unsigned>(before), static_cast<unsigned>(after));
+        if (succeed == 0) KEXPECT(!ok);
+        if (ok || now != before) KASSERT(static_branch::patch_site(site, target, !on));  // back, whole
+        KEXPECT_EQ(site_insn(site), before);
+      }
+      KASSERT(static_branch::patch_site(site, target, on));  // with no failure injected
+      KEXPECT_EQ(site_insn(site), after);
+    }
+  }
+#endif
+}
+
+// Patching waits for every other core, so only a core's own thread may
+// patch (kernel/static_branch.cpp): from a cross-call, on this core or
+// another, set and patch_site are refused with a report before they touch
+// anything, and the sites keep what they held. (Let through, a cross-call
+// would patch and then wait for cores that wait for it.)
+#if defined(ARCH_HAS_STATIC_BRANCH)
+namespace {
+struct PatchFromCall {
+  uintptr_t site, target;
+  bool on;
+  static_branch::Way way;
+  bool ran, patched, set;
+};
+void patch_from_call(void* arg) {
+  auto* p = static_cast<PatchFromCall*>(arg);
+  p->patched = static_branch::patch_site(p->site, p->target, p->on);
+  p->set = static_branch::set(static_branch::Key::kAllocHooks, p->way);
+  p->ran = true;
+}
+}  // namespace
+#endif
+
+KTEST(static_branch_refuses_patching_from_a_cross_call) {
+#if !defined(ARCH_HAS_STATIC_BRANCH)
+  KSKIP("no static branches on this arch: the hooks' switch is a flag");
+#else
+  KASSERT(&__static_branches_free_start[0] > &__static_branches_start[0]);
+  // What the allocation sites hold (mm/hooks.cpp: kmemtrace alone takes the alt).
+  const unsigned f = mm::alloc_hooks_features() & mm::kFeaturesOnAlloc;
+  const static_branch::Way way = f == 0                        ? static_branch::Way::kOff
+                                 : f == mm::kFeatureKmemtrace ? static_branch::Way::kAlt
+                                                              : static_branch::Way::kTarget;
+  const StaticSite s = __static_branches_start[0];
+  const uint32_t before = site_insn(s.site);
+  const bool on = way != static_branch::Way::kOff;
+  const uintptr_t to = way == static_branch::Way::kAlt ? s.alt : s.target;
+  KASSERT(before == arch::static_branch_insn(s.site, to, on));
+  for (unsigned cpu : {cpu_id(), (cpu_id() + 1) % g_cpu_count}) {  // this core's call, another's (or the same again)
+    PatchFromCall p{s.site, to, on, way, false, true, true};
+    smp::call_on(cpu, patch_from_call, &p);
+    KEXPECT(p.ran);
+    KEXPECT(!p.patched);
+    KEXPECT(!p.set);
+    KEXPECT_EQ(site_insn(s.site), before);
+  }
+  // From this thread the same calls go through (and change nothing).
+  KEXPECT(static_branch::patch_site(s.site, to, on));
+  KEXPECT(static_branch::set(static_branch::Key::kAllocHooks, way));
+  KEXPECT_EQ(site_insn(s.site), before);
 #endif
 }
 

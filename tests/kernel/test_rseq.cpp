@@ -519,3 +519,49 @@ KTEST(rseq_magazines_survive_interrupts_that_allocate) {
     if (restartable && kRecordRestartable) KEXPECT(traced > 0);
   }
 }
+
+// A synchronous exception that returns into a restartable section restarts
+// it, as an interrupt does (kernel/rseq.h, 4: RISC-V's spurious page fault
+// on a mapping another hart just made is one; every arch's exception table
+// fixups are another). A section for tests (arch::rseq_fault_probe) stores
+// to read-only memory on its first pass, and the fault resumes it at its
+// own commit: restarted, it runs a second pass, which commits; resumed in
+// place, it commits after one. Interrupts are masked around it, so that the
+// one rewind the CPU counts is the fault's.
+#if defined(ARCH_HAS_RSEQ)
+namespace {
+const uint32_t kReadOnlyWord = 0x600d;
+ARCH_RSEQ_TEXT __attribute__((noinline)) void fault_in_section(uint32_t* passes, uintptr_t bad, uintptr_t* out,
+                                                               uintptr_t value) {
+  arch::rseq_fault_probe(passes, bad, out, value);
+}
+}  // namespace
+#endif
+
+KTEST(rseq_synchronous_exception_inside_a_section_restarts_it) {
+#if !defined(ARCH_HAS_RSEQ)
+  KSKIP("no restartable sections on this arch (interrupts are masked instead)");
+#else
+  uint32_t passes = 0;
+  uintptr_t out = 0;
+  PerCpu& me = this_cpu();
+  const auto bad = reinterpret_cast<uintptr_t>(&kReadOnlyWord);
+  arch::IrqState s = arch::irq_save();
+  const unsigned cpu = cpu_id();
+  const uint64_t before = rseq::restarts(cpu);
+  me.last_fault = {};
+  fault_in_section(&passes, bad, &out, 0x5eed);
+  const uint64_t rewinds = rseq::restarts(cpu) - before;
+  const uintptr_t at = rseq::last_restart_pc(cpu);
+  const FaultRecord fault = me.last_fault;
+  arch::irq_restore(s);
+  KEXPECT_EQ(fault.address, bad);  // the store faulted (and was recovered)
+  KEXPECT_EQ(out, 0x5eedu);        // the section committed
+  KEXPECT_EQ(passes, 2u);          // after a second pass from its start
+  KEXPECT_EQ(rewinds, 1u);
+  // The rewind found the fixup's pc, inside the test's function.
+  const auto fn = reinterpret_cast<uintptr_t>(&fault_in_section) & ~uintptr_t{1};  // Thumb's bit
+  KEXPECT(at > fn && at < fn + 256);
+  KEXPECT_EQ(kReadOnlyWord, 0x600du);
+#endif
+}

@@ -28,13 +28,20 @@
 //    flush this CPU's magazines, or freeze the CPU for kmem_whatis) then
 //    sees the section either not started or complete, and the interrupted
 //    code runs it again from the start when the interrupt returns.
-// 4. No synchronous exception may be taken inside a section: it is not
-//    rewound (a fault is reported where it happened). The sections touch
-//    only the CPU's own per-CPU data and its magazines, all mapped kernel
-//    memory that is never unmapped while reachable from the CPU (no demand
-//    paging, no watchpoints, no breakpoints in the kernel), and contain no
-//    trapping instruction: a fault there is a corrupted pointer, fatal
-//    anyway.
+// 4. Synchronous exceptions are rewound too. The sections touch only the
+//    CPU's own per-CPU data and its magazines, mapped kernel memory that is
+//    never unmapped while reachable from the CPU (no demand paging, no
+//    watchpoints, no breakpoints in the kernel), and contain no trapping
+//    instruction, so most faults there are a corrupted pointer, fatal and
+//    reported where they happened. But some exceptions return: on RISC-V a
+//    page fault on a mapping another hart just made (a new mapping is
+//    fenced only locally: arch/riscv64/mmu.cpp) is spurious, fenced and
+//    retried, and a magazine may lie in such a mapping; and an exception
+//    table fixup (kernel/extable.h) resumes wherever it says. Every
+//    exception handler that returns passes the pc it returns to through
+//    restart_pc, as interrupt entry does: a section it lands in starts
+//    again from its beginning, whatever the handler did meanwhile. (The
+//    Cortex-M3 has no sections: its fast paths mask interrupts.)
 // 5. There is no migration: a CPU's code and its interrupts run on that
 //    CPU, so a section's per-CPU pointer, computed before it starts, stays
 //    right across a rewind.
@@ -54,8 +61,9 @@ extern "C" const char __rseq_text_start[], __rseq_text_end[];
 // The table search, for a PC inside .text.rseq.
 uintptr_t restart_in_text(uintptr_t pc);
 
-// The PC an interrupt should return to: pc itself, or the restart address
-// of the section pc is inside. From interrupt entry, interrupts masked.
+// The PC an interrupt or a returning exception should go back to: pc
+// itself, or the restart address of the section pc is inside. From the
+// trap handlers, interrupts masked.
 inline uintptr_t restart_pc(uintptr_t pc) {
   uintptr_t base = reinterpret_cast<uintptr_t>(__rseq_text_start);
   if (__builtin_expect(pc - base >= static_cast<uintptr_t>(__rseq_text_end - __rseq_text_start), 1)) return pc;

@@ -17,6 +17,12 @@ struct HostMemory {
 void init_memory(size_t phys_bytes = size_t{256} << 20, size_t heap_bytes = size_t{4} << 30);
 const HostMemory& memory();
 
+// The page allocator over that memory (init_memory, then page_init), once,
+// whichever call into the library comes first: kmem_init's (segkmem), or
+// vmem_create's (an arena's boundary tags are pages: mm/vmem.cpp, 7).
+// Idempotent and thread-safe: a second caller returns once it is up.
+void init_page_allocator();
+
 // The signal plat::stop_others sends to stop the other threads (see
 // mm/host/platform.cpp): SIGUSR2 by default, or MM_HOST_STOP_SIGNAL (a
 // number, or a name such as USR1, SIGUSR2, RTMIN+3, SIGRTMAX-2) when set at

@@ -91,6 +91,10 @@ struct PageStats {
 // addresses, any order, may overlap). Returns false (and logs why) if no
 // usable memory remains. Called once, before any other function.
 bool page_init(const PhysRange* banks, unsigned nbanks, const PhysRange* reserved, unsigned nreserved);
+// page_init has set the allocator up (an acquire: what it set up is seen).
+// The host's first use brings it up where it is not (mm/host.h,
+// init_page_allocator).
+bool page_ready();
 
 // 2^order contiguous frames, naturally aligned; returns the physical address
 // or 0. KM_NOSLEEP fails at once when only the reserve is left; KM_PUSHPAGE

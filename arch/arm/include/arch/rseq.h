@@ -283,4 +283,31 @@ full:
 #undef ARM_LDR_PAIR
 #undef ARM_STR_PAIR
 
+// A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
+// exception that returns into a section must restart it (kernel/rseq.h,
+// 4). Each pass stores its count in *passes (a store before the commit
+// that a rerun repeats: the count is what the test reads); the first pass
+// (*passes was 0) then stores to bad, an address that faults, and the
+// fault resumes at the commit through the section's own __extable entry:
+// inside the section. Restarted, the section makes a second pass, which
+// commits value to *out; resumed where the fixup says, it commits after
+// one.
+__attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
+                                                            uintptr_t value) {
+  uint32_t n, m;
+  asm volatile(
+      "1: ldr   %[n], [%[passes]]\n"
+      "   add   %[m], %[n], #1\n"
+      "   str   %[m], [%[passes]]\n"
+      "   cmp   %[n], #0\n"
+      "   bne   3f\n"
+      "4: str   %[n], [%[bad]]\n"      // faults: resumes at 3
+      "3: str   %[value], [%[out]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      ".pushsection __extable, \"a\"\n.balign 4\n.long 4b, 3b\n.popsection\n"
+      : [n] "=&r"(n), [m] "=&r"(m)
+      : [passes] "r"(passes), [bad] "r"(bad), [out] "r"(out), [value] "r"(value)
+      : "memory", "cc");
+}
+
 }  // namespace arch

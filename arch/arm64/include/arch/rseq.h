@@ -247,4 +247,30 @@ full:
 }
 #undef ARCH_RSEQ_RECORD_HEAD
 
+// A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
+// exception that returns into a section must restart it (kernel/rseq.h,
+// 4). Each pass stores its count in *passes (a store before the commit
+// that a rerun repeats: the count is what the test reads); the first pass
+// (*passes was 0) then stores to bad, an address that faults, and the
+// fault resumes at the commit through the section's own __extable entry:
+// inside the section. Restarted, the section makes a second pass, which
+// commits value to *out; resumed where the fixup says, it commits after
+// one.
+__attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
+                                                            uintptr_t value) {
+  uint32_t n, m;
+  asm volatile(
+      "1: ldr   %w[n], [%[passes]]\n"
+      "   add   %w[m], %w[n], #1\n"
+      "   str   %w[m], [%[passes]]\n"
+      "   cbnz  %w[n], 3f\n"
+      "4: str   wzr, [%[bad]]\n"       // faults: resumes at 3
+      "3: str   %[value], [%[out]]\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      ".pushsection __extable, \"a\"\n.balign 8\n.quad 4b, 3b\n.popsection\n"
+      : [n] "=&r"(n), [m] "=&r"(m)
+      : [passes] "r"(passes), [bad] "r"(bad), [out] "r"(out), [value] "r"(value)
+      : "memory");
+}
+
 }  // namespace arch

@@ -253,4 +253,30 @@ full:
 #undef ARCH_RSEQ_RECORD_SEQ
 #undef ARCH_RSEQ_RECORD_REC
 
+// A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
+// exception that returns into a section must restart it (kernel/rseq.h,
+// 4). Each pass stores its count in *passes (a store before the commit
+// that a rerun repeats: the count is what the test reads); the first pass
+// (*passes was 0) then stores to bad, an address that faults, and the
+// fault resumes at the commit through the section's own __extable entry:
+// inside the section. Restarted, the section makes a second pass, which
+// commits value to *out; resumed where the fixup says, it commits after
+// one.
+__attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
+                                                            uintptr_t value) {
+  uint64_t n, m;
+  asm volatile(
+      "1: lw    %[n], 0(%[passes])\n"
+      "   addiw %[m], %[n], 1\n"
+      "   sw    %[m], 0(%[passes])\n"
+      "   bnez  %[n], 3f\n"
+      "4: sw    zero, 0(%[bad])\n"      // faults: resumes at 3
+      "3: sd    %[value], 0(%[out])\n"  // the commit
+      "2:\n" ARCH_RSEQ_ENTRY
+      ".pushsection __extable, \"a\"\n.balign 8\n.dword 4b, 3b\n.popsection\n"
+      : [n] "=&r"(n), [m] "=&r"(m)
+      : [passes] "r"(passes), [bad] "r"(bad), [out] "r"(out), [value] "r"(value)
+      : "memory");
+}
+
 }  // namespace arch
