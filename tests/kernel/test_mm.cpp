@@ -20,6 +20,7 @@
 #include <mm/whatis.h>
 #include <trace/kmemtrace.h>
 #include "../../kernel/mm_accounting.h"
+#include "reserved_count.h"
 
 namespace {
 
@@ -75,15 +76,35 @@ struct ErrorCapture {
 
 }  // namespace
 
+// meminfo's books. "other" and "reserved" are differences (what no
+// subsystem claims, and RAM less the page allocator's frames), so the sum
+// is RAM by construction: each part is checked on its own instead.
 KTEST(mm_accounting_adds_up) {
   KASSERT(mm_boot::ready());
   reap_everything();
   mm_boot::MemAccounting a;
   mm_boot::accounting(a);
-  // Every allocated page is claimed by the subsystem that holds it.
+  // Every allocated page is claimed by the subsystem that holds it: other
+  // is 0, and the claims do not exceed the frames (which other, floored at
+  // 0, would hide).
   KEXPECT_EQ(a.other, 0u);
   KEXPECT_EQ(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.reserved, a.ram);
+  // reserved, counted from what boot found; free, as a walk of the page
+  // descriptors finds it (page_verify: free lists and per-CPU caches agree
+  // with the counts free comes from).
+  KEXPECT_EQ(a.reserved, books::counted_reserved_bytes());
+  KEXPECT(mm::page_verify());
+  mm::PageStats ps;
+  mm::page_stats(ps);
+  KEXPECT(ps.descriptor_pages * mm::kPageBytes * 50 < a.ram);  // the descriptors: under 2% of RAM
+  // The heap's figures, each within the heap.
   KEXPECT(a.heap_slabs <= a.heap);
+  mm::KmemBooks k;
+  mm::kmem_books(k);
+  KEXPECT(k.slab_bytes_profiled + k.slab_bytes_internal <= a.heap_slabs);  // not the caches of other arenas
+  KEXPECT(k.slab_bytes_profiled + k.slab_bytes_internal + k.large_bytes <= a.heap);
+  KEXPECT(k.live_bytes_profiled <= k.slab_bytes_profiled);
+  KEXPECT(k.large_internal_bytes <= k.large_bytes);
   // More than half of RAM was free after boot (on a 256 KiB board too); now
   // a quarter at least (kmemleak's and the stack depot's tables stay once
   // an earlier test turned kmemleak on).
