@@ -1,7 +1,8 @@
 // Host tests of allocation profiling (mm/alloc_tag.cpp) under ASan and
 // UBSan: exact counts at known lines for every tagged allocator, frees from
 // other threads, calls that bypass the macros, frees of objects allocated
-// while it was off, and allocinfo_print's format and options.
+// while it was off, kmem's books behind the kernel's totals, and
+// allocinfo_print's format and options.
 #include <gtest/gtest.h>
 #include <mm/alloc_tag.h>
 #include <mm/kmem.h>
@@ -260,6 +261,39 @@ TEST_F(allocinfo, StaleProfiledFreeIntoADestroyedOnSlabCacheIsRefused) {
     EXPECT_EQ(g_errors.size(), 1u);
   }
   mm::set_error_hook(old);
+// kmem_books, behind the kernel's allocinfo --totals (live bytes, held
+// bytes): each part moves by exactly what a workload adds, counted by the
+// test, not by kmem_books' own arithmetic: live by the 50 buffers' chunks,
+// the slabs by the pages the cache says it holds, large allocations by
+// whole pages (none of them the allocators' own); back once freed and the
+// cache destroyed.
+TEST_F(allocinfo, KmemBooksCountEachPartExactly) {
+  kmem_cache_t* cp = kmem_cache_create("allocinfo_books", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  ASSERT_NE(cp, nullptr);
+  mm::KmemBooks b0, b1, b2;
+  mm::kmem_books(b0);
+  std::vector<void*> objs;
+  for (int i = 0; i < 50; i++) objs.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  void* large = kmem_alloc(50000, KM_SLEEP);
+  ASSERT_NE(large, nullptr);
+  mm::kmem_books(b1);
+  mm::KmemCacheStats st;
+  mm::kmem_cache_stats(cp, st);
+  EXPECT_EQ(st.buf_inuse, 50u);
+  EXPECT_GE(st.slabs * st.objs_per_slab, 50u);
+  EXPECT_EQ(b1.live_bytes_profiled - b0.live_bytes_profiled, 50 * st.chunksize);
+  EXPECT_EQ(b1.slab_bytes_profiled - b0.slab_bytes_profiled, st.pages * mm::kPageBytes);
+  EXPECT_EQ(b1.large_bytes - b0.large_bytes, 13 * mm::kPageBytes);  // 50000 in whole pages
+  EXPECT_EQ(b1.large_internal_bytes, b0.large_internal_bytes);
+  EXPECT_LE(b1.live_bytes_profiled, b1.slab_bytes_profiled);
+  EXPECT_LE(b1.large_internal_bytes, b1.large_bytes);
+  for (void* p : objs) kmem_cache_free(cp, p);
+  kmem_free(large, 50000);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+  mm::kmem_books(b2);
+  EXPECT_EQ(b2.live_bytes_profiled, b0.live_bytes_profiled);
+  EXPECT_EQ(b2.slab_bytes_profiled, b0.slab_bytes_profiled);
+  EXPECT_EQ(b2.large_bytes, b0.large_bytes);
 }
 
 TEST_F(allocinfo, PrintsLinuxFormatSortedAndFiltered) {
