@@ -261,6 +261,8 @@ TEST_F(allocinfo, StaleProfiledFreeIntoADestroyedOnSlabCacheIsRefused) {
     EXPECT_EQ(g_errors.size(), 1u);
   }
   mm::set_error_hook(old);
+}
+
 // kmem_books, behind the kernel's allocinfo --totals (live bytes, held
 // bytes): each part moves by exactly what a workload adds, counted by the
 // test, not by kmem_books' own arithmetic: live by the 50 buffers' chunks,
