@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CTest BOARD/rseq-singlestep: the restartable sections' KTESTs
-# (rseq_magazines_survive_interrupts_that_allocate, and
-# rseq_kmemtrace_records_survive_interrupts: kmemtrace's ring writes) with
+# (rseq_magazines_survive_interrupts_that_allocate,
+# rseq_kmemtrace_records_survive_interrupts: kmemtrace's ring writes, and
+# rseq_synchronous_exception_inside_a_section_restarts_it) with
 # QEMU translating one guest instruction per block. QEMU's TCG takes an interrupt only
 # between translation blocks, which end at branches, so in a normal run an
 # interrupt never lands inside a section without a branch (a counter's
@@ -11,8 +12,8 @@
 # paths and their counter sections: the first test then also checks the
 # counts at its call sites, and the run that profiling is on; the
 # kmemtrace test, which needs every hook off, skips). Passes when the
-# first boot reports both tests passed and the second the first passed and
-# the kmemtrace one skipped, with no failure, no panic, and the shell
+# first boot reports the three tests passed and the second all but the
+# kmemtrace one passed and that one skipped, with no failure, no panic, and the shell
 # reached poweroff. (Not on a board whose arch has no restartable
 # sections: tests/kernel/CMakeLists.txt.)
 #
@@ -47,12 +48,14 @@ for args in "" "sysctl.vm.mem_profiling=1"; do
   grep -q '^PANIC' "$log" && bad "$what: the kernel panicked"
   grep -q 'FAIL' "$log" && bad "$what: a check failed"
   grep -q '^\[  OK  \] rseq_magazines_survive_interrupts_that_allocate' "$log" || bad "$what: the magazines' test did not pass"
+  grep -q '^\[  OK  \] rseq_synchronous_exception_inside_a_section_restarts_it' "$log" ||
+    bad "$what: the synchronous exception's test did not pass"
   if [[ -n $args ]]; then
-    grep -q '^\[ SKIP \] rseq_kmemtrace_records_survive_interrupts' "$log" && grep -q '^1 passed, 0 failed, 1 skipped' "$log" ||
-      bad "$what: not 1 passed and kmemtrace's test skipped"
+    grep -q '^\[ SKIP \] rseq_kmemtrace_records_survive_interrupts' "$log" && grep -q '^2 passed, 0 failed, 1 skipped' "$log" ||
+      bad "$what: not 2 passed and kmemtrace's test skipped"
   else
-    grep -q '^\[  OK  \] rseq_kmemtrace_records_survive_interrupts' "$log" && grep -q '^2 passed, 0 failed, 0 skipped' "$log" ||
-      bad "$what: the two tests did not pass"
+    grep -q '^\[  OK  \] rseq_kmemtrace_records_survive_interrupts' "$log" && grep -q '^3 passed, 0 failed, 0 skipped' "$log" ||
+      bad "$what: the three tests did not pass"
   fi
   grep -q '^powering off' "$log" || bad "$what: the shell did not reach poweroff"
   want=0
