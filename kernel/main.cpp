@@ -3,6 +3,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/irq.h>
 #include <kernel/ktest.h>
 #include <kernel/panic.h>
@@ -52,6 +53,7 @@ void setup_console() {
 extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   PerCpu& boot = g_percpu[0];
   set_index(boot, 0);
+  boot.context = context::make(context::kBoot);
   boot.hwid = boot_hwid;
   kstack::assign(boot);  // the stack it runs on, before any trap can look
   arch::init_boot_cpu(boot);

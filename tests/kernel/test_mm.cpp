@@ -634,16 +634,17 @@ KTEST(destructors_run_with_interrupts_enabled) {
   smp::call_on_all(fill_probe_magazines, nullptr);
   mm::kmem_reap(true);
   KEXPECT(g_dtor_probe.dtors.load() >= 40u);
-  const unsigned filled = g_dtor_probe.dtors.load();
+  unsigned filled = g_dtor_probe.dtors.load();
   smp::call_on_all(fill_probe_magazines, nullptr);
-  const unsigned before = g_dtor_probe.dtors.load();
-  // A debugged cache has no magazines: each free destructs its buffer at
-  // once (40 on each core). Otherwise the magazines keep them constructed
-  // and the destroy destructs them.
-  const bool debugged = mm::kmem_cache_debug_flags(g_probe_cache) != 0;
-  if (debugged) KEXPECT_EQ(before - filled, 40 * cpus_online());
+  unsigned before = g_dtor_probe.dtors.load();
+  // A debugged cache has no magazines: each free destructs at once, and
+  // destroy finds nothing left to destruct. Else the frees filled the
+  // magazines, which destroy empties.
+  bool debugged = mm::kmem_cache_debug_flags(g_probe_cache) != 0;
+  if (debugged) KEXPECT_EQ(before - filled, 40u * cpus_online());
   KEXPECT(kmem_cache_destroy(g_probe_cache));
-  if (!debugged) KEXPECT(g_dtor_probe.dtors.load() > before);
+  if (debugged) KEXPECT_EQ(g_dtor_probe.dtors.load(), before);
+  else KEXPECT(g_dtor_probe.dtors.load() > before);
   KEXPECT_EQ(g_dtor_probe.masked.load(), 0u);
 }
 
