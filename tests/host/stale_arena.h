@@ -12,6 +12,11 @@
 #include <utility>
 #include <vector>
 
+// Internal to each test file that includes it: vmem_alloc is a tagged
+// macro, and a tag inside an inline function of external linkage would
+// land in a COMDAT group, which the tags' section cannot mix with the
+// file's other tags.
+namespace {
 struct StaleArena {
   static constexpr unsigned kMax = 64;
   static inline std::pair<void*, size_t> spans[kMax];
@@ -51,3 +56,4 @@ struct StaleArena {
     n = 0;
   }
 };
+}  // namespace
