@@ -54,7 +54,9 @@ inline void st_relaxed(T& v, typename NonDeduced<T>::type x) {
 struct Magazine {
   Magazine* next;
   uintptr_t cap;  // rounds it holds when full: the depot may hold old sizes after a resize
-  // slot[0] is always null; the rounds are slot[1..n]. With the sentinel,
+  // slot[0] is null while the magazine is in use (on a CPU or in the depot);
+  // while it is destroyed it holds the rounds left (kmem_magazine.cpp, 6).
+  // The rounds are slot[1..n]. With the sentinel,
   // the allocation fast path's load of the top round is its emptiness test
   // (null: empty), and "is obj on top of the magazine?" needs none: the
   // free fast path uses it to catch an immediate double free.
@@ -381,6 +383,11 @@ struct kmem_cache {
   // before it counts live objects: the decrement is the batch's last touch
   // of the cache.
   uint32_t inflight;
+  // Magazines taken off the depot or a CPU and being destroyed with
+  // interrupts on (kmem_magazine.cpp, 6): chained through next, under
+  // depot_lock; each one's slot[0] holds the rounds it has left (written by
+  // its destroyer alone), which kmemleak's marking reads as free buffers.
+  mm::Magazine* draining;
 };
 
 // x / chunk (a buffer's index from its offset in the slab, or the offslab

@@ -37,6 +37,18 @@
 //    locks it needs, and the cache list is walked with references
 //    (for_each_cache). Only the memory-pressure reaper is one at a time
 //    (g_reaping): others short of memory wait for its result instead.
+// 6. Draining. A magazine leaves the depot or a CPU for destruction in the
+//    same critical section that puts it on the cache's draining list
+//    (depot_lock), its slot[0] set to its rounds; its destroyer lowers that
+//    count before each round goes to the slab layer, and takes it off the
+//    list at the end. So at every point where interrupts are on (the kernel)
+//    or no depot lock is held (the host), each round is in exactly one of a
+//    CPU's magazines, the depot, a draining magazine's first slot[0] rounds,
+//    or the slab layer (or the destroyer's registers, on its way there):
+//    kmemleak, which stops the world at such points, counts every magazine
+//    round as free. Without the list, rounds halfway through a reap looked
+//    allocated and referenced by nothing (a magazine is not an object), and
+//    a scan reported them.
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include "kmem_cache.h"
@@ -74,9 +86,33 @@ unsigned magtype_of(uintptr_t cap) {
 // Destroys a magazine holding n constructed rounds: destructs them, returns
 // them to the slab layer, frees the magazine to its own magazine cache (its
 // capacity says which).
-void magazine_destroy(kmem_cache_t* cp, Magazine* m, uintptr_t n) {
+// Puts m on cp's draining list with n rounds (6). Depot lock held.
+void drain_begin(kmem_cache_t* cp, Magazine* m, uintptr_t n) {
+  assert_held(cp->depot_lock);
   MM_ASSERT(n <= m->cap);
-  for (uintptr_t i = 1; i <= n; i++) slab_free(cp, m->slot[i], true, 0);
+  __atomic_store_n(&m->slot[0], reinterpret_cast<void*>(n), __ATOMIC_RELAXED);
+  m->next = cp->draining;
+  cp->draining = m;
+}
+
+// Destroys m, which drain_begin put on the draining list: its rounds go to
+// the slab layer, top first, the count in slot[0] lowered before each
+// leaves (6), then m leaves the list and goes back to its magazine cache
+// (its capacity says which).
+void magazine_destroy(kmem_cache_t* cp, Magazine* m) {
+  for (auto n = reinterpret_cast<uintptr_t>(m->slot[0]); n > 0; n--) {
+    void* obj = m->slot[n];
+    // Relaxed: read only with this CPU stopped (kmemleak), which orders it.
+    __atomic_store_n(&m->slot[0], reinterpret_cast<void*>(n - 1), __ATOMIC_RELAXED);
+    slab_free(cp, obj, true, 0);
+  }
+  {
+    Guard<> g(cp->depot_lock);
+    Magazine** pp = &cp->draining;
+    while (*pp != m) pp = &(*pp)->next;
+    *pp = m->next;
+  }
+  m->slot[0] = nullptr;
   kmem_cache_free(g_magtypes[magtype_of(m->cap)].cache, m);
 }
 
@@ -94,18 +130,6 @@ void maglist_push(MagList& l, Magazine* m) {
   l.count++;
 }
 
-// Takes up to n magazines off l, chained through next (depot lock held).
-Magazine* maglist_take(MagList& l, uint64_t n) {
-  Magazine* chain = nullptr;
-  while (n--) {
-    Magazine* m = maglist_pop(l);
-    if (!m) break;
-    m->next = chain;
-    chain = m;
-  }
-  return chain;
-}
-
 // A CPU's magazines, detached from it to be destroyed with interrupts on.
 struct Detached {
   Magazine* loaded = nullptr;
@@ -114,21 +138,24 @@ struct Detached {
   int32_t prounds = 0;
 };
 
-// Interrupts masked; the CPU's own slot, or any slot of an unused cache
-// (kmem_cache.h, CpuCache: what orders another CPU's stores before this).
-Detached cpu_detach(CpuCache* cc) {
+// Interrupts masked, depot lock held; the CPU's own slot, or any slot of
+// an unused cache (kmem_cache.h, CpuCache: what orders another CPU's
+// stores before this). The magazines go on the draining list (6).
+Detached cpu_detach(kmem_cache_t* cp, CpuCache* cc) {
   Detached d{cc->loaded(), cc->rounds(), cc->prev, cc->prounds};
   cc->extra -= static_cast<uintptr_t>(d.rounds + d.prounds);  // leave without an allocation (kmem_cache.h)
   cc->load(nullptr, 0);
   cc->prev = nullptr;
   cc->prounds = 0;
   cc->held = 0;
+  if (d.loaded) drain_begin(cp, d.loaded, static_cast<uintptr_t>(d.rounds));
+  if (d.prev) drain_begin(cp, d.prev, static_cast<uintptr_t>(d.prounds));
   return d;
 }
 
 void destroy_detached(kmem_cache_t* cp, const Detached& d) {
-  if (d.loaded) magazine_destroy(cp, d.loaded, static_cast<uintptr_t>(d.rounds));
-  if (d.prev) magazine_destroy(cp, d.prev, static_cast<uintptr_t>(d.prounds));
+  if (d.loaded) magazine_destroy(cp, d.loaded);
+  if (d.prev) magazine_destroy(cp, d.prev);
 }
 
 // What a slow path leaves to do once interrupts are back on (rarely: after
@@ -136,11 +163,10 @@ void destroy_detached(kmem_cache_t* cp, const Detached& d) {
 struct Leftover {
   bool any = false;
   Detached stale;             // this CPU's magazines of an old size
-  Magazine* old = nullptr;    // a depot magazine of an old size
-  uintptr_t old_rounds = 0;
+  Magazine* old = nullptr;    // a depot magazine of an old size (draining)
   __attribute__((noinline)) void run(kmem_cache_t* cp) {
     destroy_detached(cp, stale);
-    if (old) magazine_destroy(cp, old, old_rounds);
+    if (old) magazine_destroy(cp, old);
   }
 };
 
@@ -151,8 +177,9 @@ __attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, Cpu
                                                              bool* to_slab) {
   const int want = mag_rounds(cp);
   if (cc->held && cc->held != want) {  // the magazine size changed
+    Guard<NoIrqSave> g(cp->depot_lock);
     left.any = true;
-    left.stale = cpu_detach(cc);
+    left.stale = cpu_detach(cp, cc);
     return nullptr;
   }
   cc->held = want;
@@ -182,7 +209,7 @@ __attribute__((always_inline)) inline void* reload_and_pop(kmem_cache_t* cp, Cpu
     if (full->cap != static_cast<uintptr_t>(want)) {  // from before a resize
       left.any = true;
       left.old = full;
-      left.old_rounds = full->cap;
+      drain_begin(cp, full, full->cap);
       return nullptr;
     }
     if (cc->prev) maglist_push(cp->empty_mags, cc->prev);
@@ -203,8 +230,9 @@ __attribute__((always_inline)) inline FreeStep reload_and_push(kmem_cache_t* cp,
                                                                 Leftover& left) {
   const int want = mag_rounds(cp);
   if (cc->held && cc->held != want) {  // the magazine size changed
+    Guard<NoIrqSave> g(cp->depot_lock);
     left.any = true;
-    left.stale = cpu_detach(cc);
+    left.stale = cpu_detach(cp, cc);
     return FreeStep::kRetry;
   }
   cc->held = want;
@@ -230,6 +258,7 @@ __attribute__((always_inline)) inline FreeStep reload_and_push(kmem_cache_t* cp,
     if (empty->cap != static_cast<uintptr_t>(want)) {  // from before a resize
       left.any = true;
       left.old = empty;
+      drain_begin(cp, empty, 0);
       return FreeStep::kRetry;
     }
     if (cc->prev) maglist_push(cp->full_mags, cc->prev);
@@ -390,7 +419,7 @@ void cpu_flush(kmem_cache_t* cp, unsigned cpu) {
   Detached d;
   {
     Guard<> g(cp->depot_lock);
-    d = cpu_detach(&cp->cpu[cpu]);
+    d = cpu_detach(cp, &cp->cpu[cpu]);
     if (!d.loaded && !d.prev) return;
     __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // under depot_lock: destroy takes it before it waits
   }
@@ -406,30 +435,37 @@ void flush_this_cpu(void*) {
 
 // Frees the depot magazines the working set did not use since the last
 // reap (all of them with `all`), and starts a new interval. The fewest
-// magazines a list held over the interval (min) were never needed: exactly
-// that many go, taken in one critical section, then destroyed without it.
+// magazines a list held over the interval (min) were never needed: that
+// many go, each taken onto the draining list under the depot lock and
+// destroyed without it (6).
 void depot_reap(kmem_cache_t* cp, bool all) {
-  Magazine* fulls;
-  Magazine* empties;
+  uint64_t fulls, empties;
   {
     Guard<> g(cp->depot_lock);
-    fulls = maglist_take(cp->full_mags, all ? cp->full_mags.count : cp->full_mags.min);
-    empties = maglist_take(cp->empty_mags, all ? cp->empty_mags.count : cp->empty_mags.min);
+    fulls = all ? cp->full_mags.count : cp->full_mags.min;
+    empties = all ? cp->empty_mags.count : cp->empty_mags.min;
+    // The new interval starts here; the takes below lower min with count.
     cp->full_mags.min = cp->full_mags.count;
     cp->empty_mags.min = cp->empty_mags.count;
     if (fulls || empties) __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // as in cpu_flush
   }
   __atomic_fetch_add(&cp->reaps, uint64_t{1}, __ATOMIC_RELAXED);  // statistics only
   if (!fulls && !empties) return;
-  while (fulls) {
-    Magazine* m = fulls;
-    fulls = m->next;
-    magazine_destroy(cp, m, m->cap);
+  auto take = [cp](MagList& l, bool full) {
+    Guard<> g(cp->depot_lock);
+    Magazine* m = maglist_pop(l);
+    if (m) drain_begin(cp, m, full ? m->cap : 0);
+    return m;
+  };
+  for (; fulls; fulls--) {
+    Magazine* m = take(cp->full_mags, true);
+    if (!m) break;
+    magazine_destroy(cp, m);
   }
-  while (empties) {
-    Magazine* m = empties;
-    empties = m->next;
-    magazine_destroy(cp, m, 0);
+  for (; empties; empties--) {
+    Magazine* m = take(cp->empty_mags, false);
+    if (!m) break;
+    magazine_destroy(cp, m);
   }
   __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
 }
@@ -469,9 +505,10 @@ bool depot_evict(kmem_cache_t* cp, void* obj) {
     *pp = found->next;
     cp->full_mags.count--;
     if (cp->full_mags.min > cp->full_mags.count) cp->full_mags.min = cp->full_mags.count;
+    drain_begin(cp, found, found->cap);
     __atomic_fetch_add(&cp->inflight, 1u, __ATOMIC_RELAXED);  // under depot_lock: destroy takes it before it waits
   }
-  magazine_destroy(cp, found, found->cap);
+  magazine_destroy(cp, found);
   __atomic_fetch_sub(&cp->inflight, 1u, __ATOMIC_RELEASE);
   return true;
 }

@@ -416,10 +416,21 @@ struct Who {
   unsigned taken;
 };
 Who g_who;
-void alloc_for_who(void*) { g_who.obj = kmem_cache_alloc(g_who.cp, KM_SLEEP); }
+// Under fault injection (suite-failslab) an allocation may fail: each
+// tries again until one succeeds, the tick at its next interrupt.
+void alloc_for_who(void*) {
+  for (int i = 0; i < 1000 && !g_who.obj; i++) g_who.obj = kmem_cache_alloc(g_who.cp, KM_SLEEP);
+}
 void alloc_in_tick() {
+  if (__atomic_load_n(&g_who.taken, __ATOMIC_RELAXED)) return;
+  void* p = kmem_cache_alloc(g_who.cp, KM_NOSLEEP);
+  if (!p) return;
+  // The first core to publish wins; the release store pairs with the
+  // test's acquire load of g_who.obj, so the buffer's trail is visible.
   if (__atomic_exchange_n(&g_who.taken, 1u, __ATOMIC_ACQ_REL) == 0)
-    __atomic_store_n(&g_who.obj, kmem_cache_alloc(g_who.cp, KM_NOSLEEP), __ATOMIC_RELEASE);
+    __atomic_store_n(&g_who.obj, p, __ATOMIC_RELEASE);
+  else
+    kmem_cache_free(g_who.cp, p);
 }
 }  // namespace
 
