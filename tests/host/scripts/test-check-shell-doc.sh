@@ -64,7 +64,7 @@ run "a command help lists has no entry" 1 'shell.md: `crash` is listed by help \
 
 doc
 printf '\n### `uptime`\n' >>"$tmp/shell.md"
-run "an entry for a command help does not list" 1 'shell.md: [0-9]+: entry ### `uptime`: help lists no such command'
+run "an entry for a command help does not list" 1 'shell.md:[0-9]+: entry ### `uptime`: help lists no such command'
 
 doc
 sed -i '/^#### `kmem move`/d' "$tmp/shell.md"
@@ -80,7 +80,7 @@ run "every code span of a heading counts: off lost" 1 'shell.md: `kmemleak off` 
 
 doc
 sed -i 's/^#### `kmem reap`/#### `kmem reap`\n#### `kmem shrink`/' "$tmp/shell.md"
-run "a heading for a subcommand help does not list" 1 'shell.md: [0-9]+: heading for `kmem shrink`: help.s synopsis .* has no such subcommand'
+run "a heading for a subcommand help does not list" 1 'shell.md:[0-9]+: heading for `kmem shrink`: help.s synopsis .* has no such subcommand'
 
 doc
 sed -i 's/^### `crash`/### `crash`\n#### `crash panic`/' "$tmp/shell.md"
