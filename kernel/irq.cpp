@@ -4,6 +4,7 @@
 // run on any core without a lock: register_handler writes arg and name,
 // then releases them with the store of fn; dispatch loads fn with acquire
 // before it reads arg. The counts are relaxed statistics.
+#include <kernel/context.h>
 #include <kernel/fdt.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
@@ -42,6 +43,7 @@ void run(unsigned n) {
   irq::Handler fn = n < irq::kMaxIrq ? g_slots[n].fn.load(std::memory_order_acquire) : nullptr;
   if (fn) {
     g_slots[n].count.fetch_add(1, std::memory_order_relaxed);
+    context::Scope in(context::make(context::kIrq, n));  // what the handler allocates is the interrupt's
     fn(n, g_slots[n].arg);
   }
 }
@@ -112,6 +114,12 @@ void dispatch() {
 }
 
 uint64_t count(unsigned irq) { return irq < kMaxIrq ? g_slots[irq].count.load(std::memory_order_relaxed) : 0; }
+
+// name is written before fn is released (register_handler): read after fn's acquire.
+const char* name(unsigned irq) {
+  if (irq >= kMaxIrq || !g_slots[irq].fn.load(std::memory_order_acquire)) return nullptr;
+  return g_slots[irq].name;
+}
 
 }  // namespace irq
 

@@ -5,7 +5,9 @@
 //   kmem verify [CACHE]   every redzone and poisoned free buffer checked
 //                         (mdb's ::kmem_verify)
 //   kmem log [ADDR]       the transaction log, or only the entries of the
-//                         buffer containing ADDR (::kmem_log, ::bufctl -h)
+//                         buffer containing ADDR (::kmem_log, ::bufctl -h),
+//                         each with its CPU and context (the command, test,
+//                         interrupt or cross-call that ran)
 //   kmem test [KIND|all]  makes one misuse of each kind on a scratch cache
 //                         with every debug mode on and shows its report, as
 //                         `kmemleak test` does for leaks
@@ -16,6 +18,7 @@
 #include <kernel/string.h>
 #include <mm/kmem.h>
 #include <mm/kmem_debug.h>
+#include <mm/platform.h>
 #include <mm/stackdepot.h>
 
 namespace {
@@ -89,9 +92,10 @@ int cmd_verify(const char* cmd, int argc, char** argv) {
 }
 
 void print_log_entry(const mm::KmemLogEntry& e, void*) {
-  kprintf("%8llu  cpu %-2u tick %-8u %-5s 0x%llx  %s\n", (ull)e.seq, static_cast<unsigned>(e.cpu),
-          static_cast<unsigned>(e.ticks), e.alloc ? "alloc" : "free",
-          (ull)e.buffer, e.cache);
+  char who[64];
+  mm::plat::context_name(e.context, who, sizeof who);
+  kprintf("%8llu  cpu %-2u tick %-8u %-5s 0x%llx  %s  by %s\n", (ull)e.seq, static_cast<unsigned>(e.cpu),
+          static_cast<unsigned>(e.ticks), e.alloc ? "alloc" : "free", (ull)e.buffer, e.cache, who);
   if (e.ncontents) {
     kprintf("          contents:");
     for (unsigned i = 0; i < e.ncontents; i++) kprintf(" %02x", e.contents[i]);
@@ -129,6 +133,31 @@ const Misuse kMisuses[] = {
        auto* p = static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP));
        p[40] = 0x41;  // one byte past the 40 asked for
        p[41] = 0x41;
+       kmem_cache_free(cp, p);
+     }},
+    {"long-overrun",
+     [](kmem_cache_t* cp, kmem_cache_t*) {
+       // Two neighbours, the lower one overrun by 100 bytes: over its tag
+       // and into the next buffer. kmem verify finds it, then the free.
+       mm::KmemCacheStats st;
+       mm::kmem_cache_stats(cp, st);
+       uint8_t* v[8];
+       uint8_t* p = nullptr;
+       for (auto& b : v) b = static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP));
+       for (uint8_t* a : v)
+         for (uint8_t* b : v)
+           if (b == a + st.chunksize) p = a;
+       if (p) memset(p + 40, 0x43, 100);
+       else kprintf("kmem test: no two neighbours among 8 buffers\n");
+       uint64_t checked = 0;
+       uint64_t bad = mm::kmem_verify(cp, &checked);
+       kprintf("kmem test: kmem verify: %llu buffers checked, %llu corrupt\n", (ull)checked, (ull)bad);
+       for (uint8_t* b : v) kmem_cache_free(cp, b);
+     }},
+    {"underrun",
+     [](kmem_cache_t* cp, kmem_cache_t*) {
+       auto* p = static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP));
+       p[-1] = 0x44;  // the byte before the buffer
        kmem_cache_free(cp, p);
      }},
     {"write-after-free",
@@ -182,7 +211,9 @@ const Misuse kMisuses[] = {
 };
 
 int cmd_test(const char* cmd, int argc, char** argv) {
-  const char* usage = "usage: kmem test overrun|write-after-free|double-free|interior|wrong-cache|wrong-size|stranger|destroy-live|all";
+  const char* usage =
+      "usage: kmem test overrun|long-overrun|underrun|write-after-free|double-free|interior|wrong-cache|wrong-size|"
+      "stranger|destroy-live|all";
   if (argc != 3) return shell::usage_error(cmd, "%s", usage);
   bool all = strcmp(argv[2], "all") == 0;
   bool known = all;
@@ -207,10 +238,17 @@ int cmd_test(const char* cmd, int argc, char** argv) {
     kprintf("kmem test: %s: %llu report(s)\n", m.name, (ull)(mm::error_count() - was));
     ran++;
   }
-  bool clean = mm::kmem_verify(cp) == 0;
+  // One buffer held, so that the cache has a slab to check (a destroy
+  // among the misuses gives every cache's empty slabs back).
+  void* held = kmem_cache_alloc(cp, KM_SLEEP);
+  uint64_t checked = 0;
+  bool clean = mm::kmem_verify(cp, &checked) == 0;
+  kmem_cache_free(cp, held);
   bool destroyed = kmem_cache_destroy(cp) && kmem_cache_destroy(other);
-  kprintf("kmem test: %u misuse(s), %llu report(s); afterwards the caches verify %s and %s destroyed\n", ran,
-          (ull)(mm::error_count() - before), clean ? "clean" : "CORRUPT", destroyed ? "are" : "could NOT be");
+  kprintf("kmem test: %u misuse(s), %llu report(s); afterwards the caches verify %s (%llu buffers checked) and %s "
+          "destroyed\n",
+          ran, (ull)(mm::error_count() - before), clean ? "clean" : "CORRUPT", (ull)checked,
+          destroyed ? "are" : "could NOT be");
   return clean && destroyed ? 0 : 1;
 }
 

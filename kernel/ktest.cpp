@@ -1,6 +1,7 @@
 // The in-kernel test runner. Tests run one after another on the boot core
 // (a test may fan work out to other cores through smp::call_on_all).
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/ktest.h>
 #include <kernel/shell.h>
 #include <kernel/string.h>
@@ -38,7 +39,10 @@ unsigned run_all(const char* filter, unsigned* passed_out) {
     g_failed = false;
     g_skip_reason = nullptr;
     uint64_t start = timer::now_ns();
-    t->fn();
+    {
+      context::Scope in(context::make(context::kTest, static_cast<uint32_t>(t - __ktests_start)));
+      t->fn();
+    }
     uint64_t ms = (timer::now_ns() - start) / 1000000;
     if (g_failed) {  // a failure before a skip still counts
       failed++;

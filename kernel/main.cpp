@@ -3,6 +3,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/irq.h>
 #include <kernel/ktest.h>
 #include <kernel/panic.h>
@@ -11,6 +12,7 @@
 #include <kernel/smp.h>
 #include <kernel/stack.h>
 #include <kernel/timer.h>
+#include <mm/failslab.h>
 #include "mm_accounting.h"
 
 extern const UartOps* const EARLY_UART_OPS;
@@ -51,6 +53,7 @@ void setup_console() {
 extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   PerCpu& boot = g_percpu[0];
   set_index(boot, 0);
+  boot.context = context::make(context::kBoot);
   boot.hwid = boot_hwid;
   kstack::assign(boot);  // the stack it runs on, before any trap can look
   arch::init_boot_cpu(boot);
@@ -84,6 +87,12 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   if (boot::has_arg("test")) {
     unsigned passed = 0;
     unsigned failed = ktest::run_all(nullptr, &passed);
+    // Under kmem.fail, what it did: the suite's checker (CTest
+    // suite-failslab) requires failures to have been injected.
+    mm::FailState fs;
+    if (mm::failslab_state(fs))
+      kprintf("kmem fail: %llu allocations failed by injection since it was switched on\n",
+              static_cast<unsigned long long>(fs.injected));
     arch::exit(failed || passed == 0 ? 1 : 0);
   }
   shell::run();

@@ -5,6 +5,7 @@
 // dropped, lines longer than the buffer are refused as a whole (not cut and
 // run), and at most kMaxArgs words are accepted.
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/shell.h>
 #include <kernel/string.h>
 #include <mm/kmemleak.h>
@@ -142,11 +143,13 @@ int execute(char* line) {
     kprintf("%s: unknown command (type 'help' for the list)\n", argv[0]);
     return -1;
   }
+  context::Scope in(context::make(context::kCommand, static_cast<uint32_t>(c - __shell_commands_start)));
   return c->run(argc, argv);
 }
 
 void run() {
   char line[kLineMax];
+  context::Scope in(context::make(context::kShell));
   kprintf("Type 'help' for commands.\n");
   for (;;) {
     kprintf("magpie> ");

@@ -36,6 +36,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/irq.h>
 #include <kernel/panic.h>
 #include <kernel/smp.h>
@@ -82,7 +83,12 @@ bool run_mailbox(PerCpu& cpu) {
   // call_fn, which the next poster acquires before it writes.)
   void* arg = cpu.call_arg;
   cpu.call_arg = nullptr;
-  run_as_call(cpu, fn, arg);
+  {
+    // What the call allocates is its caller's doing (the caller's context
+    // was published with call_arg).
+    context::Scope in(context::call_from(cpu.call_context));
+    run_as_call(cpu, fn, arg);
+  }
   // In this order: once call_fn is clear a new call may be posted (its
   // call_from, call_done = 0), which neither store below may overwrite.
   unsigned from = cpu.call_from;
@@ -108,6 +114,7 @@ void wait_free(PerCpu& cpu) {
 void post(PerCpu& cpu, void (*fn)(void*), void* arg) {
   wait_free(cpu);
   cpu.call_arg = arg;
+  cpu.call_context = context::current();
   cpu.call_from = cpu_id();
   cpu.call_done.store(0, std::memory_order_relaxed);
   cpu.call_fn.store(fn, std::memory_order_release);
@@ -183,11 +190,13 @@ __attribute__((noinline)) void stopped_here() {
 // Waking the core is all a call takes (idle_loop checks the mailbox); a
 // freeze request holds it here.
 void ipi_interrupt() {
+  context::Scope in(context::make(context::kIpi));
   // The freezer itself takes IPIs while it waits (the frozen cores' replies).
   if (g_stop_request.load(std::memory_order_acquire) && cpu_id() != g_freezer) stopped_here();
 }
 
 extern "C" void secondary_main(PerCpu* cpu) {
+  cpu->context = context::make(context::kIdle);
   arch::init_secondary_cpu(*cpu);
   irq::init_cpu();
   timer::init_cpu();

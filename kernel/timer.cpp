@@ -1,5 +1,6 @@
 // Monotonic clock from the arch counter, and a periodic tick on every core.
 #include <kernel/arch.h>
+#include <kernel/context.h>
 #include <kernel/kmemtrace.h>
 #include <kernel/percpu.h>
 #include <kernel/timer.h>
@@ -19,6 +20,7 @@ std::atomic<uint64_t> g_test_period{0};
 }  // namespace
 
 void timer_interrupt() {
+  context::Scope in(context::make(context::kTimer));  // what a test hook allocates is the timer's
   // A statistic (cpus, tests): it publishes nothing, so relaxed.
   this_cpu().ticks.fetch_add(1, std::memory_order_relaxed);
   kmemtrace::tick();

@@ -202,7 +202,7 @@ struct Slab {
   Slab* next;
   Slab* prev;
   uintptr_t mem;        // start of the slab's memory (vmem address)
-  uintptr_t base;       // first buffer (mem + colour)
+  uintptr_t base;       // first buffer (mem + colour + the cache's lead)
   uint32_t chunks;
   uint32_t refcnt;      // buffers out of the slab layer
   uint32_t free_head;   // index of the first free buffer or kNone
@@ -326,6 +326,11 @@ struct kmem_cache {
   kmem_cache* list_prev;
   uint32_t refs;  // walkers holding this cache (cache_next)
   bool dead;      // destroyed: freed when the last walker lets go
+  // Bytes before a slab's first buffer: a debugged cache's left redzone
+  // word and audit tag of that buffer (the others' end the chunk before
+  // them), rounded up to the alignment (kmem_debug.cpp, 3); 0 for other
+  // caches. In dead's padding: the fields after keep their offsets.
+  uint16_t lead;
 
 
   // Debug modes (kmem_debug.cpp): KMF_ flags, 0 for none. A debugged cache
@@ -505,6 +510,9 @@ void cache_layout(kmem_cache_t* cp, size_t quantum);
 void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested = 0, uintptr_t caller = 0);
 // size: what kmem_free was given (debugged caches check it; 0: unknown).
 void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller, size_t size = 0);
+// slab_lock held: rebuilds sp's on-slab free list from its bitmap (a debug
+// check that repaired free buffers' tags, where their links live).
+void slab_freelist_rebuild(kmem_cache_t* cp, Slab* sp);
 // The on-slab free list's links, stored encoded (kmem_slab.cpp, 8).
 inline uint32_t link_key(const kmem_cache_t* cp, uintptr_t at) {
   return static_cast<uint32_t>(at >> 2) * 0x9e3779b1u ^ cp->link_secret;

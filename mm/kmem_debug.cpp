@@ -1,6 +1,7 @@
 // kmem's debug modes: redzones, poisoning, audit trails and the
 // transaction log (mm/kmem_debug.h), after illumos's KMF_REDZONE,
-// KMF_DEADBEEF, KMF_AUDIT and KMF_CONTENTS.
+// KMF_DEADBEEF, KMF_AUDIT and KMF_CONTENTS, with a left redzone as
+// Linux's SLUB has.
 //
 // 1. Which caches. A cache's KMF_ flags are fixed when it is created: its
 //    cflags (KMC_REDZONE ...), plus the configured flags (kmem.debug=, or
@@ -18,36 +19,79 @@
 //    of caches with constructors are destructed on every free and
 //    constructed on every allocation, so a free buffer can be poisoned
 //    (illumos does the same: constructed state and poison cannot coexist).
-// 3. The buffer tag. Every buffer of a debugged cache is laid out as
+// 3. The layout. Every buffer of a debugged cache is laid out as
+//      [-32, -8)             AuditTag (audit mode): last allocation's and
+//                            last free's stack handle, time, CPU and
+//                            context (plat::context: the command, test,
+//                            interrupt or cross-call; the host's thread)
+//      [-8, 0)               the left redzone word: the size word (the
+//                            size asked for, bit 31 set if it is exact),
+//                            in each half, xor the buffer's address and a
+//                            key of each half's own
 //      [0, size)             the caller's bytes
 //      [size, tag_off)       redzone bytes, 0xbb (redzone mode)
 //      [tag_off, +24)        BufTag: the redzone word 0xfeedfacefeedface,
-//                            the state word, the size the caller asked
-//                            for, the slab free-list link (on-slab caches:
-//                            kmem_slab.cpp, 8: it lives here, not in the
-//                            poisoned bytes), whether the size is exact
-//                            (not for a kmem_alloc class taken untraced,
-//                            before the hooks were on: then kmem_free's
-//                            size is not checked against it)
-//      [tag_off + 24, +24)   AuditTag (audit mode): last allocation's and
-//                            last free's stack handle, time and CPU
-//    tag_off is the cache's buffer size rounded up to 8, so kmem_alloc's
-//    buffers get redzone bytes from the exact size asked for (illumos's
-//    KMEM_SIZE_ENCODE): an overrun of kmem_alloc(50) into the 64-byte
-//    class's slack is caught. The state word is kStateAlloc, kStateFreeing
-//    or kStateFree xor the low 32 bits of the buffer's address, so a stray
-//    value (or a copy of another buffer's tag) matches none.
-// 4. Checks. On allocation (debug_take): a free buffer must hold its
-//    poison and an intact tag, else "write after free", with the offset
-//    and bytes of the first difference and the last free's trail; the
-//    buffer is repaired and handed out (the report names the writer's
-//    victim; refusing the allocation would only move the damage). On free
-//    (debug_free_check): the slab's bitmap and the state word refuse a
-//    double free, the size kept in the tag refuses a kmem_free of a wrong
-//    size within the right class, and the redzone from the size asked for
-//    through the state word must be intact, else "buffer overrun" (the
-//    free goes on; the redzone is repaired). kmem_verify checks every
-//    buffer of a cache the same way on demand.
+//                            the state word, the size, the slab free-list
+//                            link (on-slab caches: kmem_slab.cpp, 8: it
+//                            lives here, not in the poisoned bytes), the
+//                            exact word (0: the size is the buffer size,
+//                            for a kmem_alloc class taken untraced, before
+//                            the hooks were on; kmem_free's size is then
+//                            not checked against it)
+//    What lies before a buffer sits at the end of the chunk before it; the
+//    first buffer of a slab has the slab's first cp->lead bytes (the lead,
+//    rounded up to the alignment). tag_off is the buffer size rounded up to
+//    8, so kmem_alloc's buffers get redzone bytes from the exact size asked
+//    for (illumos's KMEM_SIZE_ENCODE): an overrun of kmem_alloc(50) into
+//    the 64-byte class's slack is caught. The state word is kStateAlloc,
+//    kStateFreeing or kStateFree xor the low 32 bits of the buffer's
+//    address, so a stray value (or a copy of another buffer's tag) matches
+//    none. The size is kept on both sides: an overrun runs over the tag's
+//    copy, never over the left one; an underrun the other way round; a
+//    long overrun does not reach its own buffer's audit trail either.
+// 4. Nothing the write can reach is trusted. A check of a buffer (on its
+//    allocation, on its free, by kmem_verify) takes the size from the
+//    left redzone word if its halves agree, else from the tag if the tag's
+//    redzone and state words hold, else the buffer size; then compares the
+//    redzone bytes (allocated) or the poison (free), the tag's words and
+//    the left redzone word with what they must be. A damaged left redzone
+//    word is an underrun of the buffer, unless the buffer before has a
+//    damaged tag too: then the write ran on from that one (across its tag
+//    and this buffer's audit tag), and the check walks back to the buffer
+//    whose own left word holds, where the write started. Forward, a write
+//    whose buffer's tag is damaged runs on into the next buffer when that
+//    one's left word is damaged, and so on. One report names the buffer
+//    whose bounds were crossed ("buffer overrun", "write after free" for a
+//    free one, "buffer underrun"), the offset and bytes of its first bad
+//    byte (negative: before the buffer), its trail, and the buffers the
+//    write ran into; the checks that report it (a free or an allocation)
+//    repair every tag, left word, redzone and poison on the write's path,
+//    rebuilding the slab's free list if free buffers' links were on it, so
+//    the neighbours go on without a second report (their contents are
+//    whatever the write left). An overrun with the buffer's own underrun
+//    is reported as the overrun; the left word stays damaged and is
+//    reported by the buffer's next check. Checks: on allocation
+//    (debug_take), a free buffer must hold its poison and intact words,
+//    else a report, and the buffer is repaired and handed out (refusing
+//    the allocation would only move the damage); on free
+//    (debug_free_check), the slab's bitmap and the state word refuse a
+//    double free, the trusted size refuses a kmem_free of a wrong size
+//    within the right class, then the checks above (the free goes on).
+//    kmem_verify runs the same checks on every buffer of a cache, reporting
+//    each write once, and repairs nothing.
+//    Underruns: a left redzone, not a check of the previous buffer's tag
+//    alone, since the bytes just before a buffer are the end of the chunk
+//    before it (its audit tag, or its tag's exact word), values no check
+//    can predict, and the first buffer of a slab has no buffer before it
+//    (with no room there, an underrun writes into whatever lies below the
+//    slab). The word is the size's second copy as well, so it pays for
+//    both. Cost: 8 bytes a buffer and cp->lead once a slab (a 64-byte
+//    kmem_alloc buffer takes 128 bytes with any mode: its tags fit its
+//    alignment's padding); per alloc+free pair, the word's store on
+//    allocation and its decoding on each check: 56 instructions of arm64's
+//    972 for a redzone pair (bench's debug_redzone row under -icount,
+//    against the same build with the word neither written nor read).
+//    Every board's debug_* rows: bench/baseline/BOARD.txt.
 // 5. Locking. The checks, fills and tag updates run under the cache's
 //    slab_lock, interrupts masked (a debugged cache's free buffers are only
 //    touched under it, and kmem_verify reads a stable picture): the price
@@ -89,6 +133,12 @@ constexpr uint32_t kUninitPattern = 0xbaddcafe;
 constexpr uint32_t kStateAlloc = 0xa110ca7e;
 constexpr uint32_t kStateFreeing = 0xf4eeb5ed;
 constexpr uint32_t kStateFree = 0xf4eef4ee;
+// The left redzone word's keys (3.), one a half.
+constexpr uint32_t kLeftLo = 0x1ef7ab1e;
+constexpr uint32_t kLeftHi = 0x5a1ec0de;
+constexpr uint32_t kExactBit = 0x80000000u;  // in a size word: the size is what the caller asked for
+constexpr int64_t kNoBad = INT64_MIN;        // no bad byte
+constexpr uint32_t kNoIndex = ~0u;
 
 struct BufTag {
   uint64_t redzone;
@@ -98,23 +148,52 @@ struct BufTag {
   uint32_t exact;  // 1: size is what the caller asked for; 0: the buffer size (a kmem_free's size is not checked)
 };
 static_assert(sizeof(BufTag) == 24);
-constexpr size_t kGuardBytes = offsetof(BufTag, size);  // the redzone word and the state word
+constexpr size_t kLeftBytes = 8;
 
 struct AuditTag {
   uint32_t stack[2];  // [0]: last allocation, [1]: last free
   uint32_t ticks[2];
-  uint16_t cpu[2];
-  uint32_t valid;  // bit 0: allocation recorded, bit 1: free
+  uint32_t who[2];    // kWhoValid | CPU << 24 | plat::context()
 };
 static_assert(sizeof(AuditTag) == 24);
+constexpr uint32_t kWhoValid = 1u << 31;
+static_assert(plat::kMaxCpus <= 128, "AuditTag::who keeps 7 bits of CPU");
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 BufTag* tag_of(const kmem_cache_t* cp, uintptr_t buf) { return reinterpret_cast<BufTag*>(buf + cp->tag_off); }
-AuditTag* audit_of(const kmem_cache_t* cp, uintptr_t buf) {
-  return reinterpret_cast<AuditTag*>(buf + cp->tag_off + sizeof(BufTag));
-}
+AuditTag* audit_of(uintptr_t buf) { return reinterpret_cast<AuditTag*>(buf - kLeftBytes - sizeof(AuditTag)); }
 uint32_t state_word(uint32_t state, uintptr_t buf) { return state ^ static_cast<uint32_t>(buf); }
+uint32_t size_word(uint32_t size, bool exact) { return size | (exact ? kExactBit : 0); }
+uintptr_t buffer_at(const kmem_cache_t* cp, const Slab* sp, uint32_t i) { return sp->base + uintptr_t{i} * cp->chunk; }
+
+uint64_t load64(uintptr_t at) {
+  uint64_t w;
+  __builtin_memcpy(&w, reinterpret_cast<const void*>(at), 8);
+  return w;
+}
+void store64(uintptr_t at, uint64_t w) { __builtin_memcpy(reinterpret_cast<void*>(at), &w, 8); }
+
+// The left redzone word of buf for size word v (3.).
+uint64_t left_word(uintptr_t buf, uint32_t v) {
+  uint32_t a = static_cast<uint32_t>(buf);
+  return uint64_t{v ^ a ^ kLeftHi} << 32 | (v ^ a ^ kLeftLo);
+}
+void set_left(uintptr_t buf, uint32_t v) { store64(buf - kLeftBytes, left_word(buf, v)); }
+// The size word buf's left redzone word holds, if it holds one: its halves
+// agree on a size this cache can have.
+bool left_size(const kmem_cache_t* cp, uintptr_t buf, uint32_t& v) {
+  uint64_t w = load64(buf - kLeftBytes);
+  uint32_t a = static_cast<uint32_t>(buf);
+  uint32_t lo = static_cast<uint32_t>(w) ^ a ^ kLeftLo, hi = static_cast<uint32_t>(w >> 32) ^ a ^ kLeftHi;
+  if (lo != hi || (lo & ~kExactBit) > cp->bufsize) return false;
+  v = lo;
+  return true;
+}
+bool left_holds(const kmem_cache_t* cp, uintptr_t buf) {
+  uint32_t v;
+  return left_size(cp, buf, v);
+}
 
 // The configuration (kmem_debug_configure), under g_lock.
 plat::Lock g_lock;
@@ -133,89 +212,220 @@ void fill_pattern(uint8_t* p, size_t n, uint32_t pattern) {
   for (; i < n; i++) p[i] = static_cast<uint8_t>(pattern >> (8 * (i % 4)));
 }
 
-// What the guard and pattern bytes of a buffer should be, byte by byte,
-// over [from, to) (offsets from the buffer's start): the region after the
-// caller's bytes (poison for a free buffer, 0xbb for an allocated one in
-// redzone mode, anything otherwise) and the tag's redzone and state words.
-struct Expect {
-  const kmem_cache_t* cp;
+// --- Checks (4.) -------------------------------------------------------------
+
+// A buffer as a check sees it (slab_lock held).
+struct View {
   uintptr_t buf;
-  uint32_t state;
-  bool region;        // check [from, tag_off)
-  uint32_t pattern;   // kFreePattern, or 0 for kRedzoneByte
-  uint8_t at(size_t off) const {
-    if (off < cp->tag_off) return pattern ? static_cast<uint8_t>(pattern >> (8 * (off % 4))) : kRedzoneByte;
-    size_t t = off - cp->tag_off;
-    if (t < 8) return static_cast<uint8_t>(kRedzoneWord >> (8 * t));
-    return static_cast<uint8_t>(state_word(state, buf) >> (8 * (t - 8)));
-  }
+  uint32_t state;  // what its tag must say: kStateFree, kStateAlloc or kStateFreeing
+  bool left_ok;    // its left redzone word holds a size word
+  bool known;      // v is the size word its allocation set (from the left word, else from an intact tag)
+  uint32_t v;      // else the buffer size, not exact
+  uint32_t size() const { return v & ~kExactBit; }
 };
 
-// The first offset in [from, tag_off + kGuardBytes) whose byte differs from
-// e (-1: none): whole words while they match, then byte by byte.
-int64_t first_bad(const Expect& e, size_t from) {
-  auto* p = reinterpret_cast<const uint8_t*>(e.buf);
-  size_t end = e.cp->tag_off + kGuardBytes;
-  size_t off = e.region ? from : e.cp->tag_off;
-  if (e.region && e.pattern) {  // poison: word-aligned from 0, compare 8 bytes at a time
-    uint64_t w = pattern64(e.pattern);
-    for (; off + 8 <= e.cp->tag_off; off += 8) {
-      uint64_t v;
-      __builtin_memcpy(&v, p + off, 8);
-      if (v != w) break;
-    }
-  }
-  for (; off < end; off++)
-    if (p[off] != e.at(off)) return static_cast<int64_t>(off);
-  return -1;
+// The state buffer i's tag must say: free in the slab (or the buffer being
+// taken, whose bit is already clear), else allocated or being freed (the
+// destructor runs without the lock).
+uint32_t state_for(const kmem_cache_t* cp, const Slab* sp, uint32_t i, uint32_t taking) {
+  uintptr_t buf = buffer_at(cp, sp, i);
+  if (i == taking || slab_buffer_free(sp, i)) return kStateFree;
+  return tag_of(cp, buf)->state == state_word(kStateFreeing, buf) ? kStateFreeing : kStateAlloc;
 }
 
-// Restores what e says over [from, tag_off + kGuardBytes).
-void repair(const Expect& e, size_t from) {
-  auto* p = reinterpret_cast<uint8_t*>(e.buf);
-  size_t off = e.region ? from : e.cp->tag_off;
-  for (; off < e.cp->tag_off + kGuardBytes; off++) p[off] = e.at(off);
+// The tag's redzone and state words hold: every write from inside the
+// buffer out to the next one crosses them.
+bool guard_holds(const kmem_cache_t* cp, uintptr_t buf, uint32_t state) {
+  const BufTag* t = tag_of(cp, buf);
+  return t->redzone == kRedzoneWord && t->state == state_word(state, buf);
+}
+bool tag_broken(const kmem_cache_t* cp, const Slab* sp, uint32_t i, uint32_t taking) {
+  return !guard_holds(cp, buffer_at(cp, sp, i), state_for(cp, sp, i, taking));
+}
+
+View view(const kmem_cache_t* cp, const Slab* sp, uint32_t i, uint32_t taking) {
+  View w;
+  w.buf = buffer_at(cp, sp, i);
+  w.state = state_for(cp, sp, i, taking);
+  w.left_ok = left_size(cp, w.buf, w.v);
+  w.known = w.left_ok;
+  const BufTag* t = tag_of(cp, w.buf);
+  if (!w.known && guard_holds(cp, w.buf, w.state) && t->size <= cp->bufsize && t->exact <= 1) {
+    w.v = size_word(t->size, t->exact != 0);
+    w.known = true;
+  }
+  if (!w.known) w.v = static_cast<uint32_t>(cp->bufsize);
+  return w;
+}
+
+// What w's tag must hold (its link is the slab's: checked when followed).
+BufTag expected_tag(const View& w) {
+  return BufTag{kRedzoneWord, state_word(w.state, w.buf), w.size(), 0, (w.v & kExactBit) ? 1u : 0u};
+}
+
+// The first bad byte, from w's start, of what lies after its caller's
+// bytes: the redzone bytes (allocated, redzone mode) or the poison (free,
+// poison mode), then the tag's words. kNoBad if all hold.
+int64_t tag_bad(const kmem_cache_t* cp, const View& w) {
+  auto* p = reinterpret_cast<const uint8_t*>(w.buf);
+  if (w.state == kStateFree) {
+    if (cp->debug & KMF_DEADBEEF) {
+      size_t off = 0;
+      uint64_t pat = pattern64(kFreePattern);
+      for (; off + 8 <= cp->tag_off && load64(w.buf + off) == pat; off += 8) {
+      }
+      for (; off < cp->tag_off; off++)
+        if (p[off] != static_cast<uint8_t>(kFreePattern >> (8 * (off % 4)))) return static_cast<int64_t>(off);
+    }
+  } else if (cp->debug & KMF_REDZONE) {
+    for (size_t off = w.size(); off < cp->tag_off; off++)
+      if (p[off] != kRedzoneByte) return static_cast<int64_t>(off);
+  }
+  BufTag want = expected_tag(w);
+  const BufTag* t = tag_of(cp, w.buf);
+  if (t->redzone == want.redzone && t->state == want.state && t->size == want.size && t->exact == want.exact)
+    return kNoBad;
+  auto* got = reinterpret_cast<const uint8_t*>(t);
+  auto* exp = reinterpret_cast<const uint8_t*>(&want);
+  for (size_t k = 0; k < sizeof(BufTag); k++) {
+    if (k >= offsetof(BufTag, link) && k < offsetof(BufTag, link) + sizeof(want.link)) continue;
+    if (got[k] != exp[k]) return static_cast<int64_t>(cp->tag_off + k);
+  }
+  return kNoBad;
+}
+
+// The first bad byte of w's left redzone word (-8 .. -1 from its start),
+// against the word its size gives; -8 if the size is not known.
+int64_t left_bad(const View& w) {
+  if (!w.known) return -static_cast<int64_t>(kLeftBytes);
+  uint64_t want = left_word(w.buf, w.v), got = load64(w.buf - kLeftBytes);
+  for (unsigned k = 0; k < kLeftBytes; k++)
+    if (static_cast<uint8_t>(got >> (8 * k)) != static_cast<uint8_t>(want >> (8 * k)))
+      return static_cast<int64_t>(k) - static_cast<int64_t>(kLeftBytes);
+  return kNoBad;
+}
+
+const char* const kOverrun = "buffer overrun (the redzone after the buffer was written)";
+const char* const kUnderrun = "buffer underrun (the redzone before the buffer was written)";
+const char* const kWriteAfterFree = "write after free (a free buffer was modified)";
+
+// A write found by a check: the buffer whose bounds it crossed.
+struct Damage {
+  const char* kind = nullptr;  // null: none
+  View w;
+  uint32_t index = 0;
+  int64_t bad = kNoBad;        // its first bad byte (negative: before it)
+  uint32_t reached = 0;        // buffers after it that the write ran into
+};
+
+// Checks buffer i of sp, which w views (taking: the index of a buffer
+// being handed out, free though its bit is clear; kNoIndex for none), 4.
+Damage examine(const kmem_cache_t* cp, const Slab* sp, uint32_t i, uint32_t taking, const View& w) {
+  Damage d;
+  uint32_t c = i;
+  if (!w.left_ok)  // written from below? back to where the write started
+    while (c > 0 && tag_broken(cp, sp, c - 1, taking)) {
+      c--;
+      if (left_holds(cp, buffer_at(cp, sp, c))) break;
+    }
+  if (c != i) {
+    d.w = view(cp, sp, c, taking);
+    d.bad = tag_bad(cp, d.w);  // found: its tag is broken
+  } else {
+    d.w = w;
+    d.bad = tag_bad(cp, w);
+    if (d.bad == kNoBad && !w.left_ok) {
+      d.kind = kUnderrun;
+      d.index = i;
+      d.bad = left_bad(w);
+      if (d.bad == kNoBad) d.bad = -static_cast<int64_t>(kLeftBytes);  // a word no size gives, all of it
+      return d;
+    }
+    if (d.bad == kNoBad) return d;
+  }
+  d.kind = d.w.state == kStateFree ? kWriteAfterFree : kOverrun;
+  d.index = c;
+  uint32_t j = c;
+  while (j + 1 < sp->chunks && tag_broken(cp, sp, j, taking) && !left_holds(cp, buffer_at(cp, sp, j + 1))) j++;
+  d.reached = j - c;
+  return d;
+}
+
+// Restores w's redzone bytes or poison and its tag's words.
+void restore(const kmem_cache_t* cp, const View& w) {
+  auto* p = reinterpret_cast<uint8_t*>(w.buf);
+  if (w.state == kStateFree) {
+    if (cp->debug & KMF_DEADBEEF) fill_pattern(p, cp->tag_off, kFreePattern);
+  } else if (cp->debug & KMF_REDZONE) {
+    __builtin_memset(p + w.size(), kRedzoneByte, cp->tag_off - w.size());
+  }
+  BufTag want = expected_tag(w);
+  BufTag* t = tag_of(cp, w.buf);
+  want.link = t->link;
+  *t = want;
+}
+
+// Repairs what the write d found lay over (4.): the damaged buffer's own
+// words, and for each buffer it ran into, that one's audit tag (zeroed: its
+// trail is gone), left word and own words. Free buffers' links were on the
+// path: the slab's free list is rebuilt from its bitmap.
+void repair(kmem_cache_t* cp, Slab* sp, const Damage& d, uint32_t taking) {
+  if (d.kind == kUnderrun) {
+    set_left(d.w.buf, d.w.v);
+    return;
+  }
+  bool relink = false;
+  for (uint32_t j = d.index; j <= d.index + d.reached; j++) {
+    View x = j == d.index ? d.w : view(cp, sp, j, taking);
+    if (j != d.index) {
+      if (cp->debug & KMF_AUDIT) __builtin_memset(audit_of(x.buf), 0, sizeof(AuditTag));
+      set_left(x.buf, x.v);
+    }
+    restore(cp, x);
+    relink |= x.state == kStateFree && j != taking;
+  }
+  if (relink && !cp->offslab) slab_freelist_rebuild(cp, sp);
 }
 
 void fill_trail(const kmem_cache_t* cp, uintptr_t buf, MemDetail& d) {
   if (!(cp->debug & KMF_AUDIT)) return;
-  const AuditTag* a = audit_of(cp, buf);
+  const AuditTag* a = audit_of(buf);
   BufAudit* out[2] = {&d.alloc, &d.free};
-  for (int k = 0; k < 2; k++)
-    *out[k] = BufAudit{(a->valid >> k & 1) != 0, a->stack[k], a->ticks[k], a->cpu[k]};
-}
-
-// A finding at offset `bad` of buf (d: bytes found there, trail).
-void found(const kmem_cache_t* cp, uintptr_t buf, int64_t bad, const char* kind, const char* expected, Finding& f) {
-  f.kind = kind;
-  f.addr = buf;
-  f.detail = static_cast<uint64_t>(bad);
-  MemDetail& d = *f.d;
-  d = MemDetail{};
-  d.buffer = buf;
-  d.size = tag_of(cp, buf)->size;
-  d.offset = bad;
-  size_t end = cp->tag_off + kGuardBytes;
-  size_t n = end - static_cast<size_t>(bad);
-  d.nfound = static_cast<uint8_t>(n < sizeof d.found ? n : sizeof d.found);
-  __builtin_memcpy(d.found, reinterpret_cast<const uint8_t*>(buf) + bad, d.nfound);
-  d.expected = expected;
-  fill_trail(cp, buf, d);
+  for (int k = 0; k < 2; k++) {
+    uint32_t who = a->who[k];
+    *out[k] = BufAudit{(who & kWhoValid) != 0, static_cast<uint16_t>(who >> 24 & 127), a->stack[k], a->ticks[k],
+                       who & 0xffffff};
+  }
 }
 
 const char* expected_name(const kmem_cache_t* cp, int64_t bad, bool free_buffer) {
-  if (static_cast<size_t>(bad) >= cp->tag_off + 8) return "the buffer's state word";
-  if (static_cast<size_t>(bad) >= cp->tag_off) return "the redzone word 0xfeedfacefeedface";
-  return free_buffer ? "0xdeadbeef (poison)" : "0xbb (redzone)";
+  if (bad < 0) return "the left redzone word (the size, encoded, in each half)";
+  auto off = static_cast<size_t>(bad);
+  if (off < cp->tag_off) return free_buffer ? "0xdeadbeef (poison)" : "0xbb (redzone)";
+  size_t t = off - cp->tag_off;
+  if (t < offsetof(BufTag, state)) return "the redzone word 0xfeedfacefeedface";
+  if (t < offsetof(BufTag, size)) return "the buffer's state word";
+  if (t < offsetof(BufTag, link)) return "the tag's size word (the size asked for)";
+  return "the tag's exact word";
 }
 
-// A free buffer's poison (poison mode) and tag. -1 if intact.
-int64_t check_free(const kmem_cache_t* cp, uintptr_t buf) {
-  return first_bad(Expect{cp, buf, kStateFree, (cp->debug & KMF_DEADBEEF) != 0, kFreePattern}, 0);
-}
-// An allocated buffer's redzone (redzone mode) and tag. -1 if intact.
-int64_t check_alloc(const kmem_cache_t* cp, uintptr_t buf) {
-  return first_bad(Expect{cp, buf, kStateAlloc, (cp->debug & KMF_REDZONE) != 0, 0}, tag_of(cp, buf)->size);
+// The report of d (f: the caller's, filled; f.d its detail).
+void found(const kmem_cache_t* cp, const Damage& d, Finding& f) {
+  f.kind = d.kind;
+  f.addr = d.w.buf;
+  f.detail = static_cast<uint64_t>(d.bad < 0 ? -d.bad : d.bad);
+  MemDetail& m = *f.d;
+  m = MemDetail{};
+  m.buffer = d.w.buf;
+  m.size = d.w.size();
+  m.offset = d.bad;
+  size_t n = d.bad < 0 ? static_cast<size_t>(-d.bad) : cp->tag_off + sizeof(BufTag) - static_cast<size_t>(d.bad);
+  m.nfound = static_cast<uint8_t>(n < sizeof m.found ? n : sizeof m.found);
+  __builtin_memcpy(m.found, reinterpret_cast<const uint8_t*>(d.w.buf) + d.bad, m.nfound);
+  m.expected = expected_name(cp, d.bad, d.w.state == kStateFree);
+  m.reached = static_cast<uint16_t>(d.reached);  // at most a slab's buffers, kMaxChunks
+  m.reached_off = d.reached ? static_cast<uint32_t>(cp->chunk) : 0;
+  fill_trail(cp, d.w.buf, m);
 }
 
 // --- The transaction log (6.) ---------------------------------------------------
@@ -226,7 +436,7 @@ struct LogSlot {
   const kmem_cache_t* cp;
   uint32_t stack, ticks;
   uint32_t op;  // bit 0: alloc; bits 8..15: bytes of contents
-  uint32_t cpu;
+  uint32_t who;  // CPU << 24 | context, as AuditTag::who (without kWhoValid)
   uint64_t contents[2];
 };
 
@@ -244,7 +454,8 @@ T ld(const T& v) {
   return __atomic_load_n(&v, __ATOMIC_ACQUIRE);  // before seq's second load (6.)
 }
 
-void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, uint32_t ticks, uint32_t cpu) {
+void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, uint32_t ticks, uint32_t cpu,
+            uint32_t context) {
   LogSlot* log = __atomic_load_n(&g_log, __ATOMIC_ACQUIRE);
   if (!log) return;
   uint64_t seq = __atomic_add_fetch(&g_log_next, 1, __ATOMIC_RELAXED);
@@ -254,11 +465,11 @@ void log_op(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack, u
   st(s.cp, cp);
   st(s.stack, stack);
   st(s.ticks, ticks);
-  st(s.cpu, cpu);
+  st(s.who, (cpu & 127) << 24 | context);
   uint32_t op = alloc ? 1u : 0u;
   uint64_t c[2] = {0, 0};
   if (!alloc && (cp->debug & KMF_CONTENTS)) {  // before the poison: the caller holds slab_lock
-    uint32_t size = tag_of(cp, buf)->size;
+    uint32_t size = tag_of(cp, buf)->size;       // checked (or repaired) by the free's check
     uint32_t n = size < 16 ? size : 16;
     __builtin_memcpy(c, reinterpret_cast<const void*>(buf), n);
     op |= n << 8;
@@ -276,7 +487,9 @@ bool log_read(const LogSlot& s, uint64_t want, KmemLogEntry& e, const kmem_cache
   cp = ld(s.cp);
   e.stack = ld(s.stack);
   e.ticks = ld(s.ticks);
-  e.cpu = ld(s.cpu);
+  uint32_t who = ld(s.who);
+  e.cpu = who >> 24;
+  e.context = who & 0xffffff;
   uint32_t op = ld(s.op);
   uint64_t c[2] = {ld(s.contents[0]), ld(s.contents[1])};
   if (__atomic_load_n(&s.seq, __ATOMIC_RELAXED) != want) return false;
@@ -319,15 +532,15 @@ void audit_ensure() {
 
 void audit_note(const kmem_cache_t* cp, uintptr_t buf, bool alloc, uint32_t stack) {
   if (!(cp->debug & KMF_AUDIT)) return;
-  AuditTag* a = audit_of(cp, buf);
+  AuditTag* a = audit_of(buf);
   int k = alloc ? 0 : 1;
   uint32_t ticks = static_cast<uint32_t>(plat::ticks());
   uint32_t cpu = plat::cpu_id();
+  uint32_t context = plat::context() & 0xffffff;
   a->stack[k] = stack;
   a->ticks[k] = ticks;
-  a->cpu[k] = static_cast<uint16_t>(cpu);
-  a->valid |= 1u << k;
-  log_op(cp, buf, alloc, stack, ticks, cpu);
+  a->who[k] = kWhoValid | (cpu & 127) << 24 | context;
+  log_op(cp, buf, alloc, stack, ticks, cpu, context);
 }
 
 bool name_is(const char* a, const char* b) {
@@ -480,6 +693,7 @@ void kmem_debug_flags_name(uint32_t flags, char* out, size_t len) {
   if (len) out[n < len ? n : len - 1] = 0;
 }
 
+
 // --- Creation ------------------------------------------------------------------
 
 uint32_t debug_flags_for(const char* name, int cflags, bool heap_memory) {
@@ -496,9 +710,18 @@ uint32_t debug_flags_for(const char* name, int cflags, bool heap_memory) {
 }
 
 void debug_layout(kmem_cache_t* cp) {
+  // What lies before each buffer: its left redzone word, its audit tag.
+  size_t before = kLeftBytes + (cp->debug & KMF_AUDIT ? sizeof(AuditTag) : 0);
+  size_t lead = round_up(before, cp->align);
+  if (lead > UINT16_MAX) {  // an alignment of 64 KiB or more: cp->lead cannot say it
+    plat::log("kmem: '%s' is not debugged: its alignment (%llu) leaves no room before its first buffer", cp->name,
+              static_cast<unsigned long long>(cp->align));
+    cp->debug = 0;
+    return;
+  }
   cp->tag_off = static_cast<uint32_t>(round_up(cp->bufsize, 8));
-  size_t tag = sizeof(BufTag) + (cp->debug & KMF_AUDIT ? sizeof(AuditTag) : 0);
-  cp->chunk = round_up(cp->tag_off + tag, cp->align);
+  cp->chunk = round_up(cp->tag_off + sizeof(BufTag) + before, cp->align);
+  cp->lead = static_cast<uint16_t>(lead);
   cp->flags |= KMC_NOMAGAZINE;
   // Audit's backtraces and log; kmem_init's own caches get them at its end
   // (the host's stackdepot_init brings kmem up first).
@@ -507,13 +730,14 @@ void debug_layout(kmem_cache_t* cp) {
 
 void debug_slab_init(kmem_cache_t* cp, Slab* sp) {
   for (uint32_t i = 0; i < sp->chunks; i++) {
-    uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+    uintptr_t buf = buffer_at(cp, sp, i);
     BufTag* t = tag_of(cp, buf);  // t->link: set by slab_create already
     t->redzone = kRedzoneWord;
     t->state = state_word(kStateFree, buf);
     t->size = 0;
     t->exact = 0;
-    if (cp->debug & KMF_AUDIT) __builtin_memset(audit_of(cp, buf), 0, sizeof(AuditTag));
+    set_left(buf, 0);
+    if (cp->debug & KMF_AUDIT) __builtin_memset(audit_of(buf), 0, sizeof(AuditTag));
     if (cp->debug & KMF_DEADBEEF) fill_pattern(reinterpret_cast<uint8_t*>(buf), cp->tag_off, kFreePattern);
   }
 }
@@ -529,19 +753,20 @@ void debug_take(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t requested, uint32
   assert_held(cp->slab_lock);
   bool exact = requested != 0;
   if (!exact) requested = cp->bufsize;
-  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
-  BufTag* t = tag_of(cp, buf);
-  int64_t bad = check_free(cp, buf);
-  if (__builtin_expect(bad >= 0, 0)) {
-    found(cp, buf, bad, "write after free (a free buffer was modified)", expected_name(cp, bad, true), f);
-    repair(Expect{cp, buf, kStateFree, (cp->debug & KMF_DEADBEEF) != 0, kFreePattern}, 0);
+  uintptr_t buf = buffer_at(cp, sp, i);
+  Damage d = examine(cp, sp, i, i, view(cp, sp, i, i));
+  if (__builtin_expect(d.kind != nullptr, 0)) {
+    found(cp, d, f);
+    repair(cp, sp, d, i);
   }
   auto* p = reinterpret_cast<uint8_t*>(buf);
   if ((cp->debug & KMF_DEADBEEF) && !cp->ctor) fill_pattern(p, requested, kUninitPattern);
   if (cp->debug & KMF_REDZONE) __builtin_memset(p + requested, kRedzoneByte, cp->tag_off - requested);
+  BufTag* t = tag_of(cp, buf);
   t->size = static_cast<uint32_t>(requested);
   t->exact = exact;
   t->state = state_word(kStateAlloc, buf);
+  set_left(buf, size_word(t->size, exact));
   audit_note(cp, buf, true, stack);
 }
 
@@ -553,34 +778,31 @@ void debug_untake(kmem_cache_t* cp, uintptr_t buf) {
 
 bool debug_free_check(kmem_cache_t* cp, Slab* sp, uint32_t i, size_t size, Finding& f) {
   assert_held(cp->slab_lock);
-  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
-  BufTag* t = tag_of(cp, buf);
-  uint32_t state = t->state ^ static_cast<uint32_t>(buf);
+  uintptr_t buf = buffer_at(cp, sp, i);
+  uint32_t state = tag_of(cp, buf)->state ^ static_cast<uint32_t>(buf);
+  View w = view(cp, sp, i, kNoIndex);
   auto refuse = [&](const char* kind, uint64_t detail) {
     f.kind = kind;
     f.addr = buf;
     f.detail = detail;
     *f.d = MemDetail{};
     f.d->buffer = buf;
-    f.d->size = t->size;
+    f.d->size = w.size();
     f.d->offset = -1;
     fill_trail(cp, buf, *f.d);
     return false;
   };
   if (slab_buffer_free(sp, i) || state == kStateFree || state == kStateFreeing) return refuse("double free", 0);
-  if (size && t->exact && size != t->size && state == kStateAlloc)
+  // The size from the left redzone word (or an intact tag): never from a
+  // word the buffer's own overrun may have written.
+  if (size && w.known && (w.v & kExactBit) && size != w.size())
     return refuse("kmem_free with the wrong size (not the size kmem_alloc was given)", size);
-  int64_t bad = check_alloc(cp, buf);
-  if (__builtin_expect(bad >= 0, 0)) {
-    found(cp, buf, bad, "buffer overrun (the redzone after the buffer was written)", expected_name(cp, bad, false),
-          f);
-    // Bytes past what a corrupt size word allows are the tag's: repair
-    // from the size kept when it is sane.
-    size_t from = t->size <= cp->tag_off ? t->size : cp->tag_off;
-    t->size = static_cast<uint32_t>(from);
-    repair(Expect{cp, buf, kStateAlloc, (cp->debug & KMF_REDZONE) != 0, 0}, from);
+  Damage d = examine(cp, sp, i, kNoIndex, w);
+  if (__builtin_expect(d.kind != nullptr, 0)) {
+    found(cp, d, f);
+    repair(cp, sp, d, kNoIndex);
   }
-  t->state = state_word(kStateFreeing, buf);
+  tag_of(cp, buf)->state = state_word(kStateFreeing, buf);
   return true;
 }
 
@@ -595,13 +817,14 @@ void debug_report_bad_pointer(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   auto a = reinterpret_cast<uintptr_t>(obj);
   Slab* sp = slab_of_heap_address(a);
   if (sp && sp->cache == cp && a >= sp->base && a < sp->base + uintptr_t{sp->chunks} * cp->chunk) {
-    uintptr_t start = sp->base + div_chunk(cp, a - sp->base) * cp->chunk;
+    auto i = static_cast<uint32_t>(div_chunk(cp, a - sp->base));
+    uintptr_t start = buffer_at(cp, sp, i);
     MemDetail d{};
     d.buffer = start;
     d.offset = static_cast<int64_t>(a - start);
     {
       Guard<> g(cp->slab_lock);
-      d.size = tag_of(cp, start)->size;
+      d.size = view(cp, sp, i, kNoIndex).size();
       fill_trail(cp, start, d);
     }
     report_error(MemError{"free of an address inside a buffer (not its start)", cp->name, a, caller,
@@ -622,9 +845,9 @@ void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller) {
       for (Slab* sp = l->head; sp && n < kShown; sp = sp->next)
         for (uint32_t i = 0; i < sp->chunks && n < kShown; i++) {
           if (slab_buffer_free(sp, i)) continue;
-          uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+          uintptr_t buf = buffer_at(cp, sp, i);
           d[n].buffer = buf;
-          d[n].size = tag_of(cp, buf)->size;
+          d[n].size = view(cp, sp, i, kNoIndex).size();
           d[n].offset = -1;
           fill_trail(cp, buf, d[n]);
           n++;
@@ -645,8 +868,10 @@ void debug_report_live(kmem_cache_t* cp, uint64_t live, uintptr_t caller) {
 void print_audit(const char* what, const BufAudit& a) {
   unsigned tps = plat::ticks_per_second();
   unsigned long long ms = tps ? static_cast<unsigned long long>(a.ticks) * 1000 / tps : 0;
-  plat::log("kmem:   last %s on cpu %u at %llu.%03llu s (tick %u)%s", what, static_cast<unsigned>(a.cpu), ms / 1000,
-            ms % 1000, static_cast<unsigned>(a.ticks), a.stack ? ":" : ", no backtrace");
+  char who[64];
+  plat::context_name(a.context, who, sizeof who);
+  plat::log("kmem:   last %s on cpu %u (%s) at %llu.%03llu s (tick %u)%s", what, static_cast<unsigned>(a.cpu), who,
+            ms / 1000, ms % 1000, static_cast<unsigned>(a.ticks), a.stack ? ":" : ", no backtrace");
   const uintptr_t* pcs;
   unsigned n = stackdepot_fetch(a.stack, &pcs);
   for (unsigned i = 0; i < n; i++) plat::log("kmem:     [<0x%llx>]", static_cast<unsigned long long>(pcs[i]));
@@ -655,7 +880,7 @@ void print_audit(const char* what, const BufAudit& a) {
 void print_mem_detail(const MemDetail& d) {  // report.cpp's default hook
   if (d.buffer) plat::log("kmem:   buffer %p, size %llu", reinterpret_cast<void*>(d.buffer),
                           static_cast<unsigned long long>(d.size));
-  if (d.offset >= 0 && d.nfound) {
+  if (d.nfound) {
     char hex[16 * 3 + 1];
     unsigned n = 0;
     for (unsigned i = 0; i < d.nfound; i++) {
@@ -665,10 +890,17 @@ void print_mem_detail(const MemDetail& d) {  // report.cpp's default hook
       hex[n++] = ' ';
     }
     hex[n ? n - 1 : 0] = 0;
-    plat::log("kmem:   first bad byte at offset %lld (0x%llx): %s", static_cast<long long>(d.offset),
-              static_cast<unsigned long long>(d.offset), hex);
+    if (d.offset < 0)
+      plat::log("kmem:   first bad byte %lld before the buffer: %s", static_cast<long long>(-d.offset), hex);
+    else
+      plat::log("kmem:   first bad byte at offset %lld (0x%llx): %s", static_cast<long long>(d.offset),
+                static_cast<unsigned long long>(d.offset), hex);
     if (d.expected) plat::log("kmem:   expected %s", d.expected);
   }
+  if (d.reached)
+    plat::log("kmem:   the write ran on into the next %u buffer(s), from %p: their tags are repaired, not their "
+              "contents",
+              static_cast<unsigned>(d.reached), reinterpret_cast<void*>(d.buffer + d.reached_off));
   if (d.alloc.valid) print_audit("allocated", d.alloc);
   if (d.free.valid) print_audit("freed", d.free);
 }
@@ -709,6 +941,7 @@ bool kmem_debug_start() {
   return false;
 }
 
+
 // --- Inspection ----------------------------------------------------------------------
 
 uint64_t kmem_verify(kmem_cache_t* only, uint64_t* checked) {
@@ -724,25 +957,30 @@ uint64_t kmem_verify(kmem_cache_t* only, uint64_t* checked) {
       Guard<> g(cp->slab_lock);
       SlabList* lists[] = {&cp->partial, &cp->full, &cp->empty};
       for (SlabList* l : lists)
-        for (Slab* sp = l->head; sp; sp = sp->next)
+        for (Slab* sp = l->head; sp; sp = sp->next) {
+          uint32_t covered = 0;  // buffers below it lie on a write reported already
           for (uint32_t i = 0; i < sp->chunks; i++) {
-            uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+            uintptr_t buf = buffer_at(cp, sp, i);
             bool is_free = slab_buffer_free(sp, i);
             uint32_t state = tag_of(cp, buf)->state ^ static_cast<uint32_t>(buf);
             if (!is_free && (state == kStateFree || state == kStateFreeing))
               continue;  // being allocated or freed right now
             seen++;
-            int64_t bad = is_free ? check_free(cp, buf) : check_alloc(cp, buf);
-            if (bad < 0) continue;
+            if (i < covered) continue;
+            // The same check as a free's or an allocation's (4.), which
+            // repair and so report each write once: here each write is
+            // reported at its first buffer, and the buffers it ran into
+            // are not reported again.
+            Damage dm = examine(cp, sp, i, kNoIndex, view(cp, sp, i, kNoIndex));
+            if (!dm.kind || dm.index < covered) continue;
+            covered = dm.index + dm.reached + 1;
             bad_here++;
             if (n == kShown) continue;
             f[n] = Finding{nullptr, 0, 0, &d[n]};
-            found(cp, buf, bad,
-                  is_free ? "write after free (a free buffer was modified)"
-                          : "buffer overrun (the redzone after the buffer was written)",
-                  expected_name(cp, bad, is_free), f[n]);
+            found(cp, dm, f[n]);
             n++;
           }
+        }
     }
     for (unsigned k = 0; k < n; k++) report_finding(cp, f[k], 0);
     if (bad_here > n)
@@ -763,14 +1001,14 @@ bool kmem_debug_trail(const void* addr, KmemTrail& out) {
   kmem_cache_t* cp = sp->cache;
   if (!cp->debug || a < sp->base || a >= sp->base + uintptr_t{sp->chunks} * cp->chunk) return false;
   uint32_t i = static_cast<uint32_t>(div_chunk(cp, a - sp->base));
-  uintptr_t buf = sp->base + uintptr_t{i} * cp->chunk;
+  uintptr_t buf = buffer_at(cp, sp, i);
   out = KmemTrail{};
   out.cache = cp;
   out.buffer = buf;
   MemDetail d{};
   Guard<> g(cp->slab_lock);
   out.allocated = !slab_buffer_free(sp, i);
-  out.size = tag_of(cp, buf)->size;
+  out.size = view(cp, sp, i, kNoIndex).size();
   fill_trail(cp, buf, d);
   out.alloc = d.alloc;
   out.free = d.free;

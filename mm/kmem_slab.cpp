@@ -17,7 +17,9 @@
 //    double free reaching the slab layer, or a pointer that is not a buffer
 //    boundary, is caught here.
 // 4. Colouring: successive slabs start their buffers at offsets 0, align,
-//    2*align, ... within the slab's slack, to spread buffers over cache lines.
+//    2*align, ... within the slab's slack, to spread buffers over cache lines
+//    (after the cache's lead: what a debugged cache keeps before a buffer,
+//    kmem_debug.cpp, 3).
 // 5. The page index. Every heap page of a slab has kPageSlab set in its page
 //    descriptor and owner = the Slab, for on-slab and off-slab caches alike;
 //    both are set before the slab's first buffer is handed out and cleared
@@ -320,7 +322,7 @@ Slab* slab_create(kmem_cache_t* cp, int kmflag) {
   sp->cache = cp;
   sp->next = sp->prev = nullptr;
   sp->mem = reinterpret_cast<uintptr_t>(mem);
-  sp->base = sp->mem + color;
+  sp->base = sp->mem + color + cp->lead;
   sp->chunks = cp->objs_per_slab;
   sp->refcnt = 0;
   sp->flags = 0;
@@ -406,6 +408,25 @@ void hash_remove_slab(kmem_cache_t* cp, Slab* sp) {
   cp->hash_count -= sp->chunks;
 }
 
+// sp's free list built from its bitmap; returns its head (slab_lock held).
+inline uint32_t freelist_from_bitmap(kmem_cache_t* cp, Slab* sp) {
+  uint32_t head = kNone;
+  for (uint32_t j = sp->chunks; j-- > 0;)
+    if (slab_buffer_free(sp, j)) {
+      link_store(cp, sp->base + uintptr_t{j} * cp->chunk, head);
+      head = j;
+    }
+  return head;
+}
+
+}  // namespace
+
+void slab_freelist_rebuild(kmem_cache_t* cp, Slab* sp) {
+  assert_held(cp->slab_lock);
+  sp->free_head = freelist_from_bitmap(cp, sp);
+}
+
+namespace {
 // A link that names no free buffer of sp (8.): rebuilds sp's free list
 // from its bitmap and returns its head; f gets the report (slab_lock held).
 __attribute__((noinline, cold)) uint32_t freelist_corrupt(kmem_cache_t* cp, Slab* sp, uintptr_t buf, uint32_t bad,
@@ -416,13 +437,7 @@ __attribute__((noinline, cold)) uint32_t freelist_corrupt(kmem_cache_t* cp, Slab
   f.d->buffer = reinterpret_cast<uintptr_t>(sp);  // the slab, in the report
   f.d->size = cp->bufsize;
   f.d->offset = cp->link_off;
-  uint32_t head = kNone;
-  for (uint32_t j = sp->chunks; j-- > 0;)
-    if (slab_buffer_free(sp, j)) {
-      link_store(cp, sp->base + uintptr_t{j} * cp->chunk, head);
-      head = j;
-    }
-  return head;
+  return freelist_from_bitmap(cp, sp);
 }
 
 // Takes one buffer out of sp (slab_lock held). A bad free-list link is
@@ -524,12 +539,13 @@ void internal_free(void* p, size_t size) {
 // Chooses slab size and layout.
 void cache_layout(kmem_cache_t* cp, size_t quantum) {
   const size_t chunk = cp->chunk;
+  const size_t lead = cp->lead;  // before the first buffer (a debugged cache's)
   bool may_touch = !(cp->flags & (KMC_NOTOUCH | KMC_QCACHE));
   if (may_touch && chunk <= kPageBytes / 8 && quantum == kPageBytes) {
     cp->offslab = false;
     cp->slab_size = kPageBytes;
     cp->header_bytes = sizeof(Slab);
-    uint32_t objs = static_cast<uint32_t>(kOnSlabHeader / chunk);
+    uint32_t objs = static_cast<uint32_t>((kOnSlabHeader - lead) / chunk);
     cp->objs_per_slab = objs < kMaxChunks ? objs : kMaxChunks;
   } else {
     cp->offslab = true;
@@ -539,21 +555,21 @@ void cache_layout(kmem_cache_t* cp, size_t quantum) {
     // for quantum caches (vmem asks for n * quantum at a time).
     for (size_t n = 1; n <= 64; n++) {
       size_t sz = n * q;
-      if (sz < chunk) continue;
-      size_t objs = sz / chunk;
+      if (sz < lead + chunk) continue;
+      size_t objs = (sz - lead) / chunk;
       if (objs > kMaxChunks) break;
       if ((cp->flags & KMC_QCACHE) && objs < 8) continue;
       best = sz;
-      if ((sz - objs * chunk) * 8 <= sz) break;
+      if ((sz - lead - objs * chunk) * 8 <= sz) break;
     }
-    if (!best) best = round_up(chunk, q);
+    if (!best) best = round_up(lead + chunk, q);
     cp->slab_size = best;
-    uint32_t objs = static_cast<uint32_t>(best / chunk);
+    uint32_t objs = static_cast<uint32_t>((best - lead) / chunk);
     cp->objs_per_slab = objs < kMaxChunks ? objs : kMaxChunks;
     cp->header_bytes = sizeof(Slab) + cp->objs_per_slab * sizeof(HashEnt);
   }
-  MM_ASSERT(cp->objs_per_slab >= 1 && cp->slab_size >= cp->objs_per_slab * chunk);
-  size_t slack = cp->slab_size - (cp->offslab ? 0 : cp->header_bytes) - cp->objs_per_slab * chunk;
+  MM_ASSERT(cp->objs_per_slab >= 1 && cp->slab_size >= lead + cp->objs_per_slab * chunk);
+  size_t slack = cp->slab_size - (cp->offslab ? 0 : cp->header_bytes) - lead - cp->objs_per_slab * chunk;
   cp->color_max = static_cast<uint32_t>(slack / cp->align * cp->align);
   cp->color = 0;
 }

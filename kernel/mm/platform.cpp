@@ -3,6 +3,7 @@
 #include <kernel/backtrace.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
+#include <kernel/context.h>
 #include <kernel/format.h>
 #include <kernel/panic.h>
 #include <kernel/smp.h>
@@ -71,6 +72,8 @@ void init_ticks() {
 unsigned ticks_per_second() { return kTimerHz; }
 uint64_t monotonic_ns() { return timer::now_ns(); }
 bool stopped_cpus_may_hold_locks() { return false; }
+
+void context_name(uint32_t id, char* out, size_t len) { ::context::name(id, out, len); }
 
 // The writable image sections (per-CPU data, g_percpu, is in .bss).
 void for_each_root(void (*fn)(uintptr_t lo, uintptr_t hi, const char* name, void* arg), void* arg) {

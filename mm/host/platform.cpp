@@ -734,6 +734,12 @@ uint64_t ticks_from_clock() {
   return ns > g_start_ns ? (ns - g_start_ns) / 10000000u : 0;
 }
 unsigned ticks_per_second() { return 100; }
+
+// A thread's context is its kernel thread id (below 2^22 on Linux, so
+// within the 24 bits): what top, gdb and /proc name it by.
+thread_local constinit uint32_t t_context = 0;
+uint32_t context_slow() { return t_context = static_cast<uint32_t>(this_tid()) & 0xffffff; }
+void context_name(uint32_t id, char* out, size_t len) { snprintf(out, len, "tid %u", static_cast<unsigned>(id)); }
 bool stopped_cpus_may_hold_locks() { return true; }
 void for_each_root(void (*)(uintptr_t, uintptr_t, const char*, void*), void*) {}
 

@@ -1,8 +1,10 @@
 // Host tests of allocation profiling (mm/alloc_tag.cpp) under ASan and
 // UBSan: exact counts at known lines for every tagged allocator, frees from
 // other threads, calls that bypass the macros, frees of objects allocated
-// while it was off, and allocinfo_print's format and options.
+// while it was off, kmem's books behind the kernel's totals, and
+// allocinfo_print's format and options.
 #include <gtest/gtest.h>
+#include "stale_arena.h"
 #include <mm/alloc_tag.h>
 #include <mm/kmem.h>
 #include <mm/page.h>
@@ -184,46 +186,6 @@ TEST_F(allocinfo, SwitchingKeepsTheBooksRight) {
 // the magazine free: tests/host/test_kmem.cpp.)
 namespace {
 std::vector<mm::MemError> g_errors;
-// The stale-free tests' arena: it imports heap pages from kmem_default and
-// never gives them back until the test does, so that a destroyed slab's
-// page stays mapped (back in kmem_default, a flush of segkmem's release
-// batch could unmap it, and a free into an unmapped page faults before any
-// check, as any wild pointer's).
-struct StaleArena {
-  static constexpr unsigned kMax = 64;
-  static inline std::pair<void*, size_t> spans[kMax];
-  static inline unsigned n;
-  static void* import(vmem_t* src, size_t size, int flags) {
-    if (n == kMax) return nullptr;
-    void* p = vmem_alloc(src, size, flags);
-    if (p) spans[n++] = {p, size};
-    return p;
-  }
-  vmem_t* arena;
-  std::vector<kmem_cache_t*> aside;
-  StaleArena() {
-    mm::kmem_init();
-    n = 0;
-    arena = vmem_create("t_stale", nullptr, 0, 4096, import, nullptr, mm::segkmem_default_arena(), 0, VM_SLEEP);
-  }
-  // A cache of size in the structure `at` was in. The host's structures
-  // are page blocks of their own, which the page allocator may hand to a
-  // later creation rather than the next one: caches are created until one
-  // lands there (those that do not are set aside), null after 256 tries.
-  kmem_cache_t* create_at(kmem_cache_t* at, const char* name, size_t size) {
-    for (int i = 0; i < 256; i++) {
-      kmem_cache_t* cp = kmem_cache_create(name, size, 0, nullptr, nullptr, nullptr, nullptr, arena, 0);
-      if (cp == at || !cp) return cp;
-      aside.push_back(cp);
-    }
-    return nullptr;
-  }
-  ~StaleArena() {
-    for (kmem_cache_t* cp : aside) kmem_cache_destroy(cp);
-    if (arena && vmem_destroy(arena))
-      for (unsigned i = 0; i < n; i++) vmem_free(mm::segkmem_default_arena(), spans[i].first, spans[i].second);
-  }
-};
 }  // namespace
 TEST_F(allocinfo, StaleProfiledFreeIntoADestroyedOnSlabCacheIsRefused) {
   mm::MemErrorHook old = mm::set_error_hook([](const mm::MemError& e) { g_errors.push_back(e); });
@@ -260,6 +222,41 @@ TEST_F(allocinfo, StaleProfiledFreeIntoADestroyedOnSlabCacheIsRefused) {
     EXPECT_EQ(g_errors.size(), 1u);
   }
   mm::set_error_hook(old);
+}
+
+// kmem_books, behind the kernel's allocinfo --totals (live bytes, held
+// bytes): each part moves by exactly what a workload adds, counted by the
+// test, not by kmem_books' own arithmetic: live by the 50 buffers' chunks,
+// the slabs by the pages the cache says it holds, large allocations by
+// whole pages (none of them the allocators' own); back once freed and the
+// cache destroyed.
+TEST_F(allocinfo, KmemBooksCountEachPartExactly) {
+  kmem_cache_t* cp = kmem_cache_create("allocinfo_books", 200, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  ASSERT_NE(cp, nullptr);
+  mm::KmemBooks b0, b1, b2;
+  mm::kmem_books(b0);
+  std::vector<void*> objs;
+  for (int i = 0; i < 50; i++) objs.push_back(kmem_cache_alloc(cp, KM_SLEEP));
+  void* large = kmem_alloc(50000, KM_SLEEP);
+  ASSERT_NE(large, nullptr);
+  mm::kmem_books(b1);
+  mm::KmemCacheStats st;
+  mm::kmem_cache_stats(cp, st);
+  EXPECT_EQ(st.buf_inuse, 50u);
+  EXPECT_GE(st.slabs * st.objs_per_slab, 50u);
+  EXPECT_EQ(b1.live_bytes_profiled - b0.live_bytes_profiled, 50 * st.chunksize);
+  EXPECT_EQ(b1.slab_bytes_profiled - b0.slab_bytes_profiled, st.pages * mm::kPageBytes);
+  EXPECT_EQ(b1.large_bytes - b0.large_bytes, 13 * mm::kPageBytes);  // 50000 in whole pages
+  EXPECT_EQ(b1.large_internal_bytes, b0.large_internal_bytes);
+  EXPECT_LE(b1.live_bytes_profiled, b1.slab_bytes_profiled);
+  EXPECT_LE(b1.large_internal_bytes, b1.large_bytes);
+  for (void* p : objs) kmem_cache_free(cp, p);
+  kmem_free(large, 50000);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+  mm::kmem_books(b2);
+  EXPECT_EQ(b2.live_bytes_profiled, b0.live_bytes_profiled);
+  EXPECT_EQ(b2.slab_bytes_profiled, b0.slab_bytes_profiled);
+  EXPECT_EQ(b2.large_bytes, b0.large_bytes);
 }
 
 TEST_F(allocinfo, PrintsLinuxFormatSortedAndFiltered) {

@@ -1,5 +1,6 @@
 // Host tests of the slab allocator (mm/kmem.cpp) under ASan and UBSan.
 #include <gtest/gtest.h>
+#include "stale_arena.h"
 #include <mm/kmem.h>
 #include <mm/page.h>
 #include <mm/platform.h>
@@ -720,46 +721,6 @@ TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
 // pushed, and the next allocation handed out a pointer into a page of no
 // slab), at every on-slab size (chunk <= page / 8).
 namespace {
-// The stale-free tests' arena: it imports heap pages from kmem_default and
-// never gives them back until the test does, so that a destroyed slab's
-// page stays mapped (back in kmem_default, a flush of segkmem's release
-// batch could unmap it, and a free into an unmapped page faults before any
-// check, as any wild pointer's).
-struct StaleArena {
-  static constexpr unsigned kMax = 64;
-  static inline std::pair<void*, size_t> spans[kMax];
-  static inline unsigned n;
-  static void* import(vmem_t* src, size_t size, int flags) {
-    if (n == kMax) return nullptr;
-    void* p = vmem_alloc(src, size, flags);
-    if (p) spans[n++] = {p, size};
-    return p;
-  }
-  vmem_t* arena;
-  std::vector<kmem_cache_t*> aside;
-  StaleArena() {
-    mm::kmem_init();
-    n = 0;
-    arena = vmem_create("t_stale", nullptr, 0, 4096, import, nullptr, mm::segkmem_default_arena(), 0, VM_SLEEP);
-  }
-  // A cache of size in the structure `at` was in. The host's structures
-  // are page blocks of their own, which the page allocator may hand to a
-  // later creation rather than the next one: caches are created until one
-  // lands there (those that do not are set aside), null after 256 tries.
-  kmem_cache_t* create_at(kmem_cache_t* at, const char* name, size_t size) {
-    for (int i = 0; i < 256; i++) {
-      kmem_cache_t* cp = kmem_cache_create(name, size, 0, nullptr, nullptr, nullptr, nullptr, arena, 0);
-      if (cp == at || !cp) return cp;
-      aside.push_back(cp);
-    }
-    return nullptr;
-  }
-  ~StaleArena() {
-    for (kmem_cache_t* cp : aside) kmem_cache_destroy(cp);
-    if (arena && vmem_destroy(arena))
-      for (unsigned i = 0; i < n; i++) vmem_free(mm::segkmem_default_arena(), spans[i].first, spans[i].second);
-  }
-};
 }  // namespace
 
 TEST(kmem, StaleFreeIntoADestroyedOnSlabCacheIsRefused) {

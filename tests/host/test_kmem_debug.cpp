@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <mm/kmem.h>
 #include <mm/kmem_debug.h>
+#include <mm/platform.h>
 #include <mm/stackdepot.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -363,6 +366,256 @@ TEST(kmem_debug, FreeListCorruptionIsReportedAndNeverFollowed) {
   }
 }
 
+struct LogSeen {
+  std::vector<mm::KmemLogEntry> v;
+};
+
+// n buffers of cp taken one after another from a new cache: neighbours
+// in one slab, at one chunk's distance (checked).
+std::vector<uint8_t*> neighbours(kmem_cache_t* cp, unsigned n) {
+  std::vector<uint8_t*> v;
+  for (unsigned i = 0; i < n; i++) v.push_back(static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP)));
+  for (unsigned i = 2; i < n; i++) EXPECT_EQ(v[i] - v[i - 1], v[1] - v[0]) << "buffer " << i << " is no neighbour";
+  return v;
+}
+
+bool same_finding(const Seen& a, const Seen& b) {
+  return a.kind == b.kind && a.address == b.address && a.more.offset == b.more.offset &&
+         a.more.nfound == b.more.nfound && std::memcmp(a.more.found, b.more.found, a.more.nfound) == 0;
+}
+
+// The user: a 40-byte cache with redzones and audit, neighbours on
+// both sides, the middle buffer overrun by N bytes (into the next buffers
+// for the long ones) and freed. Every N is reported once, against the
+// overrun buffer, with the offset where its redzone starts and its
+// allocation's trail (kept before the buffer, out of its own overrun's
+// reach); kmem_verify finds the same before the free; the neighbours the
+// write ran into are repaired with the report and free without another.
+TEST(kmem_debug, EveryOverrunLengthIsReportedOnTheFreeAndByVerify) {
+  auto one = [](unsigned n) {
+    kmem_cache_t* cp = make("t_long", 40, KMC_REDZONE | KMC_AUDIT);
+    std::vector<uint8_t*> v = neighbours(cp, 8);
+    uint8_t* p = v[2];
+    ASSERT_LT(p + 40 + n, v[7]) << "the write stays inside the neighbours";
+    for (unsigned k = 0; k < n; k++) p[40 + k] = static_cast<uint8_t>(0x41 + k % 5);
+    Errors e;
+    uint64_t checked = 0;
+    EXPECT_EQ(mm::kmem_verify(cp, &checked), 1u);
+    mm::KmemCacheStats st;
+    mm::kmem_cache_stats(cp, st);
+    EXPECT_EQ(checked, st.buf_total) << "every buffer of the slab";
+    ASSERT_EQ(e.seen.size(), 1u);
+    Seen by_verify = e.seen[0];
+    e.seen.clear();
+    kmem_cache_free(cp, p);
+    ASSERT_EQ(e.seen.size(), 1u);
+    const Seen& s = e.seen[0];
+    EXPECT_EQ(s.kind.rfind("buffer overrun", 0), 0u) << s.kind;
+    EXPECT_EQ(s.address, reinterpret_cast<uintptr_t>(p));
+    EXPECT_EQ(s.more.buffer, reinterpret_cast<uintptr_t>(p));
+    EXPECT_EQ(s.more.offset, 40);
+    EXPECT_EQ(s.more.size, 40u);
+    EXPECT_EQ(s.more.found[0], 0x41);
+    EXPECT_TRUE(s.more.alloc.valid) << "the overrun buffer's own trail survives its overrun";
+    EXPECT_NE(s.more.alloc.stack, 0u);
+    EXPECT_TRUE(same_finding(by_verify, s)) << "verify: " << by_verify.kind << " at " << by_verify.more.offset;
+    // The neighbours whose left redzone word the write reached.
+    unsigned reached = 0;
+    for (unsigned j = 3; j < v.size(); j++) reached += v[j] - 8 < p + 40 + n;
+    EXPECT_EQ(s.more.reached, reached);
+    EXPECT_EQ(by_verify.more.reached, reached);
+    EXPECT_EQ(s.more.buffer + s.more.reached_off, reached ? reinterpret_cast<uintptr_t>(v[3]) : s.more.buffer);
+    e.seen.clear();
+    for (uint8_t* q : v)
+      if (q != p) kmem_cache_free(cp, q);
+    EXPECT_TRUE(e.seen.empty()) << e.seen[0].kind << " at " << e.seen[0].address;
+    EXPECT_EQ(mm::kmem_verify(cp), 0u);
+    still_works(cp, 40);
+    EXPECT_TRUE(e.seen.empty());
+    EXPECT_TRUE(kmem_cache_destroy(cp));
+  };
+  for (unsigned n : {1u, 7u, 8u, 12u, 16u, 24u, 31u, 48u, 64u, 100u, 200u}) {
+    SCOPED_TRACE("overrun of " + std::to_string(n) + " bytes");
+    one(n);
+  }
+}
+
+// The neighbour freed first: its check finds the write came from below
+// (its left redzone and the previous buffer's tag are both damaged) and
+// names the buffer that was overrun, not itself.
+TEST(kmem_debug, AnOverrunFoundAtTheNeighboursFreeNamesTheOverrunBuffer) {
+  kmem_cache_t* cp = make("t_victim", 40, KMC_REDZONE | KMC_AUDIT);
+  std::vector<uint8_t*> v = neighbours(cp, 6);
+  uint8_t* p = v[1];
+  std::memset(p + 40, 0x5c, 100);
+  Errors e;
+  kmem_cache_free(cp, v[2]);
+  ASSERT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(e.seen[0].kind.rfind("buffer overrun", 0), 0u) << e.seen[0].kind;
+  EXPECT_EQ(e.seen[0].address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(e.seen[0].more.offset, 40);
+  EXPECT_EQ(e.seen[0].more.reached, 1u) << "it ran into one neighbour";
+  EXPECT_EQ(e.seen[0].more.buffer + e.seen[0].more.reached_off, reinterpret_cast<uintptr_t>(v[2]));
+  EXPECT_TRUE(e.seen[0].more.alloc.valid);
+  e.seen.clear();
+  for (uint8_t* q : v)
+    if (q != v[2]) kmem_cache_free(cp, q);
+  EXPECT_TRUE(e.seen.empty()) << e.seen[0].kind;
+  EXPECT_EQ(mm::kmem_verify(cp), 0u);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+// A long overrun into a free neighbour (its poison, its tag and the slab's
+// free-list link inside it): one report on the free, and the neighbour is
+// handed out again without a "write after free" or a free-list report.
+TEST(kmem_debug, AnOverrunIntoAFreeNeighbourIsReportedOnce) {
+  kmem_cache_t* cp = make("t_freenb", 40, kAll);
+  std::vector<uint8_t*> v = neighbours(cp, 6);
+  kmem_cache_free(cp, v[3]);
+  uint8_t* p = v[2];
+  std::memset(p + 40, 0x6d, 130);
+  Errors e;
+  EXPECT_EQ(mm::kmem_verify(cp), 1u);
+  ASSERT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(e.seen[0].address, reinterpret_cast<uintptr_t>(p));
+  e.seen.clear();
+  kmem_cache_free(cp, p);
+  ASSERT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(e.seen[0].kind.rfind("buffer overrun", 0), 0u) << e.seen[0].kind;
+  EXPECT_EQ(e.seen[0].address, reinterpret_cast<uintptr_t>(p));
+  e.seen.clear();
+  for (uint8_t* q : v)
+    if (q != p && q != v[3]) kmem_cache_free(cp, q);
+  still_works(cp, 40);
+  EXPECT_TRUE(e.seen.empty()) << e.seen[0].kind;
+  EXPECT_EQ(mm::kmem_verify(cp), 0u);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+// kmem_alloc(50) in the debugged 64-byte class, overrun far enough to
+// overwrite the size kept in its tag: the size kept before the buffer
+// still says where the redzone starts.
+TEST(kmem_debug, KmemAllocsSizeSurvivesAnOverrunOfItsTag) {
+  std::vector<uint8_t*> v;
+  for (int i = 0; i < 16; i++) v.push_back(static_cast<uint8_t*>(kmem_alloc(50, KM_SLEEP)));
+  std::vector<uint8_t*> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  uint8_t* p = nullptr;
+  ptrdiff_t chunk = 0;
+  for (size_t i = 0; i + 2 < sorted.size() && !p; i++)
+    if (sorted[i + 1] - sorted[i] == sorted[i + 2] - sorted[i + 1] && sorted[i + 1] - sorted[i] < 256) {
+      p = sorted[i];
+      chunk = sorted[i + 1] - sorted[i];
+    }
+  ASSERT_NE(p, nullptr) << "three neighbours in kmem_alloc_64";
+  ASSERT_GT(50 + 90, chunk - 8) << "the write reaches the next buffer";
+  std::memset(p + 50, 0x77, 90);
+  Errors e;
+  kmem_free(p, 50);
+  ASSERT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(e.seen[0].kind.rfind("buffer overrun", 0), 0u) << e.seen[0].kind;
+  EXPECT_EQ(e.seen[0].address, reinterpret_cast<uintptr_t>(p));
+  EXPECT_EQ(e.seen[0].more.offset, 50);
+  EXPECT_EQ(e.seen[0].more.size, 50u);
+  e.seen.clear();
+  for (uint8_t* q : v)
+    if (q != p) kmem_free(q, 50);
+  EXPECT_TRUE(e.seen.empty()) << e.seen[0].kind;
+}
+
+// A stray write into the tag's size word alone (the redzone and the state
+// word intact) is caught, not believed.
+TEST(kmem_debug, AStrayWriteToTheTagsSizeIsCaught) {
+  kmem_cache_t* cp = make("t_sizeword", 40, KMC_REDZONE);
+  std::vector<uint8_t*> v = neighbours(cp, 3);
+  uint8_t* p = v[1];
+  uint32_t huge = 0x41414141;
+  std::memcpy(p + 40 + 12, &huge, 4);  // the BufTag's size: after the redzone word and the state word
+  Errors e;
+  EXPECT_EQ(mm::kmem_verify(cp), 1u);
+  e.seen.clear();
+  kmem_cache_free(cp, p);
+  ASSERT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(e.seen[0].kind.rfind("buffer overrun", 0), 0u) << e.seen[0].kind;
+  EXPECT_EQ(e.seen[0].more.offset, 52);
+  EXPECT_EQ(e.seen[0].more.size, 40u);
+  kmem_cache_free(cp, v[0]);
+  kmem_cache_free(cp, v[2]);
+  EXPECT_EQ(e.seen.size(), 1u);
+  EXPECT_EQ(mm::kmem_verify(cp), 0u);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
+// A write to the bytes just before a buffer is reported against that
+// buffer (its left redzone), on the free and by kmem_verify, also for the
+// first buffer of a slab, which has no previous buffer.
+TEST(kmem_debug, UnderrunIsReportedAgainstItsOwnBuffer) {
+  auto one = [](unsigned bytes, unsigned victim) {
+    kmem_cache_t* cp = make("t_under", 40, KMC_REDZONE | KMC_AUDIT);
+    std::vector<uint8_t*> v = neighbours(cp, 4);
+    uint8_t* p = v[victim];
+    std::memset(p - bytes, 0x42, bytes);
+    Errors e;
+    EXPECT_EQ(mm::kmem_verify(cp), 1u);
+    ASSERT_EQ(e.seen.size(), 1u);
+    Seen by_verify = e.seen[0];
+    e.seen.clear();
+    kmem_cache_free(cp, p);
+    ASSERT_EQ(e.seen.size(), 1u);
+    const Seen& s = e.seen[0];
+    EXPECT_EQ(s.kind.rfind("buffer underrun", 0), 0u) << s.kind;
+    EXPECT_EQ(s.address, reinterpret_cast<uintptr_t>(p));
+    EXPECT_EQ(s.more.offset, -static_cast<int64_t>(bytes));
+    EXPECT_EQ(s.more.found[0], 0x42);
+    EXPECT_EQ(s.more.nfound, bytes);
+    EXPECT_TRUE(s.more.alloc.valid);
+    EXPECT_TRUE(same_finding(by_verify, s));
+    e.seen.clear();
+    for (uint8_t* q : v)
+      if (q != p) kmem_cache_free(cp, q);
+    EXPECT_EQ(mm::kmem_verify(cp), 0u);
+    still_works(cp, 40);
+    EXPECT_TRUE(e.seen.empty()) << e.seen[0].kind;
+    EXPECT_TRUE(kmem_cache_destroy(cp));
+  };
+  for (unsigned bytes : {1u, 8u})
+    for (unsigned victim : {0u, 2u}) {
+      SCOPED_TRACE("underrun of " + std::to_string(bytes) + " bytes of buffer " + std::to_string(victim));
+      one(bytes, victim);
+    }
+}
+
+// The audit trail and the log name the thread (the host's thread-
+// equivalent of the kernel's command or interrupt) that allocated and
+// freed, besides the CPU.
+TEST(kmem_debug, AuditTrailsNameTheThreadThatAllocatedAndFreed) {
+  kmem_cache_t* cp = make("t_who", 40, KMC_AUDIT);
+  void* p = nullptr;
+  pid_t other = 0;
+  std::thread t([&] {
+    p = kmem_cache_alloc(cp, KM_SLEEP);
+    other = static_cast<pid_t>(syscall(SYS_gettid));
+  });
+  t.join();
+  kmem_cache_free(cp, p);
+  mm::KmemTrail tr;
+  ASSERT_TRUE(mm::kmem_debug_trail(p, tr));
+  ASSERT_TRUE(tr.alloc.valid && tr.free.valid);
+  EXPECT_NE(tr.alloc.context, tr.free.context);
+  char name[32];
+  mm::plat::context_name(tr.alloc.context, name, sizeof name);
+  EXPECT_EQ(std::string(name), "tid " + std::to_string(other));
+  mm::plat::context_name(tr.free.context, name, sizeof name);
+  EXPECT_EQ(std::string(name), "tid " + std::to_string(syscall(SYS_gettid)));
+  LogSeen seen;
+  mm::kmem_log_walk(reinterpret_cast<uintptr_t>(p),
+                    [](const mm::KmemLogEntry& e, void* arg) { static_cast<LogSeen*>(arg)->v.push_back(e); }, &seen);
+  ASSERT_GE(seen.v.size(), 2u);
+  EXPECT_EQ(seen.v[seen.v.size() - 2].context, tr.alloc.context);
+  EXPECT_EQ(seen.v.back().context, tr.free.context);
+  EXPECT_TRUE(kmem_cache_destroy(cp));
+}
+
 struct Counts {
   std::atomic<int> ctors{0}, dtors{0};
 };
@@ -391,10 +644,6 @@ TEST(kmem_debug, PoisonedCachesWithConstructorsConstructEveryAllocation) {
   EXPECT_EQ(c.dtors.load(), 10);
   EXPECT_TRUE(kmem_cache_destroy(cp));
 }
-
-struct LogSeen {
-  std::vector<mm::KmemLogEntry> v;
-};
 
 TEST(kmem_debug, TheTransactionLogKeepsEveryOperationAndTheContents) {
   kmem_cache_t* cp = make("t_log", 40, KMC_CONTENTS);

@@ -935,6 +935,9 @@ TEST_F(vmem, ThreadsShareAnArenaAndItsSource) {
 }
 
 // --- A randomized run against a model ---------------------------------------
+// Every allocation is checked against the model (inside a span, clear of
+// everything live, every constraint met) and so is every refusal: a null
+// return must leave the model with no place that fits.
 
 struct Model {
   struct Live {
@@ -961,6 +964,33 @@ struct Model {
     live[p] = Live{asked, rounded, x};
     bytes += rounded;
   }
+
+  // Is there room for `rounded` bytes inside a span, clear of every live
+  // segment, at an address that is phase modulo align, not crossing a
+  // multiple of nocross (0: no such limit), at or above lo and ending at or
+  // below hi (0: no bound)? By brute force over the free gaps, candidate by
+  // candidate: the model shares none of vmem's arithmetic.
+  bool fits(size_t rounded, size_t align, size_t phase, size_t nocross, uintptr_t lo, uintptr_t hi) const {
+    auto gap_fits = [&](uintptr_t from, uintptr_t to) {
+      if (from < lo) from = lo;
+      if (hi && to > hi) to = hi;
+      uintptr_t x = from - from % align + phase;
+      if (x < from) x += align;
+      for (; x + rounded <= to; x += align)
+        if (!nocross || x / nocross == (x + rounded - 1) / nocross) return true;
+      return false;
+    };
+    for (auto& [b, e] : spans) {
+      uintptr_t from = b;
+      for (auto it = live.lower_bound(b); it != live.end() && it->first < e; ++it) {
+        if (gap_fits(from, it->first)) return true;
+        from = it->first + it->second.rounded;
+      }
+      if (gap_fits(from, e)) return true;
+    }
+    return false;
+  }
+  unsigned refusals_checked = 0, xrefusals_checked = 0;  // nulls the model agreed had no fit
 };
 
 size_t pow2_at_least(size_t x) {
@@ -976,8 +1006,16 @@ void randomized(vmem_t* a, Model& m, size_t q, unsigned seed, int steps, bool co
     unsigned op = rng() % 100;
     if (op < 45 || m.live.empty()) {
       size_t size = 1 + rng() % (rng() % 8 == 0 ? 64 * q : 8 * q);
-      void* p = vmem_alloc(a, size, VM_NOSLEEP | policies[rng() % 4]);
-      if (p) m.add(U(p), size, (size + q - 1) / q * q, false);
+      int policy = policies[rng() % 4];
+      void* p = vmem_alloc(a, size, VM_NOSLEEP | policy);
+      if (p) {
+        m.add(U(p), size, (size + q - 1) / q * q, false);
+      } else {
+        // Every policy searches until it finds a fit (mm/vmem.cpp, 3).
+        EXPECT_FALSE(m.fits((size + q - 1) / q * q, q, 0, 0, 0, 0))
+            << "step " << step << ": vmem_alloc(" << size << ", policy " << policy << ") failed with room left";
+        m.refusals_checked++;
+      }
     } else if (op < 60 && constrained) {
       size_t size = 1 + rng() % (16 * q);
       size_t rounded = (size + q - 1) / q * q;
@@ -992,7 +1030,15 @@ void randomized(vmem_t* a, Model& m, size_t q, unsigned seed, int steps, bool co
         lo = sp.first + (rng() % ((sp.second - sp.first) / q)) * q;
         hi = lo + (1 + rng() % 256) * q * 16;
       }
-      void* p = vmem_xalloc(a, size, align, phase, nocross, P(lo), P(hi), VM_NOSLEEP | policies[rng() % 4]);
+      int policy = policies[rng() % 4];
+      void* p = vmem_xalloc(a, size, align, phase, nocross, P(lo), P(hi), VM_NOSLEEP | policy);
+      if (!p) {
+        EXPECT_FALSE(m.fits(rounded, a_eff, phase, nocross, lo, hi))
+            << "step " << step << ": vmem_xalloc(size " << size << ", align " << align << ", phase " << phase
+            << ", nocross " << nocross << std::hex << ", min 0x" << lo << ", max 0x" << hi << std::dec << ", policy "
+            << policy << ") failed with room left";
+        m.xrefusals_checked++;
+      }
       if (p) {
         uintptr_t x = U(p);
         EXPECT_EQ(x % a_eff, phase);
@@ -1041,6 +1087,11 @@ TEST_F(vmem, RandomizedAgainstAModel) {
   mm::VmemStats s = stats(a);
   EXPECT_EQ(s.segs_free, 3u);  // one whole free segment per span
   EXPECT_GT(s.failures, 0u);   // the run did fill the arena at times
+  // and the model confirmed refusals of both kinds
+  EXPECT_GT(m.refusals_checked, 0u);
+  EXPECT_GT(m.xrefusals_checked, 0u);
+  printf("[          ] refusals the model found no room for: %u vmem_alloc, %u vmem_xalloc\n", m.refusals_checked,
+         m.xrefusals_checked);
 }
 
 TEST_F(vmem, RandomizedWithImports) {

@@ -3,7 +3,8 @@
 # counts) and compares every row with the board's checked-in baseline
 # (tools/bench-check: a row that grows by more than 2 instructions per object
 # fails); also checks that nothing failed and the allocators reported no
-# error.
+# error. In the same boot, the KTEST stackdepot_cost_per_call, whose bounds
+# are in instructions only under icount: it must pass, counting them.
 #
 #   bench-test.sh [--update] QEMU_RUN BOARD BUILD_DIR BASELINE
 #
@@ -28,13 +29,17 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-printf 'bench quick\nkmem errors\npoweroff\n' | QEMU_INPUT_DELAY=2 "$run" "$board" --build-dir "$build" --icount --timeout 240 >"$log" 2>&1
+printf 'bench quick\nkmem errors\ntest stackdepot_cost_per_call\npoweroff\n' | QEMU_INPUT_DELAY=2 "$run" "$board" --build-dir "$build" --icount --timeout 240 >"$log" 2>&1
 status=$?
 cat "$log"
 fails=0
 [[ $status -eq 0 ]] || { echo "bench-test: the run exited with status $status"; fails=1; }
 grep -q '^PANIC' "$log" && { echo "bench-test: the kernel panicked"; fails=1; }
 grep -q '^0 allocator errors reported' "$log" || { echo "bench-test: no '0 allocator errors' line: the allocators reported errors"; fails=1; }
+if ! grep -q '^    stackdepot: the counter is counting instructions' "$log" || ! grep -q '^\[  OK  \] stackdepot_cost_per_call' "$log"; then
+  echo "bench-test: stackdepot_cost_per_call did not pass counting instructions (its bounds, above)"
+  fails=1
+fi
 if [[ $update -eq 1 ]]; then
   [[ $fails -eq 0 ]] || { echo "bench-test: $baseline not written"; exit 1; }
   "$check" --write-baseline "$baseline" --command "tools/bench-qemu --update-baseline --boards $name" "$log"

@@ -5,11 +5,18 @@
 # symbolize them and check:
 #  - each misuse gave exactly one report, of its own kind, naming the
 #    cache, with the offset and bytes for an overrun (40: the size asked
-#    for) and a write after free (8);
+#    for), an underrun (1 before the buffer) and a write after free (8);
+#    the long overrun (100 bytes, into the next buffer) two: kmem verify's
+#    and the free's, the same buffer and offset, verify's count a real one;
 #  - the audited reports carry backtraces whose frames symbolize to the
-#    function of `kmem test` that made the misuse (kernel/kmem_debug_commands.cpp);
-#  - afterwards the caches verify clean and are destroyed; `kmem verify`
-#    over every debugged cache finds nothing; `kmem debug` lists
+#    function of `kmem test` that made the misuse (kernel/kmem_debug_commands.cpp),
+#    and name the command that ran (context "command kmem");
+#  - afterwards the scratch cache verifies clean with buffers checked (a
+#    count above 0) and the caches are destroyed; `kmem verify` over every
+#    debugged cache finds nothing (kmem_alloc_64 may have no slab then:
+#    the idle reap gives empty slabs back, so its count may be 0; the
+#    counts that must be real are kmem test's); `kmem log` names the
+#    command of each entry; `kmem debug` lists
 #    kmem_alloc_64 as debugged and no other kmem_alloc cache;
 #  - bad input to each command is refused with a message and the shell
 #    goes on.
@@ -56,6 +63,8 @@ check("no other kmem_alloc cache is debugged", not re.search(r"^\s+kmem_alloc_(?
 # Each misuse: its section, from "kmem test: NAME" to "kmem test: NAME: N report(s)".
 kinds = {
     "overrun": "buffer overrun",
+    "long-overrun": "buffer overrun",
+    "underrun": "buffer underrun",
     "write-after-free": "write after free",
     "double-free": "double free",
     "interior": "free of an address inside a buffer",
@@ -73,22 +82,36 @@ for name, kind in kinds.items():
         check("a section for " + name, False)
         continue
     body, n = m.group(1), int(m.group(2))
-    check(name + ": one report", n == 1)
-    reports = re.findall(r"^kmem: (.*?) in '([^']+)'", body, re.M)
-    check(name + ": one report line", len(reports) == 1)
-    if reports:
-        check(name + ": kind '%s' (got '%s')" % (kind, reports[0][0]), reports[0][0].startswith(kind))
+    want = 2 if name == "long-overrun" else 1
+    check(name + ": %d report(s) (got %d)" % (want, n), n == want)
+    reports = re.findall(r"^kmem: (.*?) in '([^']+)': address (0x[0-9a-f]+)", body, re.M)
+    check(name + ": %d report line(s)" % want, len(reports) == want)
+    for rep in reports:
+        check(name + ": kind '%s' (got '%s')" % (kind, rep[0]), rep[0].startswith(kind))
     if name == "overrun":
         check("overrun at offset 40 with the bytes written", re.search(r"first bad byte at offset 40 \(0x28\): 41 41", body))
         check("overrun: the allocation's backtrace", "last allocated on cpu" in body)
+        check("overrun: the command that allocated", re.search(r"last allocated on cpu \d+ \(command kmem\)", body))
+    if name == "long-overrun":
+        check("long overrun: verify and the free name the same buffer",
+              len(reports) == 2 and reports[0][2] == reports[1][2])
+        check("long overrun: both at offset 40",
+              len(re.findall(r"first bad byte at offset 40 \(0x28\): 43 43", body)) == 2)
+        check("long overrun: into the next buffer", len(re.findall(r"the write ran on into the next 1 buffer", body)) == 2)
+        check("long overrun: kmem verify checked buffers and found it",
+              re.search(r"^kmem test: kmem verify: [1-9]\d* buffers checked, 1 corrupt$", body, re.M))
+    if name == "underrun":
+        check("underrun: the byte before the buffer", re.search(r"first bad byte 1 before the buffer: 44$", body, re.M))
     if name == "write-after-free":
         check("write after free at offset 8", re.search(r"first bad byte at offset 8 \(0x8\): 00 be ad de", body))
         check("write after free: the last free's backtrace", "last freed on cpu" in body)
-    if name in ("overrun", "write-after-free", "double-free", "destroy-live"):
+    if name in ("overrun", "long-overrun", "underrun", "write-after-free", "double-free", "destroy-live"):
         check(name + ": frames symbolized into kmem_debug_commands.cpp",
               re.search(r"kmem_debug_commands\.cpp:\d+", body))
 
-check("all eight, then clean", "kmem test: 8 misuse(s), 8 report(s); afterwards the caches verify clean and are destroyed" in text)
+check("all ten, then clean with buffers checked",
+      re.search(r"^kmem test: 10 misuse\(s\), 11 report\(s\); afterwards the caches verify clean "
+                r"\([1-9]\d* buffers checked\) and are destroyed$", text, re.M))
 check("kmem verify over every debugged cache: clean", re.search(r"^kmem verify: \d+ buffers checked, 0 corrupt$", text, re.M))
 check("kmem verify of an unknown cache refused", "no cache named 'nosuchcache'" in text)
 check("kmem verify of an undebugged cache refused", "'kmem_alloc_128' is not debugged" in text)
@@ -96,6 +119,8 @@ check("kmem log with a bad address refused", "'0xzz' is not an address" in text)
 check("kmem test with an unknown misuse refused", "unknown misuse 'bogus'" in text)
 check("kmem test without a misuse: usage", text.count("usage: kmem test overrun|") >= 2)
 check("kmem log prints entries", re.search(r"^\d+ entries \(of the last \d+ operations; \d+ logged since boot\)$", text, re.M))
+check("kmem log names the command of each entry",
+      re.search(r"^\s+\d+  cpu \d+\s+tick \d+\s+(alloc|free)\s+0x[0-9a-f]+  .+  by command kmem$", text, re.M))
 check("the shell went on to the end", "powering off" in text)
 if bad:
     for b in bad: print("FAILED:", b)

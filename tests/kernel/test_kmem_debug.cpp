@@ -3,11 +3,14 @@
 // its report checked, and the cache shown to work on afterwards; and
 // debugged buffers handed between cores.
 #include <kernel/arch.h>
+#include <kernel/console.h>
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>
+#include <kernel/timer.h>
 #include <mm/kmem.h>
 #include <mm/kmem_debug.h>
+#include <mm/platform.h>
 #include <mm/stackdepot.h>
 #include <mm/vmem.h>
 
@@ -46,6 +49,29 @@ uint64_t live_in(kmem_cache_t* cp) {
   mm::KmemCacheStats st;
   mm::kmem_cache_stats(cp, st);
   return st.buf_inuse;
+}
+
+// n buffers of a new cache, one after another in its first slab:
+// neighbours at one chunk's distance (false if not).
+bool neighbours(kmem_cache_t* cp, uint8_t** v, unsigned n) {
+  for (unsigned i = 0; i < n; i++) v[i] = static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP));
+  for (unsigned i = 2; i < n; i++)
+    if (v[i] - v[i - 1] != v[1] - v[0]) return false;
+  return v[0] != nullptr;
+}
+
+bool same_finding(const Seen& a, const Seen& b) {
+  return strcmp(a.kind, b.kind) == 0 && a.address == b.address && a.more.offset == b.more.offset &&
+         a.more.nfound == b.more.nfound && memcmp(a.more.found, b.more.found, a.more.nfound) == 0 &&
+         a.more.reached == b.more.reached;
+}
+
+bool context_is(uint32_t id, const char* want) {
+  char name[96];
+  mm::plat::context_name(id, name, sizeof name);
+  if (strcmp(name, want) == 0) return true;
+  kprintf("    context '%s', expected '%s'\n", name, want);
+  return false;
 }
 
 // 32 buffers out and back, each written whole, no report.
@@ -303,4 +329,152 @@ KTEST(kmem_debug_vmem_destroy_with_live_segments_is_refused) {
   }
   vmem_free(vmp, a, 8192);
   KEXPECT(vmem_destroy(vmp));
+}
+
+// An overrun of 100 bytes past a 40-byte buffer runs over its tag (the size
+// kept there included) and into the next buffer: reported once on the
+// free, against the overrun buffer, with the offset where its redzone
+// starts and its allocation's trail; kmem_verify finds the same before.
+// The neighbour it ran into frees without a report.
+KTEST(kmem_debug_long_overrun_is_reported_on_free_and_by_verify) {
+  kmem_cache_t* cp = make("kt_long", 40, KMC_REDZONE | KMC_AUDIT);
+  KASSERT(cp != nullptr);
+  uint8_t* v[6];
+  KASSERT(neighbours(cp, v, 6));
+  uint8_t* p = v[2];
+  for (unsigned k = 0; k < 100; k++) p[40 + k] = static_cast<uint8_t>(0x41 + k % 5);
+  unsigned reached = 0;
+  for (unsigned j = 3; j < 6; j++) reached += v[j] - 8 < p + 140;
+  KEXPECT(reached >= 1);
+  {
+    Capture c;
+    uint64_t checked = 0;
+    KEXPECT_EQ(mm::kmem_verify(cp, &checked), 1u);
+    KEXPECT(checked >= 6);
+    KEXPECT_EQ(c.count, 1u);
+    Seen by_verify = c.last;
+    kmem_cache_free(cp, p);
+    KEXPECT_EQ(c.count, 2u);
+    KEXPECT(starts(c.last.kind, "buffer overrun"));
+    KEXPECT_EQ(c.last.address, reinterpret_cast<uintptr_t>(p));
+    KEXPECT_EQ(c.last.more.offset, 40);
+    KEXPECT_EQ(c.last.more.size, 40u);
+    KEXPECT_EQ(c.last.more.found[0], 0x41u);
+    KEXPECT_EQ(c.last.more.reached, reached);
+    KEXPECT_EQ(c.last.more.buffer + c.last.more.reached_off, reinterpret_cast<uintptr_t>(v[3]));
+    KEXPECT(c.last.more.alloc.valid && c.last.more.alloc.stack != 0);
+    KEXPECT(same_finding(by_verify, c.last));
+    for (uint8_t* q : v)
+      if (q != p) kmem_cache_free(cp, q);
+    KEXPECT_EQ(c.count, 2u);
+  }
+  Capture c;
+  KEXPECT(works(cp, 40));
+  KEXPECT_EQ(c.count, 0u);
+  KEXPECT(kmem_cache_destroy(cp));
+}
+
+// A write to the byte before a buffer is reported against that buffer,
+// also for the first buffer of a slab, which has no buffer before it.
+KTEST(kmem_debug_underrun_is_reported_against_its_buffer) {
+  const unsigned kVictims[] = {0, 2};
+  for (unsigned victim : kVictims) {
+    kmem_cache_t* cp = make("kt_under", 40, KMC_REDZONE | KMC_AUDIT);
+    KASSERT(cp != nullptr);
+    uint8_t* v[4];
+    KASSERT(neighbours(cp, v, 4));
+    uint8_t* p = v[victim];
+    p[-1] = 0x42;
+    {
+      Capture c;
+      KEXPECT_EQ(mm::kmem_verify(cp), 1u);
+      KEXPECT_EQ(c.count, 1u);
+      Seen by_verify = c.last;
+      kmem_cache_free(cp, p);
+      KEXPECT_EQ(c.count, 2u);
+      KEXPECT(starts(c.last.kind, "buffer underrun"));
+      KEXPECT_EQ(c.last.address, reinterpret_cast<uintptr_t>(p));
+      KEXPECT_EQ(c.last.more.offset, -1);
+      KEXPECT_EQ(c.last.more.found[0], 0x42u);
+      KEXPECT(c.last.more.alloc.valid);
+      KEXPECT(same_finding(by_verify, c.last));
+      for (uint8_t* q : v)
+        if (q != p) kmem_cache_free(cp, q);
+      KEXPECT_EQ(c.count, 2u);
+    }
+    Capture c;
+    KEXPECT(works(cp, 40));
+    KEXPECT_EQ(c.count, 0u);
+    KEXPECT(kmem_cache_destroy(cp));
+  }
+}
+
+namespace {
+struct Who {
+  kmem_cache_t* cp;
+  void* obj;
+  unsigned taken;
+};
+Who g_who;
+void alloc_for_who(void*) { g_who.obj = kmem_cache_alloc(g_who.cp, KM_SLEEP); }
+void alloc_in_tick() {
+  if (__atomic_exchange_n(&g_who.taken, 1u, __ATOMIC_ACQ_REL) == 0)
+    __atomic_store_n(&g_who.obj, kmem_cache_alloc(g_who.cp, KM_NOSLEEP), __ATOMIC_RELEASE);
+}
+}  // namespace
+
+// The audit trail and the log keep what ran besides the CPU: this test,
+// a cross-call made from it, the timer's interrupt.
+KTEST(kmem_debug_trails_name_what_ran) {
+  g_who.cp = make("kt_who", 40, KMC_AUDIT);
+  KASSERT(g_who.cp != nullptr);
+  const char* self = "test kmem_debug_trails_name_what_ran";
+  void* p = kmem_cache_alloc(g_who.cp, KM_SLEEP);
+  mm::KmemTrail t;
+  KASSERT(mm::kmem_debug_trail(p, t));
+  KEXPECT(context_is(t.alloc.context, self));
+  kmem_cache_free(g_who.cp, p);
+  KASSERT(mm::kmem_debug_trail(p, t));
+  KEXPECT(context_is(t.free.context, self));
+  struct Last {
+    uint32_t context;
+    unsigned n;
+  } last{0, 0};
+  mm::kmem_log_walk(
+      reinterpret_cast<uintptr_t>(p),
+      [](const mm::KmemLogEntry& e, void* arg) {
+        static_cast<Last*>(arg)->context = e.context;
+        static_cast<Last*>(arg)->n++;
+      },
+      &last);
+  // The log, where it could be had (64 KiB: a board with 256 KiB of RAM
+  // runs audit without it).
+  if (mm::kmem_log_capacity()) {
+    KEXPECT(last.n >= 2);
+    KEXPECT(context_is(last.context, self));
+  }
+  // A cross-call on another core, on the test's behalf.
+  if (g_cpu_count >= 2) {
+    unsigned other = cpu_id() == 0 ? 1 : 0;
+    g_who.obj = nullptr;
+    smp::call_on(other, alloc_for_who, nullptr);
+    KASSERT(g_who.obj != nullptr);
+    KASSERT(mm::kmem_debug_trail(g_who.obj, t));
+    KEXPECT_EQ(t.alloc.cpu, other);
+    KEXPECT(context_is(t.alloc.context, "cross-call from test kmem_debug_trails_name_what_ran"));
+    kmem_cache_free(g_who.cp, g_who.obj);
+  }
+  // The timer's interrupt, on whichever core takes it first.
+  g_who.obj = nullptr;
+  g_who.taken = 0;
+  timer::set_test_hook(alloc_in_tick, 1000);
+  uint64_t until = timer::now_ns() + 2000000000ull;
+  while (!__atomic_load_n(&g_who.obj, __ATOMIC_ACQUIRE) && timer::now_ns() < until) arch::wait_for_interrupt();
+  timer::set_test_hook(nullptr, 0);
+  void* q = __atomic_load_n(&g_who.obj, __ATOMIC_ACQUIRE);
+  KASSERT(q != nullptr);
+  KASSERT(mm::kmem_debug_trail(q, t));
+  KEXPECT(context_is(t.alloc.context, "timer"));
+  kmem_cache_free(g_who.cp, q);
+  KEXPECT(kmem_cache_destroy(g_who.cp));
 }

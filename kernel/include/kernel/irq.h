@@ -59,6 +59,8 @@ void dispatch();
 // Decodes the interrupt specifier of `node` (index i) for the active chip.
 bool from_dtb(const fdt::Tree& tree, int node, unsigned i, unsigned& irq_out);
 uint64_t count(unsigned irq);
+// The name its handler was registered with; null if none.
+const char* name(unsigned irq);
 }  // namespace irq
 
 // Controller drivers probe by DTB compatible through this table.

@@ -73,6 +73,13 @@ struct PerCpu {
   // (which orders it for them) and before recording can start; then
   // constant.
   void* trace_ring = nullptr;
+  // What this core is running (kernel/context.h): written by this core only
+  // (kernel_main, secondary_main, context::Scope), read by the debug modes'
+  // audit with interrupts masked.
+  uint32_t context = 0;
+  // The caller's context of the cross-call in the mailbox: written by the
+  // poster with call_arg, before its release of call_fn (smp.cpp).
+  uint32_t call_context = 0;
 };
 // riscv64's load takes a 12-bit signed offset; arm's ldr, 12 bits.
 static_assert(offsetof(PerCpu, trace_ring) < 2048, "PerCpu::trace_ring out of a load's reach");

@@ -5,15 +5,18 @@
 // library's MM_KMEM_DEBUG environment variable).
 //
 //   redzone   guard bytes after each buffer (from the size the caller asked
-//             for to the buffer tag), checked on every free and by
-//             kmem_verify: an overrun is reported with the offset and the
-//             bytes found.
+//             for to the buffer tag) and a guard word before it, checked on
+//             every free, allocation and by kmem_verify: an overrun or an
+//             underrun is reported against the buffer whose bounds it
+//             crossed, however far it ran, with the offset and the bytes
+//             found.
 //   poison    free buffers hold 0xdeadbeef, checked when they are handed
 //             out again (a write after free is reported with the offset);
 //             new buffers of caches without a constructor hold 0xbaddcafe.
 //   audit     each buffer keeps its last allocation and last free
-//             (backtrace, CPU, time), and a transaction log keeps the last
-//             N operations of audited caches.
+//             (backtrace, CPU, context: the command, test, interrupt or
+//             cross-call that ran, the host's thread; time), and a
+//             transaction log keeps the last N operations of audited caches.
 //   contents  the log also keeps the first bytes of each freed buffer.
 //
 // A debugged cache has no magazine layer: every allocation and free goes
@@ -68,30 +71,36 @@ void kmem_debug_flags_name(uint32_t flags, char* out, size_t len);
 // free (valid: recorded at all).
 struct BufAudit {
   bool valid;
-  uint32_t stack;  // stack depot handle (0: none)
-  uint32_t ticks;  // plat::ticks() when it happened (low 32 bits)
-  uint32_t cpu;
+  uint16_t cpu;
+  uint32_t stack;    // stack depot handle (0: none)
+  uint32_t ticks;    // plat::ticks() when it happened (low 32 bits)
+  uint32_t context;  // plat::context(): what ran (plat::context_name names it)
 };
 
-// Prints a trail through plat::log: "kmem:   last allocated on cpu 1 at
-// 2.500 s (tick 250):", then its frames as "[<0x...>]" (tools/symbolize).
+// Prints a trail through plat::log: "kmem:   last allocated on cpu 1
+// (command kmem) at 2.500 s (tick 250):", then its frames as "[<0x...>]"
+// (tools/symbolize).
 void print_audit(const char* what, const BufAudit& a);
 
 // What a debug mode found, attached to the MemError it reports.
 struct MemDetail {
   uintptr_t buffer;        // the buffer's start (0: none)
   uint64_t size;           // the size its caller asked for
-  int64_t offset;          // of the first bad byte from buffer (-1: none)
+  int64_t offset;          // of the first bad byte from buffer (negative: before it), if nfound
   uint8_t found[16];       // bytes from offset
   uint8_t nfound;
+  uint16_t reached;        // buffers after this one that the write ran into
+  uint32_t reached_off;    // the first of them, from buffer (in the padding: the size stays)
   const char* expected;    // what should have been there ("0xbb", "0xdeadbeef")
   const char* other;       // the other cache of a wrong-cache free (or null)
   BufAudit alloc, free;    // the buffer's trail (audit)
 };
 
 // Checks every redzone and every poisoned free buffer of one cache (null:
-// every debugged cache) and reports each corrupt buffer; returns how many
-// were corrupt. Buffers being allocated or freed at that instant are skipped.
+// every debugged cache) as a free or an allocation would, and reports each
+// write found once, against the buffer whose bounds it crossed (not again
+// for the buffers it ran into); returns how many it found. Repairs nothing.
+// Buffers being allocated or freed at that instant are skipped.
 // Holds each cache's slab lock (interrupts masked) while it walks that
 // cache: a pause of the cache's users for the walk, as the command is meant.
 uint64_t kmem_verify(kmem_cache_t* cp, uint64_t* checked = nullptr);
@@ -113,6 +122,7 @@ struct KmemLogEntry {
   const char* cache;  // the cache's name, or "(destroyed cache)"
   bool alloc;         // else a free
   uint32_t cpu, ticks, stack;
+  uint32_t context;   // plat::context() of the operation
   uint8_t ncontents;  // bytes kept of a freed buffer (contents)
   uint8_t contents[16];
 };

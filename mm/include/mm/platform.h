@@ -89,6 +89,14 @@
 //                                         (kmemtrace::ring_header), for the
 //                                         restartable ring write; kernel only,
 //                                         where the arch has it
+//   uint32_t context();                   what this CPU runs, the kernel's
+//                                         thread-equivalent, as a 24-bit id
+//                                         kept with each audited allocation
+//                                         and free (kmem_debug.cpp): kernel,
+//                                         the shell command, test, interrupt
+//                                         or cross-call (kernel/context.h);
+//                                         host, the thread's id. Called with
+//                                         interrupts masked
 //   uint64_t cycles();                    cycle (or instruction) counter
 //   uint64_t ticks();                     timer ticks since boot (kmemleak's
 //                                         "jiffies"; kernel: kTimerHz a second;
@@ -185,6 +193,12 @@ bool stopped_cpus_may_hold_locks();
 // CPU's stack, the boot page tables), its name, start and size, and the CPU
 // for a stack (else ~0u). Host: none.
 bool describe_region(uintptr_t addr, const char*& name, uintptr_t& start, size_t& size, unsigned& cpu);
+
+// --- For the debug modes' audit trails ------------------------------------------
+// The name of a context (context(), inline: "command kmem", "irq 33
+// (uart)", "tid 4711") into out, cut to len - 1 characters; any id gives a
+// name ("context 0x...": one the platform does not know).
+void context_name(uint32_t id, char* out, size_t len);
 
 // The caller's return addresses, innermost first (pcs[0]: where this returns to), minus the first skip; the count.
 unsigned backtrace(uintptr_t* pcs, unsigned max, unsigned skip);

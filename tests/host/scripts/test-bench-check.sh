@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests tools/bench-check (the comparison behind CTest BOARD/bench) on
-# made-up bench output: in bounds, regressed, cheaper, rows missing on
+# made-up bench output: in bounds, regressed, cheaper, fallen to 0 or below
+# or by more than half (a row that stopped measuring), rows missing on
 # either side, failed or skipped rows, a run without -icount, a baseline of
 # another shape, a malformed baseline, and writing a baseline.
 #
@@ -66,6 +67,25 @@ run "pairs kmem_cache 16 2000 54.0" "cross kmem_cache 16 640 60.8" "pairs kmem_a
   case_ "the hint names a board built another way by its baseline's file" 0 \
     "tools/bench-qemu --update-baseline --boards qemu-virt-arm64-variant' and commit bench/baseline/qemu-virt-arm64-variant.txt" \
     --baseline "$tmp/qemu-virt-arm64-variant.txt"
+# A row that stops measuring falls to about 0 (the empty loop's cost is
+# subtracted) or far below its baseline: it fails, and a real improvement
+# of up to half passes.
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 0.0" "page page 4096 2000 102.0" |
+  case_ "a row at 0 fails" 1 'pairs +kmem_alloc +64 +76.0 +0.0 +-76.0 +FAILED: 0 or below' "${B[@]}"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 -0.4" "page page 4096 2000 102.0" |
+  case_ "a negative row fails" 1 'pairs +kmem_alloc +64 +76.0 +-0.4 +-76.4 +FAILED: 0 or below' "${B[@]}"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 37.9" "page page 4096 2000 102.0" |
+  case_ "a row fallen by more than half fails" 1 \
+    'pairs +kmem_alloc +64 +76.0 +37.9 +-38.1 +FAILED: cheaper by more than 50%' "${B[@]}"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 37.9" "page page 4096 2000 102.0" |
+  case_ "the summary counts it and says what to do" 1 \
+    '^bench-check: FAILED: 4 rows: 0 regressed, 0 missing or failed, 0 cheaper, 1 fell too far' "${B[@]}"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 38.0" "page page 4096 2000 102.0" |
+  case_ "a row fallen by exactly half passes as cheaper" 0 \
+    'pairs +kmem_alloc +64 +76.0 +38.0 +-38.0 +ok, cheaper: update the baseline' "${B[@]}"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 37.9" "page page 4096 2000 102.0" |
+  case_ "a wider --max-drop lets it pass" 0 '^bench-check: ok' "${B[@]}" --max-drop 60
+run "${ok_rows[@]}" | case_ "bad usage: a bad --max-drop" 2 "--max-drop '100' is not a percentage" "${B[@]}" --max-drop 100
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 58.8" "pairs kmem_alloc 64 2000 78.1" "page page 4096 2000 102.0" |
   case_ "one row grown by 2.1 fails, with baseline, measured and delta" 1 \
     'pairs +kmem_alloc +64 +76.0 +78.1 +\+2.1 +REGRESSED' "${B[@]}"
@@ -109,5 +129,8 @@ total=$((total + 1))
 if grep -q '^#   tools/bench-qemu --update-baseline --boards qemu-virt-arm64$' "$tmp/new"; then echo "ok: the baseline says how to regenerate it"; else echo "FAILED: no regenerate command in the written baseline"; fails=$((fails + 1)); fi
 run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache - - skipped" |
   case_ "--write-baseline refuses a run with a skipped row" 1 'a baseline needs every row measured' --write-baseline "$tmp/new2"
+run "pairs kmem_cache 16 2000 53.0" "cross kmem_cache 16 640 0.0" |
+  case_ "--write-baseline refuses a row at 0" 1 'row cross kmem_cache 16 is 0.0: 0 or below measures nothing' \
+    --write-baseline "$tmp/new3"
 
 summary

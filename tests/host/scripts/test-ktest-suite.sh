@@ -52,6 +52,13 @@ case_ "no test passed" 1 'no test passed' \
   "$boot$skip_gamma"'0 passed, 0 failed, 1 skipped\r\n' --expect-skip gamma
 case_ "two summary lines" 1 '2 summary lines' \
   "$boot$ok1"'1 passed, 0 failed, 0 skipped\r\n'"$ok2"'1 passed, 0 failed, 0 skipped\r\n'
+injected='kmem fail: 17 allocations failed by injection since it was switched on\r\n'
+case_ "an expected line present passes" 0 '^ktest-suite: ok: 2 passed' \
+  "$boot$ok1$ok2"'2 passed, 0 failed, 0 skipped\r\n'"$injected" --expect-line '^kmem fail: [1-9][0-9]* allocations failed'
+case_ "an expected line missing fails, naming the pattern" 1 \
+  "no line of the log matches '\^kmem fail: \[1-9\]\[0-9\]\* allocations failed', which this suite expects" \
+  "$boot$ok1$ok2"'2 passed, 0 failed, 0 skipped\r\nkmem fail: 0 allocations failed by injection since it was switched on\r\n' \
+  --expect-line '^kmem fail: [1-9][0-9]* allocations failed'
 
 # Bad usage: status 2 and a message.
 total=$((total + 1))

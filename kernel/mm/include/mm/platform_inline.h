@@ -51,6 +51,8 @@ inline void count_own(uintptr_t& c) {
 // restartable ring write (trace/record.h): a load through the register
 // that holds this CPU's PerCpu.
 inline char* trace_ring() { return static_cast<char*>(arch::this_cpu()->trace_ring); }
+// What this CPU runs (kernel/context.h), for the debug modes' audit.
+inline uint32_t context() { return arch::this_cpu()->context; }
 
 inline void cpu_relax() { arch::cpu_relax(); }
 inline unsigned highest_bit(uintptr_t x) { return arch::highest_bit(x); }

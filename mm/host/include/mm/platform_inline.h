@@ -128,6 +128,13 @@ inline unsigned cpu_id() {
 }
 inline unsigned cpu_slot() { return t_cpu; }
 inline uintptr_t cpu_line_offset() { return t_cpu_line; }
+// The thread's context (platform.h): its kernel tid, looked up once.
+extern thread_local constinit uint32_t t_context __attribute__((tls_model("local-exec")));
+uint32_t context_slow();
+inline uint32_t context() {
+  uint32_t c = t_context;
+  return __builtin_expect(c != 0, 1) ? c : context_slow();
+}
 unsigned cpu_count();
 // c + 1, stored relaxed, where the calling CPU (thread) is c's only writer
 // and others read it relaxed (statistics). On x86-64 one add to memory:
