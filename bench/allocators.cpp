@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading the peer allocators and setting up ours (see allocators.h).
 #include "allocators.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocators the host benchmarks compare, behind one adapter shape.
 //
 // 1. An adapter is a small value type with alloc() and release(p) for one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Wall-clock time per alloc+free, with Google Benchmark: the patterns of
 // patterns.h for every allocator and size in one run, plus vmem and the page
 // allocator. Names are "<pattern>/<allocator>/<size>"; items are objects,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instructions per operation, counted by callgrind: deterministic figures
 // for kmem, vmem and the page allocator beside glibc, jemalloc, tcmalloc
 // and mimalloc. tools/bench-host runs it as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak on the host: how fast a scan reads memory, and what kmemleak
 // adds to a kmem_cache alloc+free pair.
 //

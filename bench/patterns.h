@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocation patterns both benchmark programs run (bench_alloc for
 // wall-clock time, count_instructions for instructions under callgrind).
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes bench/RESULTS.md from one tools/bench-host run.
 
 Inputs: the callgrind dump files of count_instructions (one per

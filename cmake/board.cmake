@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Reads boards/<name>/board.conf (KEY=value lines, also sourced by tools/qemu-run)
 # into BOARD_<KEY> variables.
 function(magpie_load_board name)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The BCM2835 mini-UART ("brcm,bcm2835-aux-uart"), the Raspberry Pi's
 // console on GPIO 14/15 when the PL011 drives Bluetooth (the 3B's default).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The BCM2835 power manager's watchdog ("brcm,bcm2835-pm-wdt"), as the
 // Raspberry Pi's power-off: there is no power switch, so Linux does what
 // the firmware understands as "halt": it marks the reset with partition 63

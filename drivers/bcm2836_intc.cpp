@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Raspberry Pi 2/3 interrupt controllers: no GIC, but two chips in a
 // cascade, each a domain of kernel/irq.cpp, linked by the DTB's
 // interrupt-parent chain (kernel/platform.cpp probes them in that order).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Arm CMSDK APB UART ("arm,mps2-uart"): the MPS2's five serial ports,
 // and QEMU mps2-an385's.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARM GICv2 interrupt controller (QEMU virt's default, GIC-400 on boards).
 //
 // Distributor: global enable, per-SPI routing to one core. CPU interface:

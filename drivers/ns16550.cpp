@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NS16550A-compatible UART (QEMU virt's serial port, many SoCs' console).
 // The firmware (or QEMU) has set the baud rate; we only move bytes and
 // enable the receive interrupt.

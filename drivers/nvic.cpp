@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ARMv7-M Nested Vectored Interrupt Controller ("arm,armv7m-nvic").
 //
 // Every external interrupt has its own vector, so the core already knows

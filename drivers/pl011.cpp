@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARM PL011 UART. The firmware (or QEMU) has set the baud rate; we only move
 // bytes and enable the receive interrupt.
 #include <kernel/console.h>

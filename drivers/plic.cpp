@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V Platform-Level Interrupt Controller (SiFive PLIC, QEMU virt's).
 //
 // Sources 1..ndev each have a priority (0 = never delivered). Each interrupt

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PSCI: see drivers/psci.h.
 #include <drivers/psci.h>
 #include <kernel/console.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PSCI, Arm's Power State Coordination Interface (ARM DEN 0022): the
 // firmware calls that start a core and turn the machine off, for arm and
 // arm64 alike. What differs between the two is the trap into the firmware

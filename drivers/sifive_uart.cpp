@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SiFive UART ("sifive,uart0"): the FU540's (HiFive Unleashed) two
 // serial ports, and QEMU sifive_u's.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation profiling on the console (mm/alloc_tag.h): `allocinfo`, Linux's
 // /proc/allocinfo, and `sysctl vm.mem_profiling`, its switch.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The frame-pointer backtrace walker: see kernel/include/kernel/backtrace.h.
 #include <arch/ops.h>
 #include <kernel/arch.h>

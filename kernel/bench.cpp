@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `bench` shell command: counter ticks per operation of the memory
 // subsystem's fast paths, measured in the kernel on the running arch.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel's first page tables: see kernel/include/kernel/boot_map.h.
 #include <kernel/align.h>
 #include <kernel/arch.h>

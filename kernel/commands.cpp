@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Basic shell commands: version, cpus, uptime, meminfo, poweroff.
 #include <kernel/arch.h>
 #include <kernel/boot.h>

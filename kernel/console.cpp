@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Serial console: output under a lock with IRQs masked, input through a
 // ring buffer filled by the UART's receive interrupt.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names of the contexts a core runs in (kernel/context.h), for the debug
 // modes' audit trails and `kmem log`.
 #include <kernel/context.h>

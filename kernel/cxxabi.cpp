@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The few C++ runtime hooks a freestanding kernel must provide. The kernel
 // has no exceptions, no RTTI and no heap behind operator new: any attempt to
 // use them is a bug and panics.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Faults provoked on purpose and recovered from: see
 // kernel/include/kernel/expected_fault.h.
 //

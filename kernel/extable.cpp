@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exception table: see kernel/include/kernel/extable.h.
 #include <kernel/console.h>
 #include <kernel/extable.h>

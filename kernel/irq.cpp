@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Interrupt dispatch: the active controller's claim/complete around a table
 // of handlers indexed by interrupt number. Handlers are registered at boot
 // (before interrupts are enabled) and never change afterwards. Dispatch may

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The debug modes on the console (mm/kmem_debug.h): the kmem.debug=
 // bootarg, and the kmem subcommands debug, verify, log and test.
 //

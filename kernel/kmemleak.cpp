@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak in the kernel: the `kmemleak` shell command (Linux's debugfs
 // commands, plus mark/since/summary and a test), its bootargs and periodic
 // scans. The scanner is mm/kmemleak.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace in the kernel: rings at boot, the bootargs and the console
 // command. Design of the recording: trace/include/trace/kmemtrace.h.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-kernel test runner. Tests run one after another on the boot core
 // (a test may fan work out to other cores through smp::call_on_all).
 #include <kernel/console.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernel_main: from the arch's entry (MMU on, .bss clear, boot stack) to the
 // shell or the test run.
 #include <kernel/arch.h>

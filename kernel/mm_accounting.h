@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where every page of RAM is, each figure from the subsystem that owns it.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shell commands that show the memory subsystem: slabinfo, vmem, buddyinfo,
 // kmem (reap, move, stats) and the memory accounting behind meminfo.
 #include <kernel/console.h>

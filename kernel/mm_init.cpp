@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Brings the memory subsystem up from what the DTB said.
 #include <kernel/allocinfo.h>
 #include <kernel/arch.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // panic(): stop everything and say why, with registers and a backtrace of
 // raw return addresses ("bt: 0x..." lines, which tools/symbolize resolves
 // against build/<board>/kernel.elf).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads the device tree into BootInfo, finds the interrupt controller and
 // the console UART among the drivers linked in, and translates interrupt
 // specifiers for drivers.

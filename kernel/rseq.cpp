@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Restartable per-CPU sections: the table and the interrupt entry's search
 // (kernel/include/kernel/rseq.h).
 #include <kernel/config.h>

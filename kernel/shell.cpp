@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The console shell: read a line with minimal editing, split it into words,
 // run the registered command.
 //

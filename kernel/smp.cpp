@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bringing up secondary cores and running calls on them.
 //
 // Each secondary runs smp::idle_loop(): with interrupts masked it looks at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel stacks and stack overflows: see kernel/include/kernel/stack.h.
 #include <kernel/arch.h>
 #include <kernel/console.h>

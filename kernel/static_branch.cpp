@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Patching static branches. Kernel text is mapped read-only and executable
 // (W^X), so each instruction is written through a temporary writable
 // alias of its frame in the heap window: map the frame there, store the

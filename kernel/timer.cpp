@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Monotonic clock from the arch counter, and a periodic tick on every core.
 #include <kernel/arch.h>
 #include <kernel/context.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kmem torture OPS [SEED]`: a seeded random mix of every allocator
 // operation on every online core at once, checking every byte it can.
 //

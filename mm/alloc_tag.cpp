@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory allocation profiling (interface: mm/include/mm/alloc_tag.h).
 //
 // 1. Tags. Each call site of a tagged allocator names a static AllocTag

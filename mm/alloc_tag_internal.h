@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation profiling, the allocators' side (internal to mm/; the theory is
 // in alloc_tag.cpp, the interface in mm/include/mm/alloc_tag.h).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm's two tiers of assertion, used for the invariants the theory comments
 // state:
 //   MM_ASSERT(c)        always checked: cheap invariants, off the fast paths

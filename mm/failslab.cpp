@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault injection for the allocators: see mm/include/mm/failslab.h.
 //
 // The configuration is written by failslab_set with injection off (the

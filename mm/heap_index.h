@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The heap page index: any kernel heap address to its page descriptor in
 // O(1), without walking page tables (segkmem.cpp owns it; see section 5
 // there). Internal to mm/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocators' hook switches (mm/include/mm/hooks.h): a mask of the
 // features that want them, and the platform's two switches
 // (plat::set_alloc_hooks, plat::set_free_hooks): the allocation switch is

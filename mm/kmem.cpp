@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem: object caches with per-CPU magazines (Bonwick 1994, Bonwick & Adams
 // 2001), with the Solaris kmem_cache_create(9F) interface.
 //

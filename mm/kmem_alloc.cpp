@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem_alloc, kmem_zalloc, kmem_free: general-purpose allocation over a
 // ladder of size caches.
 //

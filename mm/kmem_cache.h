@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's internals: the cache structure and what kmem's layers call in one
 // another. Not a public header (that is mm/include/mm/kmem.h).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's consolidator: moving objects out of sparse slabs (Solaris
 // kmem_cache_set_move(9F)).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's debug modes: redzones, poisoning, audit trails and the
 // transaction log (mm/kmem_debug.h), after illumos's KMF_REDZONE,
 // KMF_DEADBEEF, KMF_AUDIT and KMF_CONTENTS, with a left redzone as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's magazine fast paths, inlined into the public entry points of
 // kmem.cpp (kmem_cache_alloc/free) and kmem_alloc.cpp (kmem_alloc/free).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's magazine layer: per-CPU magazines, the depot, reaping.
 //
 // 1. A magazine is a stack of constructed buffers (Bonwick & Adams 2001).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's slab layer: where buffers come from and go back to.
 //
 // 1. A slab is a run of memory from the cache's vmem arena carved into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem_whatis: any address to its owner (see mm/whatis.h).
 //
 // 1. Heap addresses: segkmem's page index gives the page descriptor in O(1)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak: a leak scanner inside the allocator (interface: mm/kmemleak.h).
 //
 // 1. Objects. The allocators' own state is the index: every allocated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak's per-object metadata, kept by the allocators (internal to mm/).
 //
 // 1. Slab buffers: every slab of a tracked cache has a LeakSlab (Slab::leak)

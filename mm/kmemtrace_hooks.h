@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocators' kmemtrace hooks (the recorder is trace/include/trace/
 // kmemtrace.h): one event per successful allocation and per free, in the
 // public entry points, with the return address into their caller. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm's one lock idiom: a plat::Lock (a spinlock) held through a Guard, with
 // an interrupt policy.
 //

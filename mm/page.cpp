@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page frames: a binary buddy allocator (see page.h).
 //
 // 1. What it manages. page_init takes RAM banks and reserved ranges

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reporting what mm/ refuses: bad frees, impossible requests, destroy with
 // live allocations (mm::report_error, kmem.h), and failed assertions
 // (assert.h). Both the allocators and vmem on its own report here.

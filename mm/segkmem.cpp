@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // segkmem: kernel heap pages (see segkmem.h).
 //
 // 1. The "heap" arena manages virtual addresses only; nothing in it is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stack depot: each distinct backtrace stored once, named by a handle
 // (after Linux's lib/stackdepot.c; our own code).
 //

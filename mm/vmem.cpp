@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmem: resource arenas (interface and summary in mm/vmem.h).
 //
 // 1. An arena is a set of integers: callers add ranges ("spans", vmem_add,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC-32 (IEEE), a byte at a time from a 1 KiB table that the compiler
 // builds (constant data: no static constructor, no first-use set-up).
 #include <trace/crc32.h>

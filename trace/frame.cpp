@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Frame encoder and ring dumper. Format: trace/include/trace/frame.h.
 // Freestanding: no allocation, 32-bit arithmetic only (the base-216
 // conversion divides a 31-bit value by a constant).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace: the per-CPU rings, the switch, the recording slow paths and
 // the readers. Design: trace/include/trace/kmemtrace.h.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring: set-up, the generic producer path and the consumer. Design and ordering rules: trace/include/trace/ring.h.
 #include <trace/ring.h>
 

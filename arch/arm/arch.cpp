@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-A support: traps, the exception modes' save areas, the PSCI call,
 // the generic timer, the cycle counter, exits, register dumps.
 #include <drivers/psci.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backtraces of Thumb code from the ARM EHABI unwind tables (.ARM.exidx,
 // .ARM.extab), which -funwind-tables makes for every function: ARMv7-A
 // built in Thumb-2 and ARMv7-M (ehabi.h).

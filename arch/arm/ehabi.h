@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backtraces of Thumb code from the ARM EHABI unwind tables (.ARM.exidx,
 // .ARM.extab): ARMv7-A built in Thumb-2 (arch/arm) and ARMv7-M
 // (arch/armv7m) share the walk in ehabi.cpp; each arch says how the walk

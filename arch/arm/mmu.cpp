@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-A page tables: the short-descriptor format, which every ARMv7-A
 // core has (LPAE is optional). One level-1 table of 4096 entries covers the
 // 32-bit address space: each entry is a 1 MiB section or points at a

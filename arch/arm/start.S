@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // ARMv7-A entry: the Linux ARM boot protocol.
 //
 // The bootloader (QEMU, U-Boot bootz) loads this raw image anywhere in RAM

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-A system register values shared by assembly and C++.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-A MMU checks, by hardware address translation (ATS1CPR/ATS1CPW and
 // PAR) and by the leaf descriptors: every RAM bank is identity-mapped end to
 // end as shareable write-back memory, devices as Device memory, and the

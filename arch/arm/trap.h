@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ARMv7-A trap frame, as vectors.S saves it. Every exception is handled
 // in SVC mode on the stack of the interrupted code (the kernel runs in SVC).
 #pragma once

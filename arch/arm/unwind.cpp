@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backtraces of ARMv7-A built in Thumb-2 (MAGPIE_ARM_ISA=thumb): what the
 // EHABI walk (ehabi.cpp, arch::unwind) needs of the exception entry.
 // vectors.S's trap path (ARM state, no tables) calls arm_trap with the

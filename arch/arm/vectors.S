@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // ARMv7-A exception vectors (VBAR). Every exception is handled in SVC mode,
 // the mode the kernel runs in, on the stack of the interrupted code: the
 // stub saves a full TrapFrame there and calls arm_trap(frame, kind). The

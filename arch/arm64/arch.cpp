@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AArch64 support: traps, the PSCI call, the generic timer, exits, register
 // dumps.
 #include <drivers/psci.h>

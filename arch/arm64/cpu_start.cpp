@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Starting a secondary core the way its /cpus node says (enable-method),
 // per core, as Linux does: "psci" (CPU_ON through the DTB's conduit: QEMU
 // virt) or "spin-table" (the firmware holds the core in a wfe loop on the

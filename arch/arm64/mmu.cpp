@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AArch64 page tables: 4 KiB granule, 39-bit virtual addresses, walks start
 // at level 1 (1 GiB blocks), level 2 (2 MiB blocks), level 3 (4 KiB pages).
 //

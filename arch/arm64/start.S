@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // AArch64 entry: the Linux arm64 boot protocol.
 //
 // The bootloader (QEMU, U-Boot booti, the Raspberry Pi firmware) loads this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AArch64 system register values shared by assembly and C++.
 #pragma once
 

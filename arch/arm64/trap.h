@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The AArch64 trap frame, as vectors.S saves it.
 #pragma once
 #include <cstdint>

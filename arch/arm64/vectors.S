@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // AArch64 exception vectors. Every exception saves a full TrapFrame on the
 // current stack and calls arm64_trap(frame, kind); the handler may change
 // the frame (ELR, x0) before it is restored.

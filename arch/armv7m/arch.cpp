@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-M support: exceptions, faults, the SysTick, semihosting, exits,
 // register dumps. One core, privileged Thread mode on the main stack.
 //

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // 64-bit atomics for ARMv7-M, which has no LDREXD/STREXD: GCC calls these
 // library functions (libatomic's names and ABI) for every 64-bit
 // __atomic_* and std::atomic<uint64_t> operation. One core, so masking

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-M has no MMU: every address the kernel uses is physical, and the
 // memory-map part of kernel/arch.h is the identity with nothing to change.
 //

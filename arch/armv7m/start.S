@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // ARMv7-M entry: the vector table, reset, and the one exception entry.
 //
 // There is no bootloader. At reset the core loads SP from word 0 of the

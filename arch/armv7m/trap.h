@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ARMv7-M trap frame. The core pushes {r0-r3, r12, lr, pc, xPSR} on
 // exception entry; exception_entry (start.S) pushes {r3, r4-r11,
 // EXC_RETURN} right below it on the same stack (MSP), so the two halves are

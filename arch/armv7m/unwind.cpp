@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backtraces on ARMv7-M: what the EHABI walk (arch/arm/ehabi.cpp,
 // arch::unwind) needs of the exception entry. A return into
 // exception_entry (start.S) is a trap: the trap frame is at its sp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V 64 support: traps, SBI (harts, timer, IPIs, power), exits,
 // register dumps, trap records for the backtrace walker.
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V privileged-architecture constants shared by assembly and C++.
 #pragma once
 

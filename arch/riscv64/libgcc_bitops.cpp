@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bit-scan helpers GCC calls for __builtin_clz/ctz on RV64 without Zbb
 // (libgcc's __clzdi2 and __ctzdi2). Debian's libgcc is lp64d-only and the
 // kernel is lp64 (see CMakeLists.txt), so it provides its own: portable

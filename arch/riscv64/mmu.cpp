@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V Sv39 page tables: 39-bit virtual addresses, three levels of 512
 // entries; a leaf at level 2 maps 1 GiB, at level 1 2 MiB, at level 0 4 KiB.
 //

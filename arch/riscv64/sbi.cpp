@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SBI calls (see sbi.h).
 #include "sbi.h"
 #include <kernel/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Calls into the SBI firmware (OpenSBI): the Supervisor Binary Interface.
 //
 // `ecall` with a7 = extension id, a6 = function id, arguments in a0-a5;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // RISC-V 64 entry: the Linux RISC-V boot protocol under SBI firmware.
 //
 // The firmware (OpenSBI, or U-Boot on top of it) loads this raw Image at a

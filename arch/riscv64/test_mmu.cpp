@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V Sv39 checks on the live page tables: satp selects Sv39 (the only
 // mode SiFive's U54 has), every leaf has A and D set (the U54 raises a
 // page fault where they are clear; QEMU sets them itself, so only reading

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // RISC-V S-mode trap entry (stvec, direct mode). Every trap saves a full
 // TrapFrame on the current stack and calls riscv_trap(frame, overflow); the
 // handler may change the frame (sepc, sp) before it is restored. The kernel

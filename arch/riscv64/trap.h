@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RISC-V trap frame, as trap.S saves it (layout constants in csr.h).
 #pragma once
 #include <cstdint>

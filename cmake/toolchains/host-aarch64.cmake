@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The host library (mm, trace) for an AArch64 Linux host, built with Debian's
 # aarch64-linux-gnu cross compiler (preset host-aarch64: build only, nothing
 # runs). No CMAKE_SYSTEM_NAME on purpose: CMake then keeps

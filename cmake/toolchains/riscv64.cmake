@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # RISC-V 64, freestanding, with Debian's riscv64-linux-gnu cross compiler
 # (riscv64-unknown-elf-g++ ships no C++ headers).
 set(CMAKE_SYSTEM_NAME Generic)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Flattened device tree reader. See fdt.h for the contract: validate once,
 // then read without bounds surprises.
 #include <kernel/fdt.h>

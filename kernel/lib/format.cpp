@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // printf-style formatting, one pass, no allocation. See format.h.
 #include <kernel/format.h>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C memory and string functions GCC may call even in freestanding code.
 #include <kernel/string.h>
 // Aligned word loops where both pointers allow it, bytes otherwise: they run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel side of mm/'s platform interface (mm/platform.h).
 #include <kernel/arch.h>
 #include <kernel/backtrace.h>

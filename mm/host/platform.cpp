@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm/'s platform on the host (see mm/platform.h and mm/host/include/mm/platform_inline.h).
 //
 // 1. "Physical memory" is a memfd of MM_HOST_MEMORY bytes (default 256 MiB):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Default sanitizer options for the host test executables, built into them
 // so a test run by hand behaves as under ctest. ASAN_OPTIONS and
 // UBSAN_OPTIONS in the environment still override these.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instructions per stack depot operation on the host, for
 // tests/host/data/stackdepot/icount.sh (callgrind counts them; see there).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stale-free tests' arena (tests/host/test_kmem.cpp and
 // test_allocinfo.cpp): it imports heap pages from kmem_default and never
 // gives them back until the test does, so that a destroyed slab's page

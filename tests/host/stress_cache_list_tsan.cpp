@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cache list under ThreadSanitizer: for a given time (default 10 s),
 // threads create and destroy caches (with constructors, destructors and
 // reclaim callbacks), walk the list reading every cache's statistics, reap

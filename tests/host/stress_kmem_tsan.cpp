@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-threaded stress of kmem under ThreadSanitizer: threads allocate from
 // shared caches and kmem_alloc, hand objects to each other through
 // lock-protected mailboxes, and free what other threads allocated. Exits 0

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak under ThreadSanitizer, with the other threads really stopped for
 // every scan (mm/host/platform.cpp). Mutator threads keep a graph reachable
 // from a registered root and rewire it as fast as they can: nodes are

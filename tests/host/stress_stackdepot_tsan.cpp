@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stack depot under ThreadSanitizer: threads save and fetch overlapping
 // sets of traces at once, and hand each other handles through a table of
 // relaxed atomics (so fetch is checked to need nothing from the channel:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace's lock-free paths under ThreadSanitizer: host threads record
 // into their own CPU's ring (the out-of-line recorders and, through
 // kmem_cache_alloc/free with tracing on, the inline ones) while a reader

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests of allocation profiling (mm/alloc_tag.cpp) under ASan and
 // UBSan: exact counts at known lines for every tagged allocator, frees from
 // other threads, calls that bypass the macros, frees of objects allocated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault injection (mm/failslab.h) on the host under ASan/UBSan: the knobs'
 // syntax, and which allocations fail: NOSLEEP ones only, of the named
 // cache or arena only, at the interval, up to the count, after the space.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the flattened device tree reader (kernel/lib/fdt.cpp).
 //
 //   - Trees made by a small builder below (header, memory reservation map,

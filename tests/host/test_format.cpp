@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the kernel's printf-style formatter (kernel/lib/format.cpp).
 //
 // The reference is the C library: for every conversion the formatter claims

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host platform's stopped world (mm/host/platform.cpp, sections 2-6):
 // plat::stop_others stops every thread that holds a CPU slot with a signal,
 // and plat::for_each_stack reports each one's live stack with its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests of the slab allocator (mm/kmem.cpp) under ASan and UBSan.
 #include <gtest/gtest.h>
 #include "stale_arena.h"

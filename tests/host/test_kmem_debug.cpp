@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests of kmem's debug modes (mm/kmem_debug.cpp) and of the slab
 // free list's hardening (mm/kmem_slab.cpp, 8): every misuse class of the
 // debug issue is made on purpose, its report checked field by field, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak (mm/kmemleak.cpp) on the host under ASan/UBSan: every rule of
 // the scanner on a heap graph built for it. Leaked objects are made in
 // noinline helpers and remembered only as encoded integers (~address), so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak switched on over a heap that has been running, as a user does
 // with `kmemleak on` (mm/kmemleak.cpp, 6; mm/kmemleak_meta.h), on the host
 // under ASan/UBSan. Its own program: kmemleak starts off here, and every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests of the page-frame allocator (mm/page.cpp) over the host's
 // "physical memory" (mm/host/platform.cpp). Each test re-initialises the
 // allocator (page_reset_for_tests) over the same layout: two banks given as

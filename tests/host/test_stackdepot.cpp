@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tests of the stack depot (mm/stackdepot.cpp) under ASan and UBSan.
 // One depot per process, never full here (test_stackdepot_full.cpp fills
 // one): every test uses frames of its own, so they run in any order.

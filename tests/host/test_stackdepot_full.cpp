@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stack depot before it is set up and when its pool fills (its own
 // process: one depot per process, and this one ends full).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace (trace/): the ABI encoder and parser against byte sequences
 // written by hand from shared/reference/kmemtrace-abi.txt, the sequence
 // merge, frames (round trips, text around them, damage, gaps, versions),

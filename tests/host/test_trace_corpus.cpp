@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays the fuzzer's committed corpus (tests/host/fuzz/corpus/) through
 // the fuzz target under ASan/UBSan: every input the fuzzer found
 // interesting stays a regression test without needing clang.

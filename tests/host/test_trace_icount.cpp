@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Instructions per kmemtrace event on the host, for
 // tests/host/data/trace/icount.sh (callgrind counts them; see there).
 //

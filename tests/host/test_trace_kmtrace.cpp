@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace end to end: synthetic captures made here (the real ring and
 // dumper, console text around the frames), fed to the kmtrace binary;
 // the summary JSON checked number by number, damage and bad input mapped to

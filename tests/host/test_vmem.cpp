@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmem (mm/vmem.cpp) on the host, under ASan/UBSan: policies, constraints,
 // coalescing, importing, the hash, quantum caches, bad input, and a
 // randomized run against a model.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmem as the first call into the host library (README: mm/ is offered to
 // programs as a library, like libumem). Its own executable, with this one
 // test: nothing else may touch mm/ first (another test, or a global

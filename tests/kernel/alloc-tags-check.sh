@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every allocation profiling tag (mm/alloc_tag.h: the statics named
 # mm_alloc_tag_) of the kernel image lies in its alloc_tags section,
 # between __start_alloc_tags and __stop_alloc_tags: a tag outside (GCC puts

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Allocation profiling end to end on one board: with profiling on from boot
 # and kmemtrace recording, `allocinfo test` makes known allocations at known
 # lines of kernel/allocinfo.cpp; then the kernel's `allocinfo` and `kmtrace

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/bench: runs `bench quick` under -icount (exact instruction
 # counts) and compares every row with the board's checked-in baseline
 # (tools/bench-check: a row that grows by more than 2 instructions per object

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The fast paths' entry points that carry MM_FRAMELESS (kmem_cache_alloc,
 # kmem_cache_free, kmem_alloc, kmem_free, their hooked frees
 # cache_free_prof_only and kmem_free_traced, page_alloc and page_free and

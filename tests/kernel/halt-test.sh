@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/halt: what `poweroff` and a panic do on the real board, where
 # no debugger serves semihosting (qemu-run --no-semihosting) and the board
 # has no power-off device (REAL_POWEROFF=halt in its board.conf: the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The kernel image's loaded bytes are exactly [__kernel_start, __data_end):
 # start.S's relocate moves __loaded_size bytes when a loader put the image
 # elsewhere, and the zImage header gives the same size to U-Boot's bootz.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # kmem's debug modes end to end on one board: boot with
 # kmem.debug=redzone+poison+audit,cache=kmem_alloc_64, make every misuse
 # class once (`kmem test all`), capture the reports over the console,

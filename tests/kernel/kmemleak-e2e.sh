@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # kmemleak end to end on one board: boot with kmemleak off, work a little
 # (`kmem exercise`), switch it on at the prompt as a user does (`kmemleak
 # on`: no settling scans, no clear, so a false report about anything that

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # kmemtrace end to end on one board: boot, trace a known workload, dump the
 # rings over the console, decode the capture with the host tool kmtrace and
 # check its counts against the kernel's own.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/no-dtb: an ARM kernel booted without the boot protocol (the
 # ELF, qemu-run --elf) gets no DTB pointer. It must say so in a panic and
 # stop QEMU with the panic's exit status (3, kernel/panic.cpp): a kernel

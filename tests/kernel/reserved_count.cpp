@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tests' own count of meminfo's "reserved": see reserved_count.h.
 #include "reserved_count.h"
 #include <arch/ops.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tests' own count of meminfo's "reserved" (kernel/mm_accounting.h),
 // for the books-balance checks (test_mm.cpp, test_allocinfo.cpp). The
 // kernel computes it as RAM less the page allocator's frames, a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/rseq-singlestep: the restartable sections' KTESTs
 # (rseq_magazines_survive_interrupts_that_allocate,
 # rseq_kmemtrace_records_survive_interrupts: kmemtrace's ring writes, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks what tools/make-sdcard writes, with mtools (no root, no loop
 # device): an MBR with one bootable FAT32 (LBA) partition that fsck.fat
 # finds clean, holding the kernel image byte for byte and:

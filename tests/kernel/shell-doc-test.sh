@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The shell reference against the kernel: boots the board, types `help`, and
 # checks with tools/check-shell-doc that docs/shell.md has an entry for
 # every command help lists and none other, and a heading for every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Drives the console shell of a board in QEMU over its serial line and checks
 # what it prints. Usage: shell-test.sh QEMU_RUN BOARD BUILD_DIR
 set -uo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/small-meminfo: the board booted with only SIZE of RAM (the
 # small profile, bootarg mem=SIZE: SMALL_PROFILE in its board.conf) reaches
 # the shell, meminfo's books add up to SIZE with every page claimed by the

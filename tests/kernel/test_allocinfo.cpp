@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation profiling (mm/alloc_tag.h) on the real kernel: known counts at
 // known lines, found exactly and back to zero once freed; calls that do not
 // go through the macros counted at the functions' own tags.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Portable checks of the arch layer: page-table changes seen through
 // arch::translate (large leaves split by a partial unmap on every arch),
 // static-branch reach, parking the other cores, the backtrace walker.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Boot foundation tests: the DTB as QEMU passed it, every core online,
 // per-CPU isolation, spinlocks under contention from every core, W^X of
 // the image, the heap and the stacks, timer interrupts on every core, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's debug modes on the real kernel (mm/kmem_debug.h): each misuse
 // class of the debug issue made on purpose on a cache with every mode on,
 // its report checked, and the cache shown to work on afterwards; and

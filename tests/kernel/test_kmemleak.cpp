@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak on the real kernel: exact reports with every core running, and
 // no report for objects that keep moving between roots, per-CPU words and
 // the stacks and registers of running cores; switched on over a heap that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory subsystem tests on the real kernel: every core, real page tables,
 // real exhaustion of the board's RAM.
 #include <kernel/arch.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Restartable per-CPU sections (kernel/rseq.h) under fire: every core
 // allocates and frees through the magazine fast paths with interrupts on
 // while its timer interrupts it every few microseconds, and the interrupt

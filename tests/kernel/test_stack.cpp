@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stack guards: every stack has an unmapped guard page below it, and a
 // stack that runs into it is reported as "stack overflow on cpu N" (here
 // an expected one, which the kernel recovers from) on every core.

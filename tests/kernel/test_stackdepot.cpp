@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stack depot in the kernel: captures through the arch's frame-pointer
 // walk on every core, from the caller's own stack and from cross-call
 // handlers on the others.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kmem torture` in the in-kernel suite: its checker sees a changed byte,
 // and a short run on every core passes. The full-size runs are the CTests
 // BOARD/torture (tests/kernel/torture-test.sh).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/torture: `kmem torture OPS` on 8 cores, or the cores a
 # --smp N among the options asks for (a fixed-shape board: its own; and
 # --cpus N where the kernel runs on fewer cores than the machine has harts,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CTest BOARD/uboot-boot: the image started by U-Boot (Debian's u-boot-qemu,
 # or u-boot-rpi on raspi3b) as a board's bootloader starts it, from the
 # boot.scr on a disk or SD card that tools/make-sdcard writes: at U-Boot's default ${kernel_addr_r}, and, for

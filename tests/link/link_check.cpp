@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Links the host libraries the way a user's program would (README: "A host
 // program can use it like libumem"), for the cross-compiled library presets
 // (host-aarch64, host-riscv64). Built, never run there: it catches a symbol

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace allocinfo: see allocinfo.h.
 #include "allocinfo.h"
 

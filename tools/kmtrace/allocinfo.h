@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace allocinfo: the table the kernel's `allocinfo` shell command
 // prints (Linux's /proc/allocinfo format), rebuilt offline from a trace so
 // that the two can be compared line by line.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace analyses: see analysis.h.
 #include "analysis.h"
 

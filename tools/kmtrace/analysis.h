@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace's analyses of a decoded trace (trace/reader.h): the summary, call
 // sites, allocations never freed, and live bytes over time.
 //

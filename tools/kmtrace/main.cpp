@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace: reads kmemtrace dumps (a console capture, a live serial port or
 // raw per-CPU ABI files) and reports on them. `kmtrace --help` for usage.
 #include <fcntl.h>

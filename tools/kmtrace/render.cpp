@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace output formats: see render.h.
 #include "render.h"
 

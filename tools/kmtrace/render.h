@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmtrace output: text and JSON reports, Perfetto/Chrome trace-event JSON,
 // and self-contained SVG / HTML pictures of live bytes over time.
 #pragma once

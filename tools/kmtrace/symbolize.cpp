@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Symbolizer backends: libdw (elfutils) or addr2line (binutils).
 #include "symbolize.h"
 

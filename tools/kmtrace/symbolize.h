@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Call sites to function and file:line, from the kernel ELF's DWARF.
 //
 // Uses elfutils' libdw (libdw-dev) when the build found it, else runs

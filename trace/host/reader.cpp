@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Capture reader: frames out of console text, streams out of frames, events
 // out of streams. Design: trace/include/trace/reader.h.
 #include <trace/crc32.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rounding addresses and sizes to a power of two (pages, blocks).
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation profiling's bootarg (kernel/allocinfo.cpp; the commands are
 // `allocinfo` and `sysctl vm.mem_profiling`).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The contract between portable kernel code and each arch/<name>/.
 //
 // Inline, hot operations (interrupt masking, the per-CPU register, counters,

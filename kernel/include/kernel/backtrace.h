@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The frame-pointer backtrace walker, one for every arch.
 //
 // The kernel is built with frame pointers, so each function that calls

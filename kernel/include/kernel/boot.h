@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the kernel learnt at boot: RAM, reserved ranges, cores, bootargs.
 // Filled from the device tree by kernel/platform.cpp; nothing here is
 // hard-coded per board.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel's first page tables: what the boot core maps before it turns
 // its MMU on. The same on every arch; how an entry is written is the
 // arch's (arch::boot_map_range).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiler helpers shared by the kernel, mm/ and host builds.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel-wide limits. Board facts do not live here: they come from the DTB.
 #pragma once
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The serial console. Output is serialised by a lock with interrupts masked;
 // in panic context the lock is bypassed so the last words always get out.
 // Input arrives through the UART's receive interrupt into a ring buffer.

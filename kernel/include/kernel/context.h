@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a core is running: the kernel's thread-equivalent, kept in each
 // audited allocation and free (mm::plat::context, mm/kmem_debug.cpp) and
 // printed by the debug modes' reports and `kmem log`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Faults the kernel provokes on purpose (tests, probes) and recovers from.
 //
 // A caller arms one expected fault on its core and calls a function. If the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exception table: instructions that may fault on purpose, each with
 // the instruction to resume at if it does (arch::probe_write, riscv64's
 // stimecmp probe). Each arch's assembly lists its pairs in the __extable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A reader for flattened device trees (the DTB a bootloader passes).
 //
 // Tree::open() checks the header and walks the whole structure block once:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // printf-style formatting into a buffer or a character sink. Portable: the
 // kernel's console and the host tests share it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Interrupt routing between controllers (GIC, PLIC, the Pi's two) and
 // handlers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The console side of kmem's debug modes (kernel/kmem_debug_commands.cpp).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak in the kernel: bootargs, periodic scans and the `kmemleak`
 // shell command (kernel/kmemleak.cpp); the scanner is mm/kmemleak.cpp.
 #pragma once

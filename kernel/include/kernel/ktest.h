@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-kernel tests. Each test registers itself through a linker section:
 //
 //   KTEST(spinlock_counts) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // panic() and the two tiers of assertion.
 //
 // ASSERT is always on and checks cheap invariants; DEBUG_ASSERT checks

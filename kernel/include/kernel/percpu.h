@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-CPU data: one PerCpu per core, reached in O(1) through a register the
 // arch reserves for it (TPIDR_EL1 on arm64, TPIDRPRW on arm, tp on riscv64).
 // Fields that other cores read while this one runs are atomics; the rest

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Board power-off devices, chosen by DTB compatible like the UARTs: what
 // arch::poweroff() falls back on when the firmware has no call for it (the
 // Raspberry Pi's watchdog, which Linux uses the same way). A node marked

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Restartable per-CPU sections: short instruction sequences that update a
 // CPU's own data with interrupts enabled, and that an interrupt rewinds
 // instead of splitting (the idea of Linux's rseq for user space, and of the

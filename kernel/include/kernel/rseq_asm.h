@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every arch's restartable sections (arch/<a>/include/arch/rseq.h)
 // share: the text section the functions that inline them go into, the
 // table entry each section's asm statement emits right after its commit

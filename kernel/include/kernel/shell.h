@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Console shell commands register themselves in the file that owns them:
 //
 //   static int cmd_uptime(int argc, char** argv) { ...; return 0; }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running work on other cores.
 #pragma once
 #include <kernel/percpu.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spinlocks: a test-and-test-and-set lock plus an RAII guard with an
 // interrupt policy.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel stacks: one slot per CPU with a guard page below each stack
 // (layout in kernel/stack_layout.h), and what happens when a stack runs
 // into its guard.

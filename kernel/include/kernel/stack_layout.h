@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The layout of the kernel's stacks, as numbers the assembly entry code can
 // use too (kernel/include/kernel/stack.h has the rest).
 //

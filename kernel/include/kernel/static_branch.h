@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Static branches: code that tests a rarely changed switch through a nop
 // that is patched into a branch when the switch is on (the arch's
 // static_branch_* in <arch/ops.h>, sites listed in .static_branches).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C string functions the kernel provides (kernel/lib/string.cpp).
 #pragma once
 #include <cstddef>

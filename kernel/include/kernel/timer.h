@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Monotonic time and the per-core periodic tick.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kmem torture OPS [SEED]` (kernel/torture.cpp): every allocator at once
 // on every core, every buffer's pattern checked.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory allocation profiling: live bytes and calls per allocation call
 // site, printed in Linux's /proc/allocinfo format (the reference is Linux's
 // Documentation/mm/allocation-profiling.rst). mm/alloc_tag.cpp has the

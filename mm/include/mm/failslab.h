@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fault injection for the allocators (Linux's failslab, illumos's
 // kmem_mtbf): KM_NOSLEEP allocations from kmem (kmem_cache_alloc,
 // kmem_alloc, kmem_zalloc) and VM_NOSLEEP ones from vmem (vmem_alloc,

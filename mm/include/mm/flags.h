@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation flags shared by the page allocator, vmem and kmem (the Solaris
 // values, so code written against the DDI reads the same).
 #pragma once

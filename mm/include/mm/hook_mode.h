@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocators' hook switches' three settings (mm/platform.h,
 // set_alloc_hooks), apart so that every platform_inline.h can use them.
 #pragma once

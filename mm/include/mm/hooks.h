@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The allocators' hooks: features that need allocations (and frees) to do
 // a little more (kmemtrace records both, kmemleak stamps the allocated
 // object's metadata) share two switches, one tested by every allocating

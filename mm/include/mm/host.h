@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-only set-up of mm/'s platform (mm/host/platform.cpp).
 #pragma once
 #include <cstddef>

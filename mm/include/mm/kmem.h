@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel memory allocator: object caches with per-CPU magazines, after
 // Bonwick, "The Slab Allocator" (1994) and Bonwick & Adams, "Magazines and
 // Vmem" (2001), with the Solaris kmem_cache_create(9F) interface.

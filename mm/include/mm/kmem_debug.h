@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem's debug modes (illumos kmem_flags, Linux slub_debug): per cache,
 // chosen when the cache is created, from its cflags (KMC_REDZONE ...,
 // mm/kmem.h) or from the configuration set before kmem_init

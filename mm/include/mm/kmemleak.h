@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemleak: a leak scanner built into the allocator (mm/kmemleak.cpp has
 // the design). The annotations are Linux's (include/linux/kmemleak.h), with
 // KM flags where Linux takes gfp flags; the rest drives the scanner from a

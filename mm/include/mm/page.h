@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Page frames: a binary buddy allocator over the RAM the device tree
 // describes, with one small descriptor per frame.
 //

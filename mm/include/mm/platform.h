@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The platform interface mm/ is written against. mm/ is portable C++: the
 // same sources build into the kernel on every board and natively on the host
 // (unit tests, benchmarks, and a user-space allocator library).

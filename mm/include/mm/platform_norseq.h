@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm/platform.h's restartable-section names for a platform that has none:
 // the host (no interrupts: masking is free there and a thread is its CPU)
 // and a kernel arch without arch/rseq.h (armv7m: one core, fast paths

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // segkmem: the kernel heap. Two vmem arenas:
 //   "heap"         the kernel heap's virtual window (plat::heap_window);
 //   "kmem_default" imports from "heap" and backs every span it takes with

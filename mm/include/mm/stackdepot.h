@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stack depot: backtraces stored once and named by a 32-bit handle.
 //
 // Debugging features that remember where something happened (kmemleak's

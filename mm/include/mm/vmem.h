@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vmem: resource arenas after Bonwick & Adams, "Magazines and Vmem" (2001),
 // with the illumos interface. "An arena is nothing more than a set of
 // integers": address ranges, ids, anything with a base, a size and a quantum.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmem_whatis: any kernel address to its owner, in constant time (apart
 // from a buffer's magazine state, see below), like mdb's ::whatis.
 //

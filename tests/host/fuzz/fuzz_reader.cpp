@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the kmemtrace capture reader and kmtrace's analyses on
 // arbitrary bytes (a console capture, a raw ABI stream, a frame body).
 // Built by tests/host/fuzz/run-fuzz (clang, -fsanitize=fuzzer); the gtest

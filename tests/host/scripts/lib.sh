@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the tests of the QEMU checkers (test-*.sh, sourced): a scratch
 # directory, the case counts, a stand-in for qemu-run, and each case's
 # verdict.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tools/bench-check (the comparison behind CTest BOARD/bench) on
 # made-up bench output: in bounds, regressed, cheaper, fallen to 0 or below
 # or by more than half (a row that stopped measuring), rows missing on

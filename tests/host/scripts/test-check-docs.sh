@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tools/check-docs (the link check behind CTest docs.links) on a small
 # made-up tree: one whose links all resolve (file links, anchors in the file
 # itself and in others, headings with code, punctuation and repeats, links

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tools/check-shell-doc (the check behind CTest BOARD/shell-doc) on a
 # made-up console log and shell reference: one that matches, then one
 # difference at a time: a command with no entry, an entry for no command,

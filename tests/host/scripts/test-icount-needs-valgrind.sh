@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # trace.InstructionsPerEvent must fail, not pass, where valgrind is missing:
 # runs its script with a PATH that has no valgrind and expects status 1 and
 # a message that says so.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tests/kernel/ktest-suite (the checker behind the in-QEMU CTest
 # suites) on made-up console logs: each case gives a log, the expected exit
 # status and a line the checker must print.

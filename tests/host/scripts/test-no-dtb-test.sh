@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tests/kernel/no-dtb-test.sh (the checker behind CTest BOARD/no-dtb)
 # on made-up console logs: a stand-in for qemu-run prints the log and exits
 # with a given status; only the panic's status with its one report passes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tests tests/kernel/torture-test.sh (the checker behind CTest BOARD/torture)
 # on made-up console logs: a stand-in for qemu-run prints the log (with the
 # serial console's \r\n); each case gives the log, the expected exit status

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kmemtrace binary ABI: the byte layout of one allocation event, as
 // shared/reference/kmemtrace-abi.txt defines it, plus Magpie's additions.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC-32 (IEEE 802.3: reflected polynomial 0xedb88320, initial value and
 // final xor 0xffffffff), the CRC of zlib, PNG and Ethernet.
 //

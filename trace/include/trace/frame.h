@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace frames: per-CPU event streams as lines of a serial console.
 //
 // 1. Where frames go. `kmemtrace dump` writes frames on the console among

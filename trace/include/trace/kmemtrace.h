@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kmemtrace: allocation events of the whole kernel, one ring per CPU.
 //
 // 1. What it is. Each allocator's public entry points call record_alloc /

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of kmemtrace: finds frames in a console capture, checks them,
 // reassembles each CPU's event stream, parses the events and merges the
 // CPUs by sequence number. Used by kmtrace, the tests and the fuzzer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The recording paths inlined into the allocators' traced copies.
 //
 // 1. Masked (alloc_masked, free_masked): for code that already runs with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One CPU's ring of kmemtrace events: a byte stream in the ABI format
 // (trace/abi.h) written by its CPU and read by a dumper on any CPU.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-A inline operations for portable code (see kernel/arch.h).
 #pragma once
 #include <cstdint>

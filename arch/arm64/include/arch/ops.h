@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AArch64 inline operations for portable code (see kernel/arch.h).
 #pragma once
 #include <cstdint>

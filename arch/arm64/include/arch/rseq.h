@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AArch64 restartable per-CPU sections (kernel/include/kernel/rseq.h): the
 // per-CPU stack pop and push of kmem's magazines and of the page cache, a
 // counter increment, and kmemtrace's ring write (whose isb and mrs of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ARMv7-M inline operations for portable code (see kernel/arch.h).
 //
 // One core, no MMU: the kernel runs privileged in Thread mode on the main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RISC-V 64 inline operations for portable code (see kernel/arch.h).
 //
 // The kernel runs in S-mode: interrupts are masked with sstatus.SIE, the

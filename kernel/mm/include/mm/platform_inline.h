@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm/'s inline platform operations in the kernel (the contract is in
 // mm/include/mm/platform.h).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mm/'s inline platform operations on the host (see mm/platform.h).
 //
 // Each host thread is a "CPU": it takes a free slot on first use and keeps it

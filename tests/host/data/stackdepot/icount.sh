@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Instructions per stack depot operation on the host, counted by callgrind.
 #
 #   icount.sh STACKDEPOT_ICOUNT_BINARY [N]

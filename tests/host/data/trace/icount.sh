@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Instructions per kmemtrace event on the host, counted by callgrind.
 #
 #   icount.sh TRACE_ICOUNT_BINARY [N]
