@@ -128,7 +128,7 @@ void with_allocator(AllocatorId id, size_t size, F&& f) {
 // no quantum caches, so every call reaches the arena itself. The usual size
 // is a power of two (as the heap window is): taking one quantum from such a
 // fresh arena leaves its one free segment below its free list's size class
-// (vmem keeps it there as the lazy segment, mm/vmem.cpp section 3), and
+// (vmem keeps it there as the lazy segment, mm/vmem.cpp, Free lists), and
 // freeing it makes it whole again. kVmemOddArenaBytes avoids that, for
 // comparison.
 constexpr size_t kVmemQuantum = 4096;

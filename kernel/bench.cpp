@@ -380,8 +380,8 @@ void bench_vmem(Table& t, const Counts& c) {
 // points, the reference kept and the per-CPU counters), for a 64-byte
 // kmem_cache pair, a kmem_alloc pair and a page pair. Only when no
 // allocator hook is on and profiling has never been on (once on, frees stay
-// hooked: mm/alloc_tag.cpp, 4), so run last; it switches profiling on for
-// the measurement and off again.
+// hooked: mm/alloc_tag.cpp, Switching), so run last; it switches profiling on
+// for the measurement and off again.
 void bench_prof(Table& t, const Counts& c) {
   if (mm::alloc_hooks_features() != 0 || mm::prof_mode() != mm::ProfMode::kOff) {
     kprintf("%-16s %-10s %5s %8s %10s  (profiling or another allocator hook was on: boot without them)\n",
@@ -553,9 +553,10 @@ void bench_leak(Table& t, const Counts& c) {
 // The slab layer and the debug modes, per alloc+free pair of 64-byte
 // buffers (absolute, net of the empty loop): slab_pair is a KMC_NOMAGAZINE
 // cache, every pair through the slab layer (its free list's links encoded
-// and checked: kmem_slab.cpp, 8); debug_* are caches with one mode each
-// (debugged caches have no magazines: compare them with slab_pair, and
-// with the pairs row of a 64-byte kmem_cache for the magazine layer).
+// and checked: kmem_slab.cpp, Free-list hardening); debug_* are caches with
+// one mode each (debugged caches have no magazines: compare them with
+// slab_pair, and with the pairs row of a 64-byte kmem_cache for the magazine
+// layer).
 void bench_debug(Table& t, const Counts& c) {
   struct Mode {
     const char* name;

@@ -12,16 +12,16 @@
 //    a real 115200-baud UART takes about 0.4 s to send, with interrupts
 //    masked on the dumping core (as Linux's serial console does for a long
 //    message).
-// 3. Streaming (`kmemtrace stream on`) drains the rings from the console's
+// 3. Streaming. `kmemtrace stream on` drains the rings from the console's
 //    idle hook on the shell's core: while the shell waits for input, every
 //    wake-up (tick or interrupt) sends what was recorded since, and
 //    consumes it, and goes on sending while more comes and no input waits.
 //    Commands run on the shell's core hold the stream back until they
 //    return; allocations on other cores stream meanwhile. The streamer is
 //    a consumer like a dump (the reader lock; the rings' release/acquire
-//    pairs in trace/include/trace/ring.h, 5); g_streaming is set by the
-//    shell and read by its idle hook, both on the shell's core, in thread
-//    context: no ordering to give.
+//    pairs in trace/include/trace/ring.h, The orderings); g_streaming is set
+//    by the shell and read by its idle hook, both on the shell's core, in
+//    thread context: no ordering to give.
 // 4. Turning recording on and off, and clearing (kmemtrace::start, stop and clear below):
 //    each says which cross-call orders what.
 #include <kernel/arch.h>
@@ -197,9 +197,10 @@ namespace kmemtrace {
 // site before its resynchronising call arrives, and its loads of the ring
 // would then not be ordered after our stores.
 void start() {
-  // The call also writes each core's first clock anchor (trace/abi.h, 3),
-  // before the switch, so that it comes before every event of the session
-  // in the core's ring (nothing records while the switch is off).
+  // The call also writes each core's first clock anchor (trace/abi.h,
+  // Sequence numbers), before the switch, so that it comes before every event
+  // of the session in the core's ring (nothing records while the switch is
+  // off).
   smp::call_on_all([](void*) { clock_anchor(); }, nullptr);
   enable();
   mm::alloc_hooks_set(mm::kFeatureKmemtrace, true);

@@ -161,7 +161,7 @@ void run() {
     execute(line);
     // While kmemleak scans stacks, the next command's frames must not find
     // this one's values in the slots they leave unwritten: a stale copy of
-    // a leaked pointer there would hide it (mm/kmemleak.cpp, 7).
+    // a leaked pointer there would hide it (mm/kmemleak.cpp, The stacks).
     mm::kmemleak_scrub_stack();
   }
 }

@@ -56,7 +56,7 @@
 //    (virtual time under --icount); instructions per operation are the
 //    arch cycle counter's ticks over the run, sampled by the calling core
 //    (exact instructions of all vCPUs under qemu-run --icount).
-// 7. kmemleak mode (`kmem torture OPS SEED kmemleak`): the calling core runs
+// 7. kmemleak mode. `kmem torture OPS SEED kmemleak`: the calling core runs
 //    no worker; it switches kmemleak on, settles what was there before
 //    (scans, then clear), starts the workers on the other cores, and then
 //    switches kmemleak off and on again and again while they run, scanning

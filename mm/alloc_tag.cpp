@@ -23,13 +23,13 @@
 //    word may be anything (it freed what another allocated). (On 32-bit
 //    ARM a reader may see a word torn by an add in flight: a figure off
 //    for one print, never a count lost.)
-// 3. Each object remembers its tag as a 32-bit reference (the tag's
-//    address over its size, truncated: alloc_tag_internal.h, prof_ref;
+// 3. References. Each object remembers its tag as a 32-bit reference (the
+//    tag's address over its size, truncated: alloc_tag_internal.h, prof_ref;
 //    0: none): slab buffers of heap caches in an array beside their slab
-//    (kmem_slab.cpp, allocated with the slab unless the mode is never),
-//    page blocks in an array after the page descriptors (page.cpp), vmem
-//    allocations in their segment (vmem.cpp; a large kmem_alloc's segment
-//    is moved to its caller's tag). The allocating CPU writes it after the
+//    (kmem_slab.cpp, allocated with the slab unless the mode is never), page
+//    blocks in an array after the page descriptors (page.cpp), vmem
+//    allocations in their segment (vmem.cpp; a large kmem_alloc's segment is
+//    moved to its caller's tag). The allocating CPU writes it after the
 //    allocation, before the object is returned; the freeing CPU reads and
 //    clears it before the free, while the object is still its caller's.
 //    Whatever ordered the object's hand-over between the two orders the

@@ -24,8 +24,8 @@ inline bool prof_freeing() { return __atomic_load_n(&g_prof_freeing, __ATOMIC_RE
 bool prof_records();
 
 // The counters: per CPU slot, one word per tag, live bytes and live calls
-// packed as bytes + calls * 2^kCallsShift (alloc_tag.cpp, 2), so that one
-// add counts an object: a restartable section on the fast paths (a single
+// packed as bytes + calls * 2^kCallsShift (alloc_tag.cpp, Counters), so that
+// one add counts an object: a restartable section on the fast paths (a single
 // store commits it). Set once, before counting is first switched on
 // (counters_ready's cross-call orders them before any counting path reads
 // them).
@@ -69,7 +69,7 @@ __attribute__((always_inline)) inline bool prof_ref_in(uint32_t ref, uint64_t re
 uintptr_t prof_counter_base(unsigned cpu);
 // The allocators' hook features beside profiling's, on allocation and on
 // free (hooks.cpp): while 0, a hooked call is there for profiling alone
-// and takes its profiled fast path (kmem_fastpath.h, 7).
+// and takes its profiled fast path (kmem_fastpath.h, Profiled fast paths).
 extern uint32_t g_alloc_hooks_beside_prof;
 extern uint32_t g_free_hooks_beside_prof;
 // The allocation word's bit for "profiling does not count" (low, so that
@@ -79,7 +79,7 @@ static_assert(kNotCounting > kFeatureProfileFree);  // above every feature's bit
 // Their values while kmemtrace is the only feature that wants the hooks
 // (profiling neither counts, kNotCounting in the allocation word, nor
 // subtracts, bit 30 of the free word): the traced copies then take
-// kmemtrace's fast paths (kmem_fastpath.h, 8).
+// kmemtrace's fast paths (kmem_fastpath.h, kmemtrace's fast paths).
 constexpr uint32_t kAllocTraceOnly = kFeatureKmemtrace | kNotCounting;
 constexpr uint32_t kFreeTraceOnly = kFeatureKmemtrace;
 // Kernel: plain loads of an aligned word (single-copy atomic on every arch),

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The heap page index: any kernel heap address to its page descriptor in
-// O(1), without walking page tables (segkmem.cpp owns it; see section 5
-// there). Internal to mm/.
+// O(1), without walking page tables (segkmem.cpp, The page index, which
+// owns it). Internal to mm/.
 #pragma once
 #include <mm/page.h>
 

@@ -15,8 +15,8 @@
 namespace mm {
 #if !defined(MM_KERNEL)
 // kmem_alloc's and kmem_free's switch on the host, folded into their
-// small-size bound (kmem_alloc.cpp, 5). Weak: vmem and the page allocator
-// also build without kmem (a host test does).
+// small-size bound (kmem_alloc.cpp, The hooks bound). Weak: vmem and the page
+// allocator also build without kmem (a host test does).
 __attribute__((weak)) void kmem_alloc_hooks_bound(bool free_side, bool hooks_on);
 #endif
 namespace {

@@ -41,8 +41,8 @@
 //        (with the live buffers and who allocated them, for an audited
 //        cache);
 //      - the slab free list's links are checked when followed
-//        (kmem_slab.cpp, 8), and a debugged cache checks every buffer's
-//        redzone, poison and state (kmem_debug.cpp);
+//        (kmem_slab.cpp, Free-list hardening), and a debugged cache checks
+//        every buffer's redzone, poison and state (kmem_debug.cpp);
 //      - requests that can never be met (a buffer larger than the arena can
 //        ever provide, a kmem_alloc larger than the heap) are refused with a
 //        report, whatever the sleep flag says.
@@ -85,13 +85,13 @@
 //        that it is there before the buffer can change hands; while
 //        kmemtrace alone has the hooks on, arm64, arm and riscv64 write it
 //        as a restartable section of its own, after the pop and before the
-//        push: kmem_fastpath.h, 8, and trace/record.h; with only kmemleak
-//        or profiling on, the hooked copies run the restartable sections
-//        and stamp afterwards), the slow paths (kmem_magazine.cpp: swaps and
-//        depot trades change several words and take the depot lock), the
-//        unmagazined counters (alloc_unmagazined, free_unmagazined: off
-//        the fast path), cpu_flush's detach, and the host (no interrupts:
-//        masking is free there and a thread is its CPU).
+//        push: kmem_fastpath.h, kmemtrace's fast paths, and trace/record.h;
+//        with only kmemleak or profiling on, the hooked copies run the
+//        restartable sections and stamp afterwards), the slow paths
+//        (kmem_magazine.cpp: swaps and depot trades change several words and
+//        take the depot lock), the unmagazined counters (alloc_unmagazined,
+//        free_unmagazined: off the fast path), cpu_flush's detach, and the
+//        host (no interrupts: masking is free there and a thread is its CPU).
 //    Both agree because neither is ever interrupted halfway from this
 //    CPU's point of view: a masked update cannot be, a restartable one is
 //    undone. Memory order: none is needed on these paths. Only this CPU
@@ -130,8 +130,8 @@ void copy_name(char* dst, const char* src) {
 
 bool is_pow2(size_t v) { return v && !(v & (v - 1)); }
 
-// The free-list links' secret (kmem_slab.cpp, 8): the cycle counter, the
-// time and the cache's address, mixed (splitmix64's finaliser).
+// The free-list links' secret (kmem_slab.cpp, Free-list hardening): the cycle
+// counter, the time and the cache's address, mixed (splitmix64's finaliser).
 uint32_t link_secret_for(const kmem_cache_t* cp) {
   static uint64_t counter;
   uint64_t x = plat::cycles() ^ plat::ticks() << 32 ^ reinterpret_cast<uintptr_t>(cp) ^
@@ -226,7 +226,8 @@ void cache_free_struct(kmem_cache_t* cp) {
 }
 
 // Allocation profiling's per-CPU counter bases, for the profiled fast
-// paths (kmem_fastpath.h, 7): only on-slab caches that keep references.
+// paths (kmem_fastpath.h, Profiled fast paths): only on-slab caches that keep
+// references.
 // Under g_caches_lock, so that a cache created while the counters appear
 // gets them from one side or the other.
 // Not for caches without magazines (a debugged cache among them): their
@@ -420,7 +421,8 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
   if (cp->debug) debug_layout(cp);  // the buffer tag after each buffer; no magazines
   cache_layout(cp, quantum);
   // The on-slab free list's link: the first word of a free buffer, or its
-  // tag's (kmem_debug.cpp, 3), stored xor a key (kmem_slab.cpp, 8).
+  // tag's (kmem_debug.cpp, The layout), stored xor a key (kmem_slab.cpp,
+  // Free-list hardening).
   if (cp->debug && !cp->offslab) cp->link_off = cp->tag_off + 16;
   cp->link_secret = link_secret_for(cp);
   if (cp->slab_size > capacity) {
@@ -642,7 +644,7 @@ __attribute__((noinline, cold)) void report_wrong_owner(kmem_cache_t* cp, void* 
 // slab's).
 namespace {
 // A slab of cp whose frees go out of line holds obj: its annotation, if
-// it keeps one, is dropped (kmemleak_meta.h, 4).
+// it keeps one, is dropped (kmemleak_meta.h, Annotations).
 bool diverted_slab_holds(kmem_cache_t* cp, void* obj) {
   auto a = reinterpret_cast<uintptr_t>(obj);
   Slab* sp = slab_of_heap_address(a);
@@ -708,7 +710,8 @@ __attribute__((noinline)) void* alloc_slow_prof(kmem_cache_t* cp, int kmflag, si
 __attribute__((noinline)) void* alloc_slow_traced(kmem_cache_t* cp, int kmflag, uint8_t type, size_t requested,
                                                   uintptr_t caller, const AllocTag* tag) {
 #if !defined(MM_KERNEL)
-  // kmem_alloc's first use on the host, through a hooked copy (kmem_alloc.cpp, 4).
+  // kmem_alloc's first use on the host, through a hooked copy
+  // (kmem_alloc.cpp, Before kmem_init).
   if (__builtin_expect(cp == &g_no_class, 0) && type == kmemtrace::kTypeKmalloc)
     return kmem_alloc_first_use(requested, kmflag, caller, tag);
 #endif
@@ -840,28 +843,28 @@ void cache_free_hooked(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   cache_free<true>(cp, obj, kmemtrace::kTypeCache, caller);
 }
 // The profiled free, while profiling alone has the free hooks on
-// (kmem_fastpath.h, 7).
+// (kmem_fastpath.h, Profiled fast paths).
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_prof_only(kmem_cache_t* cp, void* obj,
                                                                                      uintptr_t caller) {
   return cache_free_prof<kmemtrace::kTypeCache>(cp, obj, caller);
 }
 #if defined(ARCH_HAS_RSEQ_RECORD)
-// kmemtrace alone (kmem_fastpath.h, 8), with caller 0. A function of its
-// own, so that it saves only the registers its record needs: inline in
-// the profiled free's function, it paid that one's frame of six.
+// kmemtrace alone (kmem_fastpath.h, kmemtrace's fast paths), with caller 0. A
+// function of its own, so that it saves only the registers its record needs:
+// inline in the profiled free's function, it paid that one's frame of six.
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace_only(kmem_cache_t* cp, void* obj) {
   return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
 }
 #endif
 }  // namespace
 
-// kmemtrace alone (kmem_fastpath.h, 8): while it is the only feature with
-// the allocation hooks on, the macro's call sites (mm/kmem.h) call it
-// straight from their three-way site, and kmem_cache_alloc tail-calls it
-// from its own; with caller 0 (the kernel's MM_ENTRY_CALLER). Where there
-// is no restartable record, the tagged copy (no site branches here then:
-// every arch with three-way sites has the record, and elsewhere
-// plat::alloc_hooks_mode never says kTraceOnly).
+// kmemtrace alone (kmem_fastpath.h, kmemtrace's fast paths): while it is the
+// only feature with the allocation hooks on, the macro's call sites
+// (mm/kmem.h) call it straight from their three-way site, and
+// kmem_cache_alloc tail-calls it from its own; with caller 0 (the kernel's
+// MM_ENTRY_CALLER). Where there is no restartable record, the tagged copy (no
+// site branches here then: every arch with three-way sites has the record,
+// and elsewhere plat::alloc_hooks_mode never says kTraceOnly).
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_cache_alloc_trace_only(kmem_cache_t* cp,
                                                                                             int kmflag,
                                                                                             const AllocTag* tag) {
@@ -886,9 +889,9 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS void* (kmem_cache_alloc)(kmem_cache_t* cp, int 
 
 // The hooked copy itself (the macro's call lands here while another
 // feature than kmemtrace has the hooks on): the profiled fast path while
-// profiling alone has them (kmem_fastpath.h, 7), else the traced copy
-// (kmemtrace's path where kmemtrace alone is on, where the platform has no
-// three-way sites, or for a call in a switch's change).
+// profiling alone has them (kmem_fastpath.h, Profiled fast paths), else the
+// traced copy (kmemtrace's path where kmemtrace alone is on, where the
+// platform has no three-way sites, or for a call in a switch's change).
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_cache_alloc_tagged(kmem_cache_t* cp, int kmflag, const AllocTag* tag) {
   if (__builtin_expect(!alloc_hooks_beside_prof(), 1))
     return cache_alloc_prof(cp, kmflag, 0, tag, MM_ENTRY_CALLER());  // 0: a kmem_cache_alloc (alloc_slow_prof)

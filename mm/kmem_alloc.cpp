@@ -2,17 +2,17 @@
 // kmem_alloc, kmem_zalloc, kmem_free: general-purpose allocation over a
 // ladder of size caches.
 //
-// 1. Sizes 1 to 16 KiB go to the smallest of 36 "kmem_alloc_N" caches that
-//    fits (8 B steps at the bottom, growing by about 1/8 at the top). One
-//    table maps a size to its cache in one indexed load: an entry per 8
-//    bytes up to 16 KiB (2048 entries: 16 KiB of table on 64-bit, 8 KiB on
-//    32-bit), so every class costs one compare and one load. (Two tables,
-//    8-byte steps to 1 KiB and 1 KiB steps above, cost the sizes above
-//    1 KiB a second compare, a shift and, on the host, the hook switch's
-//    own test: 4096-byte pairs were 73 against 63 for 1024 on arm64, 79
-//    against 62 on the host.) The caches are ordinary caches
-//    (KMC_KMEM_ALLOC only changes how a wrong size is reported), so
-//    kmem_alloc's fast path is the table load plus kmem_cache_alloc's.
+// 1. Size classes. Sizes 1 to 16 KiB go to the smallest of 36 "kmem_alloc_N"
+//    caches that fits (8 B steps at the bottom, growing by about 1/8 at the
+//    top). One table maps a size to its cache in one indexed load: an entry
+//    per 8 bytes up to 16 KiB (2048 entries: 16 KiB of table on 64-bit, 8 KiB
+//    on 32-bit), so every class costs one compare and one load. (Two tables,
+//    8-byte steps to 1 KiB and 1 KiB steps above, cost the sizes above 1 KiB
+//    a second compare, a shift and, on the host, the hook switch's own test:
+//    4096-byte pairs were 73 against 63 for 1024 on arm64, 79 against 62 on
+//    the host.) The caches are ordinary caches (KMC_KMEM_ALLOC only changes
+//    how a wrong size is reported), so kmem_alloc's fast path is the table
+//    load plus kmem_cache_alloc's.
 // 2. Larger sizes are whole pages from the heap (segkmem_alloc_large), each
 //    page marked kPageLarge in the page index with the allocation's start, so
 //    that kmem_free checks the pointer and the size on the free itself and
@@ -20,7 +20,7 @@
 // 3. kmem_free takes the size: a size of another class is caught by the
 //    owner check of the cache it names (the buffer belongs to another
 //    cache), a large size by segkmem's check of the span.
-// 4. Before kmem_init the tables name g_no_class instead of nothing: a
+// 4. Before kmem_init. The tables name g_no_class instead of nothing: a
 //    cache with no magazines, whose fast paths miss. The fast path then
 //    needs no null test of the entry (two instructions per call on the
 //    host, one on arm). In the kernel, where kmem_init runs at boot before
@@ -36,15 +36,15 @@
 //    address dependency); its first allocation then takes the slow path,
 //    which orders the rest (alloc_slow, host only). In the kernel kmem_init
 //    runs before the other CPUs start.
-// 5. The host's hook switches are flags, a load and a branch at every call
-//    (mm/host/include/mm/platform_inline.h), where the kernel has a patched
-//    nop. kmem_alloc and kmem_free fold theirs into their size test
-//    instead: a size takes the table's fast path below a bound that is
-//    kAllocMax while that side's hooks are off and 0 while they are on
-//    (every size then goes on to the test of the switch). mm/hooks.cpp
-//    sets it through kmem_alloc_hooks_bound: to 0 before the switch goes
-//    on, back after it goes off, so a call that sees the bound open sees a
-//    switch that is off or just turning on (the window every switch has).
+// 5. The hooks bound. The host's hook switches are flags, a load and a branch
+//    at every call (mm/host/include/mm/platform_inline.h), where the kernel
+//    has a patched nop. kmem_alloc and kmem_free fold theirs into their size
+//    test instead: a size takes the table's fast path below a bound that is
+//    kAllocMax while that side's hooks are off and 0 while they are on (every
+//    size then goes on to the test of the switch). mm/hooks.cpp sets it
+//    through kmem_alloc_hooks_bound: to 0 before the switch goes on, back
+//    after it goes off, so a call that sees the bound open sees a switch that
+//    is off or just turning on (the window every switch has).
 #include <mm/segkmem.h>
 #include "kmem_fastpath.h"
 
@@ -282,15 +282,16 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void kmem_free_hooked(void* buf, s
 }
 
 // The hooked free: the profiled fast path on the size caches while
-// profiling alone has the free hooks on (kmem_fastpath.h, 7; a debugged
-// class has no magazines), else kmem_free_hooked.
+// profiling alone has the free hooks on (kmem_fastpath.h, Profiled fast
+// paths; a debugged class has no magazines), else kmem_free_hooked.
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced(void* buf, size_t size,
                                                                                  uintptr_t caller) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !cp->debug && !free_hooks_beside_prof(), 1))
     return cache_free_prof<kmemtrace::kTypeKmalloc>(cp, buf, caller);
 #if defined(ARCH_HAS_RSEQ_RECORD)
-  // kmemtrace alone (kmem_fastpath.h, 8): debugged classes are kFeatureDebug's.
+  // kmemtrace alone (kmem_fastpath.h, kmemtrace's fast paths): debugged
+  // classes are kFeatureDebug's.
   if (__builtin_expect(cp != nullptr && free_trace_only(), 1))  // (caller 0 here)
     return cache_free_trace<kmemtrace::kTypeKmalloc>(cp, buf);
 #endif
@@ -298,10 +299,10 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void kmem_free_traced
 }
 
 #if defined(ARCH_HAS_RSEQ_RECORD)
-// kmemtrace alone, on a size cache (kmem_fastpath.h, 8): the entry points
-// tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER). The entry
-// point's own arguments first, in their registers, so that the call moves
-// only cp.
+// kmemtrace alone, on a size cache (kmem_fastpath.h, kmemtrace's fast paths):
+// the entry points tail-call it with caller 0 (the kernel's MM_ENTRY_CALLER).
+// The entry point's own arguments first, in their registers, so that the call
+// moves only cp.
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void* kmem_alloc_trace_only_cp(size_t size, int kmflag,
                                                                                          const AllocTag* tag,
                                                                                          kmem_cache_t* cp) {
@@ -405,7 +406,7 @@ MM_RESTARTABLE_TEXT void* (kmem_zalloc)(size_t size, int kmflag) {
 
 // The hooked copy itself (the macro's call lands here): the profiled fast
 // path on the size caches while profiling alone has the hooks on
-// (kmem_fastpath.h, 7), else the traced copy.
+// (kmem_fastpath.h, Profiled fast paths), else the traced copy.
 MM_RESTARTABLE_TEXT MM_FRAMELESS void* kmem_alloc_tagged(size_t size, int kmflag, const AllocTag* tag) {
   kmem_cache_t* cp = size_cache(size);
   if (__builtin_expect(cp != nullptr && !alloc_hooks_beside_prof(), 1))

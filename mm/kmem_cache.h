@@ -56,7 +56,8 @@ struct Magazine {
   Magazine* next;
   uintptr_t cap;  // rounds it holds when full: the depot may hold old sizes after a resize
   // slot[0] is null while the magazine is in use (on a CPU or in the depot);
-  // while it is destroyed it holds the rounds left (kmem_magazine.cpp, 6).
+  // while it is destroyed it holds the rounds left (kmem_magazine.cpp,
+  // Draining).
   // The rounds are slot[1..n]. With the sentinel,
   // the allocation fast path's load of the top round is its emptiness test
   // (null: empty), and "is obj on top of the magazine?" needs none: the
@@ -70,7 +71,7 @@ struct Magazine {
 inline constinit void* g_no_rounds[1] = {nullptr};
 
 // The per-CPU layer: touched only by its CPU, with interrupts masked or in
-// restartable sections (kmem.cpp, 7).
+// restartable sections (kmem.cpp, Interrupts and the per-CPU layer).
 // The loaded magazine is held as the fast paths use it: top points at its
 // top round (slot[rounds], the null sentinel slot[0] when it is empty) and
 // limit at its last slot (slot[magsize]). A pop loads *top (null: empty) and
@@ -113,14 +114,14 @@ struct alignas(64) CpuCache {
   uintptr_t frees = 0;
   // Allocation profiling's counters of this CPU, biased so that a
   // reference's counter is at prof + ref * 8 (alloc_tag_internal.h,
-  // prof_counter_base), for the profiled fast paths (kmem_fastpath.h, 7);
-  // 0 where they may not run: the counters are not there yet, or the
-  // cache keeps no references, is off-slab or has no magazines. Written
-  // under g_caches_lock: by kmem_prof_bases_set for the caches that exist
-  // when the counters appear, before counters_ready's cross-call, which
-  // orders these stores and the zeroed counters before every CPU's later
-  // loads; by cache_create for a later cache, before the cache is
-  // published.
+  // prof_counter_base), for the profiled fast paths (kmem_fastpath.h,
+  // Profiled fast paths); 0 where they may not run: the counters are not
+  // there yet, or the cache keeps no references, is off-slab or has no
+  // magazines. Written under g_caches_lock: by kmem_prof_bases_set for the
+  // caches that exist when the counters appear, before counters_ready's
+  // cross-call, which orders these stores and the zeroed counters before
+  // every CPU's later loads; by cache_create for a later cache, before the
+  // cache is published.
   uintptr_t prof = 0;
   // The image's references, g_prof_ref0 | g_prof_ntags << 32
   // (prof_refs_pack), copied here so that the fast allocation checks a
@@ -198,8 +199,8 @@ struct Slab {
   // the page index's g_no_owner reads as a Slab whose check is null): the
   // cache while its frees may go the fast way; null while they must go out
   // of line (a slab diverted for kmemleak's annotations, kmemleak_meta.h,
-  // 4; a slab being destroyed, so that a stale free into its page is
-  // refused). Everything else reads cache.
+  // Annotations; a slab being destroyed, so that a stale free into its page
+  // is refused). Everything else reads cache.
   kmem_cache_t* check;
   kmem_cache_t* cache;
   Slab* next;
@@ -212,7 +213,7 @@ struct Slab {
   uint32_t flags;
   HashEnt* ents;        // off-slab only: one per buffer
   LeakSlab* leak;       // kmemleak's metadata while it is on and the cache is tracked, else null
-  uint32_t* tags;       // allocation profiling: each buffer's tag reference (alloc_tag.cpp, 3), or null
+  uint32_t* tags;       // allocation profiling: each buffer's tag reference (alloc_tag.cpp, References), or null
   uint64_t freemap[kMaxChunks / 64];  // bit set = free in the slab layer
 };
 static_assert(__builtin_offsetof(Slab, check) == 0, "the page index's g_no_owner stands for a Slab with no cache");
@@ -331,8 +332,8 @@ struct kmem_cache {
   bool dead;      // destroyed: freed when the last walker lets go
   // Bytes before a slab's first buffer: a debugged cache's left redzone
   // word and audit tag of that buffer (the others' end the chunk before
-  // them), rounded up to the alignment (kmem_debug.cpp, 3); 0 for other
-  // caches. In dead's padding: the fields after keep their offsets.
+  // them), rounded up to the alignment (kmem_debug.cpp, The layout); 0 for
+  // other caches. In dead's padding: the fields after keep their offsets.
   uint16_t lead;
 
 
@@ -342,7 +343,7 @@ struct kmem_cache {
   uint32_t tag_off;
   // On-slab caches: where a free buffer keeps its slab free-list link (0, or
   // inside the BufTag of a debugged cache), and the link's secret
-  // (kmem_slab.cpp, 8).
+  // (kmem_slab.cpp, Free-list hardening).
   uint32_t link_off;
   uint32_t link_secret;
 
@@ -372,7 +373,7 @@ struct kmem_cache {
   // Index into the magazine types: written under depot_lock (st_relaxed),
   // read without it (ld_relaxed) by the slow paths as a hint: a stale value
   // only delays a CPU's switch to the new size, and every magazine's own
-  // cap is checked against it (kmem_magazine.cpp, 2).
+  // cap is checked against it (kmem_magazine.cpp, Magazine types).
   unsigned magtype;
   mm::MagList full_mags, empty_mags;
   uint64_t depot_contention, depot_contention_last;
@@ -385,7 +386,7 @@ struct kmem_cache {
   // of the cache.
   uint32_t inflight;
   // Magazines taken off the depot or a CPU and being destroyed with
-  // interrupts on (kmem_magazine.cpp, 6): chained through next, under
+  // interrupts on (kmem_magazine.cpp, Draining): chained through next, under
   // depot_lock; each one's slot[0] holds the rounds it has left (written by
   // its destroyer alone), which kmemleak's marking reads as free buffers.
   mm::Magazine* draining;
@@ -404,13 +405,13 @@ kmem_cache_t* cache_create(const char* name, size_t bufsize, size_t align, int (
                            void (*dtor)(void*, void*), void (*reclaim)(void*), void* priv, vmem_t* vmp,
                            int cflags);
 void report(const char* kind, const char* where, const void* addr, uintptr_t caller, uint64_t detail = 0);
-// What kmem_alloc's size table names before kmem_init (kmem_alloc.cpp, 4):
-// no magazines (its pops and pushes miss), no owner check; alloc_slow and
-// free_slow refuse it with a report.
+// What kmem_alloc's size table names before kmem_init (kmem_alloc.cpp, Before
+// kmem_init): no magazines (its pops and pushes miss), no owner check;
+// alloc_slow and free_slow refuse it with a report.
 extern kmem_cache g_no_class;
 #if !defined(MM_KERNEL)
 // A hooked kmem_alloc's miss on g_no_class: kmem's first use on the host
-// (kmem_alloc.cpp, 4).
+// (kmem_alloc.cpp, Before kmem_init).
 void* kmem_alloc_first_use(size_t size, int kmflag, uintptr_t caller, const AllocTag* tag);
 #endif
 inline uintptr_t caller_of_api() {
@@ -521,7 +522,8 @@ void slab_free(kmem_cache_t* cp, void* buf, bool constructed, uintptr_t caller, 
 // slab_lock held: rebuilds sp's on-slab free list from its bitmap (a debug
 // check that repaired free buffers' tags, where their links live).
 void slab_freelist_rebuild(kmem_cache_t* cp, Slab* sp);
-// The on-slab free list's links, stored encoded (kmem_slab.cpp, 8).
+// The on-slab free list's links, stored encoded (kmem_slab.cpp, Free-list
+// hardening).
 inline uint32_t link_key(const kmem_cache_t* cp, uintptr_t at) {
   return static_cast<uint32_t>(at >> 2) * 0x9e3779b1u ^ cp->link_secret;
 }
@@ -581,17 +583,18 @@ extern uint32_t g_leak_records_short;  // word-sized: riscv64 has no sub-word at
 // as roots and their buffers counted as untracked).
 bool leak_records_fill(kmem_cache_t* cp);
 // With every other CPU stopped (the switch on): every record of cp loses
-// its stamp and scan state and keeps its annotations (kmemleak_meta.h, 3
-// and 4). Stopped, so that a stamp still on its way from before the switch
-// off lands after the zeroing, not in the middle of it.
+// its stamp and scan state and keeps its annotations (kmemleak_meta.h,
+// Stamps and Annotations). Stopped, so that a stamp still on its way from
+// before the switch off lands after the zeroing, not in the middle of it.
 void leak_records_forget_stamps(kmem_cache_t* cp);
 // The record of buffer buf of cp (allocated or not), or null (untracked
 // cache, or a slab without records).
 LeakMeta* leak_meta_of(kmem_cache_t* cp, const void* buf);
 // Sets (then clears) flags in the record of buffer buf of slab sp of cp,
 // making the slab's records if it has none, and diverts the slab while a
-// buffer of it keeps an annotation (kmemleak_meta.h, 4). buf must be an
-// allocated buffer's start, and the caller's (its slab stays meanwhile).
+// buffer of it keeps an annotation (kmemleak_meta.h, Annotations). buf must
+// be an allocated buffer's start, and the caller's (its slab stays
+// meanwhile).
 enum class LeakAnnotation { kDone, kNoObject, kNoMemory };
 LeakAnnotation leak_annotate(kmem_cache_t* cp, Slab* sp, uintptr_t buf, uint8_t set, uint8_t clear);
 // A free of buffer buf of cp's slab sp that went out of line (kmem.cpp,
@@ -608,7 +611,7 @@ void leak_record_flags(kmem_cache_t* cp, Slab* sp, uint32_t i, uint8_t flags);
 void leak_move(kmem_cache_t* cp, uintptr_t from, uintptr_t to);
 uint64_t leak_records_bytes();
 // kmemleak.cpp: is it on (the hooked copies stamp objects), and the stamps.
-extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, 6)
+extern uint32_t g_leak_on;  // written under kmemleak's control lock, read relaxed (kmemleak.cpp, Switching)
 inline bool leak_stamping() { return __atomic_load_n(&g_leak_on, __ATOMIC_RELAXED) != 0; }
 // Stamps obj's record (a tail call from the magazine path: returns obj):
 // a kmem_cache_alloc's (the buffer's size is the size asked for), or a

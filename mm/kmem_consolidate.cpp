@@ -10,9 +10,9 @@
 //    NO and LATER free the new one and leave the victim for this pass,
 //    DONT_NEED frees both, DONT_KNOW frees the new one and looks for the old
 //    one in the depot's full magazines (it may be free there: depot_evict).
-// 2. A victim is marked kSlabVictim: allocations skip it and slab_put never
-//    destroys it, so the mover may look at it between callbacks; an emptied
-//    victim stays on the empty list for the next reap.
+// 2. Victims. A victim is marked kSlabVictim: allocations skip it and
+//    slab_put never destroys it, so the mover may look at it between
+//    callbacks; an emptied victim stays on the empty list for the next reap.
 // 3. At most kMaxMoveCalls callbacks per cache per pass. One pass runs at a
 //    time (g_moving); callbacks run with no lock held.
 #include "kmem_cache.h"

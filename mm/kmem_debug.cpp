@@ -33,12 +33,12 @@
 //      [size, tag_off)       redzone bytes, 0xbb (redzone mode)
 //      [tag_off, +24)        BufTag: the redzone word 0xfeedfacefeedface,
 //                            the state word, the size, the slab free-list
-//                            link (on-slab caches: kmem_slab.cpp, 8: it
-//                            lives here, not in the poisoned bytes), the
-//                            exact word (0: the size is the buffer size,
-//                            for a kmem_alloc class taken untraced, before
-//                            the hooks were on; kmem_free's size is then
-//                            not checked against it)
+//                            link (on-slab caches: kmem_slab.cpp, Free-list
+//                            hardening: it lives here, not in the poisoned
+//                            bytes), the exact word (0: the size is the
+//                            buffer size, for a kmem_alloc class taken
+//                            untraced, before the hooks were on; kmem_free's
+//                            size is then not checked against it)
 //    What lies before a buffer sits at the end of the chunk before it; the
 //    first buffer of a slab has the slab's first cp->lead bytes (the lead,
 //    rounded up to the alignment). tag_off is the buffer size rounded up to
@@ -145,7 +145,7 @@ struct BufTag {
   uint64_t redzone;
   uint32_t state;  // kState* ^ uint32_t(buffer address)
   uint32_t size;   // bytes asked for by the last allocation
-  uint32_t link;   // the slab free list's (kmem_slab.cpp, 8)
+  uint32_t link;   // the slab free list's (kmem_slab.cpp, Free-list hardening)
   uint32_t exact;  // 1: size is what the caller asked for; 0: the buffer size (a kmem_free's size is not checked)
 };
 static_assert(sizeof(BufTag) == 24);

@@ -21,8 +21,8 @@
 //    magazine's slot[0] sentinel makes it one compare).
 // 3. Nothing else is checked here: a double free of a buffer deeper in a
 //    magazine, and an interior pointer into a buffer of the right cache,
-//    are caught when the buffer reaches the slab layer (kmem.cpp's theory,
-//    section 6, says why, with the measurements).
+//    are caught when the buffer reaches the slab layer (kmem.cpp,
+//    "Allocated or free?", says why, with the measurements).
 // 4. The hooked copies (kTraced: taken while an allocator hook other than
 //    profiling's is on, mm/hooks.h; profiling alone: 7) record a kmemtrace event, if tracing is on, inside the
 //    masked region on the magazine path (trace/record.h: no second masking,
@@ -35,7 +35,8 @@
 //    words other CPUs wrote, ordered as owner_by_index says (on-slab: the
 //    header slab_create wrote before the slab's first buffer left the slab
 //    layer under slab_lock, so before any legitimate free of it).
-// 6. The restartable fast paths (kmem.cpp, 7), on CpuCache's top and
+// 6. Restartable fast paths. The pop and push as restartable sections
+//    (kmem.cpp, Interrupts and the per-CPU layer), on CpuCache's top and
 //    limit (kmem_cache.h): the pop loads top and the round it points at,
 //    leaves for the slow path when that is the null sentinel, and commits
 //    top - 1; the push loads top and limit, leaves when top is at limit
@@ -54,7 +55,7 @@
 //    record; while it does, they mask (its record in its ring is no single
 //    store, and it must be in the ring before the buffer can be handed out
 //    again).
-// 7. The profiled fast paths (cache_alloc_prof, cache_free_prof): while
+// 7. Profiled fast paths. cache_alloc_prof and cache_free_prof: while
 //    allocation profiling is the only feature with the hooks on
 //    (alloc_tag_internal.h, alloc_hooks_beside_prof: one load of a word
 //    the hooks switch keeps), the tagged entry points and the hooked frees
@@ -69,22 +70,22 @@
 //    check that the pointer is a buffer's start, as the magazine path does
 //    not (3): an interior pointer takes the reference of the buffer it
 //    points into (or of the next), before the slab layer reports it.
-// 8. kmemtrace's fast paths (the top of the traced cache_alloc and
-//    cache_free): while kmemtrace is the only feature with the hooks on
-//    and the arch has the restartable ring write (trace/record.h, 2). The
-//    three-way static branches of the entry points and of the macros' call
-//    sites branch straight to them then (mm/hook_mode.h; set by
+// 8. kmemtrace's fast paths. The top of the traced cache_alloc and
+//    cache_free, while kmemtrace is the only feature with the hooks on and
+//    the arch has the restartable ring write (trace/record.h, Restartable).
+//    The three-way static branches of the entry points and of the macros'
+//    call sites branch straight to them then (mm/hook_mode.h; set by
 //    mm/hooks.cpp), and the hooked copies also pick them by the words of 7
-//    (alloc_trace_only, free_trace_only) for a call that meets a switch
-//    while it changes. They run the magazine pop and push above, untouched, and record the event
-//    in a section of its own: after the pop (the buffer is ours: nothing
-//    another CPU or an interrupt does can involve it before we return it),
-//    before the push (once pushed, an interrupt could allocate it and
-//    record that first). So a free refused by the push (the buffer on top
-//    of the magazine: freed twice in a row) has been recorded, as the
-//    masked path (4) records it, and one refused by the slab layer. A miss goes to the traced slow
-//    path, which records after the fact (allocation) or is reached after
-//    the record (free: free_slow_at records nothing).
+//    (alloc_trace_only, free_trace_only) for a call that meets a switch while
+//    it changes. They run the magazine pop and push above, untouched, and
+//    record the event in a section of its own: after the pop (the buffer is
+//    ours: nothing another CPU or an interrupt does can involve it before we
+//    return it), before the push (once pushed, an interrupt could allocate it
+//    and record that first). So a free refused by the push (the buffer on top
+//    of the magazine: freed twice in a row) has been recorded, as the masked
+//    path (4) records it, and one refused by the slab layer. A miss goes to
+//    the traced slow path, which records after the fact (allocation) or is
+//    reached after the record (free: free_slow_at records nothing).
 #pragma once
 #include <cstddef>
 #include <mm/failslab.h>

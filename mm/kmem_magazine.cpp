@@ -25,15 +25,16 @@
 //    (plat::on_each_cpu).
 // 4. Interrupts and locks. The per-CPU state is touched only by its CPU
 //    (here with interrupts masked; the fast paths may use restartable
-//    sections instead: kmem.cpp, 7), or by kmem_cache_destroy for a cache
-//    nobody uses any more. Destroying a magazine runs destructors, slab frees, vmem
-//    frees and heap unmaps (on riscv64 a TLB shootdown that may wait): so
-//    magazines are first detached with interrupts masked (cpu_detach, under
-//    the depot lock when flushing, so that a CPU's own flush and destroy's
-//    flush of that CPU never overlap) and destroyed after interrupts are
-//    restored. The depot lock is never held while calling anything outside
-//    this file; no lock at all is held while reclaim callbacks run, so a
-//    callback may do anything, destroy a cache included.
+//    sections instead: kmem.cpp, Interrupts and the per-CPU layer), or by
+//    kmem_cache_destroy for a cache nobody uses any more. Destroying a
+//    magazine runs destructors, slab frees, vmem frees and heap unmaps (on
+//    riscv64 a TLB shootdown that may wait): so magazines are first detached
+//    with interrupts masked (cpu_detach, under the depot lock when flushing,
+//    so that a CPU's own flush and destroy's flush of that CPU never overlap)
+//    and destroyed after interrupts are restored. The depot lock is never
+//    held while calling anything outside this file; no lock at all is held
+//    while reclaim callbacks run, so a callback may do anything, destroy a
+//    cache included.
 // 5. Reapers do not exclude one another: every step takes the per-cache
 //    locks it needs, and the cache list is walked with references
 //    (for_each_cache). Only the memory-pressure reaper is one at a time
@@ -298,9 +299,9 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
   return alloc_slow(cache_at(base), kmflag);
 }
 
-// kmem_alloc's tables before kmem_init (kmem_alloc.cpp, 4), out of line
-// and tail-called so that the slow paths keep their shape: the report, and
-// nothing allocated or freed.
+// kmem_alloc's tables before kmem_init (kmem_alloc.cpp, Before kmem_init),
+// out of line and tail-called so that the slow paths keep their shape: the
+// report, and nothing allocated or freed.
 [[gnu::noinline, gnu::cold]] void* no_class_alloc() {
   report("kmem_alloc before kmem_init", "kmem_alloc", nullptr, caller_of_api(), 0);
   return nullptr;
@@ -333,9 +334,9 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
 __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
 #if !defined(MM_KERNEL)
   // Host, where kmem starts on first use: a thread may have found cp in
-  // kmem_alloc's size table (read plainly, kmem_alloc.cpp 4) while another
-  // thread was still in kmem_init. Its first allocation from any cache
-  // comes here (its magazines start empty): g_ready's acquire, or
+  // kmem_alloc's size table (read plainly, kmem_alloc.cpp, Before kmem_init)
+  // while another thread was still in kmem_init. Its first allocation from
+  // any cache comes here (its magazines start empty): g_ready's acquire, or
   // kmem_init's lock while init still runs, orders all that kmem_init wrote
   // before this thread reads it. (The kernel runs kmem_init before the
   // other CPUs start.)
@@ -345,7 +346,7 @@ __attribute__((noinline)) void* alloc_slow(kmem_cache_t* cp, int kmflag) {
   // is the entry point's tail call, so its return address is the caller.
   if (cp->flags & KMC_NOMAGAZINE) return alloc_unmagazined(cp, kmflag, 0, caller_of_api());
   // (After the test above, which keeps its frameless tail call.)
-  if (__builtin_expect(cp == &g_no_class, 0)) return no_class_alloc();  // before kmem_init (kmem_alloc.cpp, 4)
+  if (__builtin_expect(cp == &g_no_class, 0)) return no_class_alloc();  // (kmem_alloc.cpp, Before kmem_init)
   return alloc_magazine(cp, kmflag);
 }
 

@@ -20,7 +20,7 @@
 // 4. Colouring: successive slabs start their buffers at offsets 0, align,
 //    2*align, ... within the slab's slack, to spread buffers over cache lines
 //    (after the cache's lead: what a debugged cache keeps before a buffer,
-//    kmem_debug.cpp, 3).
+//    kmem_debug.cpp, The layout).
 // 5. The page index. Every heap page of a slab has kPageSlab set in its page
 //    descriptor and owner = the Slab, for on-slab and off-slab caches alike;
 //    both are set before the slab's first buffer is handed out and cleared
@@ -168,9 +168,9 @@ LeakSlab* leak_slab_alloc(uint32_t chunks) {
 
 void set_owner_ids(const kmem_cache_t* cp, const Slab* sp, bool on);
 
-// Diverts sp's frees out of line (kmemleak_meta.h, 4), or lets them go the
-// fast way again (slab_lock held, or every other CPU stopped). A slab being
-// destroyed is never diverted: its last buffers came back, and their
+// Diverts sp's frees out of line (kmemleak_meta.h, Annotations), or lets them
+// go the fast way again (slab_lock held, or every other CPU stopped). A slab
+// being destroyed is never diverted: its last buffers came back, and their
 // annotations with them.
 void slab_divert(kmem_cache_t* cp, Slab* sp, bool on) {
   if (on) sp->flags |= kSlabDiverted;
@@ -204,9 +204,9 @@ void leak_record_clear(kmem_cache_t* cp, Slab* sp, uint32_t i) {
   sp->leak->meta[i] = LeakMeta{};
 }
 
-// Allocation profiling's references, one per buffer (alloc_tag.cpp, 3),
-// zeroed. A slab without them (the mode is never, or memory ran out) has
-// its buffers counted at no tag.
+// Allocation profiling's references, one per buffer (alloc_tag.cpp,
+// References), zeroed. A slab without them (the mode is never, or memory ran
+// out) has its buffers counted at no tag.
 uint64_t g_prof_refless;  // slabs made without references (memory ran out): their buffers are not counted
 // Entries: one per buffer off-slab (indexed from the slab's first buffer);
 // on-slab, one per 2^prof_shift bytes of the page (indexed by the
@@ -248,8 +248,8 @@ kmem_cache_t* internal_cache(size_t size) {
 // The owner id bytes (heap_index.h) of slab sp's pages: cp's id (on) or
 // none. Relaxed: the free that reads one is ordered after this by the
 // buffer's way out of the slab layer (a new slab), or by the annotation
-// that diverted the slab (kmemleak_meta.h, 4). None for a page at address
-// 0 (a physical heap from address 0): null must never match an id
+// that diverted the slab (kmemleak_meta.h, Annotations). None for a page at
+// address 0 (a physical heap from address 0): null must never match an id
 // (kmem_fastpath.h, wrong_owner); its buffers take the page index's check.
 void set_owner_ids(const kmem_cache_t* cp, const Slab* sp, bool on) {
   if (!owner_has_id(cp->owner_check)) return;
@@ -610,8 +610,8 @@ void* slab_alloc(kmem_cache_t* cp, int kmflag, size_t requested, uintptr_t calle
     Finding fd{nullptr, 0, 0, &d};  // the debug checks of the buffer
     {
       Guard<> g(cp->slab_lock);
-      // Never from a victim (kmem_consolidate.cpp, 2): an emptied victim
-      // waits on the empty list too.
+      // Never from a victim (kmem_consolidate.cpp, Victims): an emptied
+      // victim waits on the empty list too.
       Slab* sp = skip_victims(cp->partial.head);
       if (!sp) sp = skip_victims(cp->empty.head);
       if (sp) {

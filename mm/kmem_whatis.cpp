@@ -8,7 +8,7 @@
 //    no cache (a span of kmem_default allocated directly through vmem).
 // 2. A buffer's state: the slab's free bitmap says "free in the slab
 //    layer"; a buffer the slab layer counts out may still be free in a
-//    magazine. kmem.cpp's theory (section 6) explains why no per-buffer
+//    magazine. kmem.cpp ("Allocated or free?") explains why no per-buffer
 //    bit tracks that: here the other CPUs are stopped (plat::stop_others)
 //    and every CPU's loaded and previous magazine and the depot's full
 //    magazines of that one cache are searched: O(CPUs x magazine size +

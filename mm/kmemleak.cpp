@@ -40,7 +40,7 @@
 //    unreached, unchanged since the previous scan and older than the minimum
 //    age is reported, once. So a leak is reported at its second scan at the
 //    earliest; a cycle of leaked objects is reported whole.
-// 6. Switching on: new slabs get records, every existing slab gets them
+// 6. Switching. On: new slabs get records, every existing slab gets them
 //    (kmem_slab.cpp, leak_records_fill: as many batches as there are
 //    slabs), their stamps and scan state zeroed (objects allocated before:
 //    no backtrace, no age) and their annotations kept, then the hooks go
@@ -53,7 +53,7 @@
 //    lookup shows only the annotations. g_leak_on is read relaxed by the
 //    hooks: a stamp that races the switch is at worst missing.
 //    Annotations land in the object's record whether kmemleak is on or off
-//    and leave with the object (kmemleak_meta.h, 4).
+//    and leave with the object (kmemleak_meta.h, Annotations).
 // 7. The stacks. The scanning CPU copies its own live stack first, before
 //    anything here loads an object's address (kmemleak_scan zeroes the
 //    dead stack below it first, so the scan's own frames hold nothing older
@@ -644,7 +644,8 @@ void mark_magazines(kmem_cache_t* cp, bool roots) {
   }
   for (const Magazine* m = cp->full_mags.head; m; m = m->next)
     for (uintptr_t r = 1; r <= m->cap; r++) mark(m->slot[r]);
-  // Magazines being destroyed: the rounds they have left (kmem_magazine.cpp, 6).
+  // Magazines being destroyed: the rounds they have left (kmem_magazine.cpp,
+  // Draining).
   for (const Magazine* m = cp->draining; m; m = m->next)
     for (uintptr_t r = 1, n = reinterpret_cast<uintptr_t>(__atomic_load_n(&m->slot[0], __ATOMIC_RELAXED)); r <= n; r++)
       mark(m->slot[r]);
@@ -803,8 +804,8 @@ size_t requested_size(const Obj& o) {
 }
 
 // A slab buffer's stamp is the allocation's only while kmemleak is on (a
-// buffer may change hands unstamped while it is off: kmemleak_meta.h, 3);
-// large and registered objects' are always.
+// buffer may change hands unstamped while it is off: kmemleak_meta.h,
+// Stamps); large and registered objects' are always.
 bool stamped(const Obj& o) { return o.kind != Kind::kSlab || kmemleak_enabled(); }
 
 __attribute__((no_sanitize("address", "thread"))) void describe(const Obj& o, LeakObject& out) {
@@ -997,9 +998,9 @@ size_t kmemleak_clear() {
           if (!current_report(o)) return;
           uint8_t f = static_cast<uint8_t>((o.flags() | kLeakNotLeak) & ~(kLeakReported | kLeakUnref));
           if (o.kind == Kind::kSlab) {
-            // An annotation like kmemleak_not_leak's (kmemleak_meta.h, 4):
-            // under the cache's lock where stopped CPUs may hold it, the
-            // scanner holds it already (with_world).
+            // An annotation like kmemleak_not_leak's (kmemleak_meta.h,
+            // Annotations): under the cache's lock where stopped CPUs may
+            // hold it, the scanner holds it already (with_world).
             leak_record_flags(o.cp, o.sp, o.idx, f);
           } else {
             o.set_flags(f);

@@ -13,15 +13,15 @@
 //    the `count` fields of their 2nd to 5th page descriptors (segkmem.h:
 //    segkmem_large_leak_words), which nothing else uses, so they exist
 //    whether kmemleak is on or not, and are zeroed when the pages are freed.
-// 3. An allocation with kmemleak on writes its LeakMeta whole (two 8-byte
-//    stores for slab buffers): ticks, CPU, no flags, the size asked for,
-//    the stack handle and a zero checksum. Only the allocating CPU writes it
-//    while the buffer is allocated, and the scanner reads it with every
-//    other CPU stopped. So a record is exact while kmemleak is on; a buffer
-//    freed and allocated again while it is off keeps the record of its
+// 3. Stamps. An allocation with kmemleak on writes its LeakMeta whole (two
+//    8-byte stores for slab buffers): ticks, CPU, no flags, the size asked
+//    for, the stack handle and a zero checksum. Only the allocating CPU
+//    writes it while the buffer is allocated, and the scanner reads it with
+//    every other CPU stopped. So a record is exact while kmemleak is on; a
+//    buffer freed and allocated again while it is off keeps the record of its
 //    previous owner, and switching on zeroes every record's stamp and scan
 //    state (objects allocated before: no age, no backtrace).
-// 4. Annotations (kLeakKept: not_leak, ignore, no_scan, scan areas) are
+// 4. Annotations. not_leak, ignore, no_scan and scan areas (kLeakKept) are
 //    decisions about one object, kept across switches: written into its
 //    record under its slab's lock (a slab without records gets them on
 //    demand, kmemleak on or off), and they must leave with the object. A

@@ -664,11 +664,11 @@ void run_reclaim_hook() {
 
 // Where the platform has restartable sections (plat::kRestartable) the
 // order-0 fast paths are two of them and run with interrupts enabled, as
-// kmem's magazines (kmem_fastpath.h, 6): the pop loads top and the entry
-// it names and commits top - 1; the push compares top with limit, writes
-// the entry above top and commits top + 1, then counts itself in a section
-// of its own. The descriptor is written outside them, while the page is
-// the caller's alone: marked kPagePcp before the push (and back to an
+// kmem's magazines (kmem_fastpath.h, Restartable fast paths): the pop loads
+// top and the entry it names and commits top - 1; the push compares top with
+// limit, writes the entry above top and commits top + 1, then counts itself
+// in a section of its own. The descriptor is written outside them, while the
+// page is the caller's alone: marked kPagePcp before the push (and back to an
 // allocated head if the push found the cache full), marked allocated after
 // the pop. The pop takes only a page marked kPagePcp, as the masked path:
 // the bottom sentinel's g_no_page is not, so an empty cache goes to
@@ -985,9 +985,9 @@ __attribute__((always_inline)) inline void prof_free(uint64_t pa, unsigned order
   *slot = 0;
   prof_uncharge(ref, kPageBytes << order, "page_free", plat::phys_to_virt(pa), reinterpret_cast<uintptr_t>(caller));
 }
-// The profiled fast paths (mm/kmem_fastpath.h, 7): while allocation
-// profiling alone has the hooks on, single pages of the hot bank keep
-// their references and counts inline, around the page cache's pop and
+// The profiled fast paths (mm/kmem_fastpath.h, Profiled fast paths): while
+// allocation profiling alone has the hooks on, single pages of the hot bank
+// keep their references and counts inline, around the page cache's pop and
 // push. A page of another bank takes prof_alloc's lookup; a free that is
 // not the fast free's (another bank, a full cache, no reference) goes to
 // the hooked copies, unless its reference is already off (then to the

@@ -18,7 +18,7 @@
 //    once, and only then are the pages freed and the addresses returned to
 //    "heap". Where shootdowns are expensive (SBI remote fences on RISC-V)
 //    this makes one out of many. The queued pages still count as heap.
-// 5. The page index (heap_index.h): heap address -> page descriptor in O(1)
+// 5. The page index (heap_index.h). Heap address -> page descriptor in O(1)
 //    without walking page tables, for kmem's free checks, kmem_whatis and
 //    the leak scanner. A directory of one pointer per 2 MiB of heap (one or
 //    a few pages, taken at init) points to leaves of 512 Page pointers, one

@@ -44,7 +44,7 @@
 //    counts it (dropped) and, the first time, logs one line (after dropping
 //    the lock). Lookups go on, and a shorter trace may still fit the last
 //    chunk's tail.
-// 8. Bound: the depot never holds more than its pool (bytes_total), at most
+// 8. Bound. The depot never holds more than its pool (bytes_total), at most
 //    256 x 64 KiB of records and their table. A 16-frame trace costs 144
 //    bytes on 64-bit (80 on 32-bit), 8 frames 80 (48), plus 4 bytes of
 //    bucket per 128 of pool. kStackDepotDefaultPool (1 MiB: a 32 KiB table

@@ -11,17 +11,17 @@
 //    neighbours are address neighbours, and a span tag (seg0 is typed as
 //    one) fences coalescing: a free merges with the free segments before and
 //    after, never across spans. No two free segments are ever adjacent.
-// 3. Free segments sit on free lists by size (list i: [2^i, 2^(i+1)),
-//    circular, newest first; bit i of freemap: list i non-empty). Instant fit
-//    (the default) takes the first segment of the lowest non-empty list whose
-//    every member fits (list highbit(size), or the next when size is no power
-//    of two): a mask and a ctz, constant time; else it searches the one list
-//    that may hold a fit. Best fit takes the smallest fit of the first list
-//    from highbit(size) up that has one. Next fit resumes after its last
-//    allocation (the rotor), reusing integers as late as possible (ids).
-//    Constrained requests (align, phase, nocross, minaddr, maxaddr) search in
-//    the same orders. A segment is carved from the front of a free one; a
-//    free is the mirror image.
+// 3. Free lists. Free segments sit on free lists by size (list i:
+//    [2^i, 2^(i+1)), circular, newest first; bit i of freemap: list i
+//    non-empty). Instant fit (the default) takes the first segment of the
+//    lowest non-empty list whose every member fits (list highbit(size), or
+//    the next when size is no power of two): a mask and a ctz, constant time;
+//    else it searches the one list that may hold a fit. Best fit takes the
+//    smallest fit of the first list from highbit(size) up that has one. Next
+//    fit resumes after its last allocation (the rotor), reusing integers as
+//    late as possible (ids). Constrained requests (align, phase, nocross,
+//    minaddr, maxaddr) search in the same orders. A segment is carved from
+//    the front of a free one; a free is the mirror image.
 //    Each free tag notes the list it is on. One free segment per arena may
 //    sit above its list: the lazy one. When the fast path carves from the
 //    head of list i and the rest falls to list j < i while lists j..i-1 are
@@ -52,7 +52,7 @@
 //    or maxaddr), afunc(source, size, flags) runs with the lock dropped and
 //    its result becomes an imported span; a free that empties an imported
 //    span hands it back with ffunc (lock dropped).
-// 7. The tag pool: global, refilled with pages from page_alloc_va, never
+// 7. The tag pool. Global, refilled with pages from page_alloc_va, never
 //    from vmem. Each arena keeps spare tags, at least kSegMinFree (a span and
 //    two splits) before any change; kPoolReserve tags are kept for
 //    VM_PUSHPAGE callers. Frees never need a tag. So an arena needs the page

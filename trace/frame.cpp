@@ -209,7 +209,7 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
   // same moment. Nothing in it is overwritten before we consume it; what
   // producers add meanwhile waits for the next dump. Ordering: peek()'s
   // acquire load of head_ makes the snapshot's bytes the producers' whole
-  // events (ring.h, 5); the caller is each ring's only consumer.
+  // events (ring.h, The orderings); the caller is each ring's only consumer.
   size_t snap[kMaxDumpCpus];
   control(kBegin, kBeginPerCpu, [&](unsigned cpu, uint8_t* rec) {
     snap[cpu] = 0;
@@ -265,9 +265,9 @@ DumpResult dump_rings(Ring* const* rings, unsigned n, ByteSink sink, void* ctx, 
     }
   }
 
-  // Ring statistics after the dump: the counters are relaxed (ring.h, 5),
-  // exact when the producers are quiescent (tracing off, and a cross-call
-  // since), a recent value otherwise.
+  // Ring statistics after the dump: the counters are relaxed (ring.h, The
+  // orderings), exact when the producers are quiescent (tracing off, and a
+  // cross-call since), a recent value otherwise.
   control(kEnd, kEndPerCpu, [&](unsigned cpu, uint8_t* rec) {
     if (!rings[cpu]) return;
     Ring::Stats s = rings[cpu]->stats();

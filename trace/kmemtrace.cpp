@@ -45,8 +45,9 @@ struct ReaderGuard {
 // The sequence number and the ring's publication: trace/record.h, ring.h.
 
 // The switch is read again under the mask: a caller that found no room in
-// a restartable write (trace/record.h, 2) comes here, and an interrupt
-// between its section and our mask may have been reset()'s cross-call.
+// a restartable write (trace/record.h, Restartable) comes here, and an
+// interrupt between its section and our mask may have been reset()'s
+// cross-call.
 void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
                        uint32_t flags) {
   auto s = plat::irq_save();
@@ -68,7 +69,7 @@ void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr) {
   plat::irq_restore(s);
 }
 
-// --- Clock anchors (abi.h, 3) -------------------------------------------------
+// --- Clock anchors (abi.h, Sequence numbers) ----------------------------------
 
 namespace {
 // Each CPU's last anchor (0: none, or the last one was dropped), written by
@@ -122,7 +123,7 @@ void set_boot_id(uint32_t id) { __atomic_store_n(&g_boot_id, id, __ATOMIC_RELAXE
 
 // The switch orders nothing (its readers use a plain load: kmemtrace.h),
 // hence relaxed. What orders the rings' set-up before recording is in
-// kmemtrace.h, 5.
+// kmemtrace.h, Set-up.
 void enable() { __atomic_store_n(&g_enabled, true, __ATOMIC_RELAXED); }
 void disable() { __atomic_store_n(&g_enabled, false, __ATOMIC_RELAXED); }
 

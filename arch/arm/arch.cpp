@@ -156,8 +156,8 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
   }
   if (kind == TRAP_IRQ) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h, 3). FIQs are fatal; the
-    // exceptions that return are below (rseq.h, 4).
+    // again from its beginning (kernel/rseq.h, Interrupts). FIQs are fatal;
+    // the exceptions that return are below (rseq.h, Synchronous exceptions).
     resume_at(f, f->pc);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)

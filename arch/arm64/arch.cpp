@@ -105,8 +105,9 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   }
   if (kind == TRAP_IRQ) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h, 3). FIQs and SErrors are
-    // fatal; the synchronous exceptions that return are below (rseq.h, 4).
+    // again from its beginning (kernel/rseq.h, Interrupts). FIQs and SErrors
+    // are fatal; the synchronous exceptions that return are below (rseq.h,
+    // Synchronous exceptions).
     f->elr = rseq::restart_pc(f->elr);
     const TrapFrame* outer = cpu.irq_frame;
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
@@ -120,8 +121,8 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
   if (kind == TRAP_SYNC) {
     uint64_t ec = f->esr >> 26;
     // Each one that returns goes back through rseq::restart_pc, as an
-    // interrupt does (kernel/rseq.h, 4): a fixup inside a restartable
-    // section starts it again from its beginning.
+    // interrupt does (kernel/rseq.h, Synchronous exceptions): a fixup inside
+    // a restartable section starts it again from its beginning.
     // A probing store (probe_write) resumes at its fixup.
     if (ec == 0x25 && extable::fixup(f->elr)) {
       f->elr = rseq::restart_pc(

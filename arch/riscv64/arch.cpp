@@ -155,9 +155,9 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   }
   if (f->scause & kCauseInterrupt) {
     // Before any handler runs: an interrupted restartable section starts
-    // again from its beginning (kernel/rseq.h, 3). Every asynchronous entry
-    // comes here (timer, IPI, external); the exceptions that return are
-    // below (rseq.h, 4).
+    // again from its beginning (kernel/rseq.h, Interrupts). Every
+    // asynchronous entry comes here (timer, IPI, external); the exceptions
+    // that return are below (rseq.h, Synchronous exceptions).
     f->sepc = rseq::restart_pc(f->sepc);
     uint64_t code = f->scause & ~kCauseInterrupt;
     const TrapFrame* outer = cpu.irq_frame;
@@ -186,8 +186,9 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
     return;
   }
   // Every exception that returns goes back through rseq::restart_pc, as an
-  // interrupt does (kernel/rseq.h, 4): a section it lands in (the faulting
-  // one retried, or a fixup's) starts again from its beginning.
+  // interrupt does (kernel/rseq.h, Synchronous exceptions): a section it
+  // lands in (the faulting one retried, or a fixup's) starts again from its
+  // beginning.
   // A page fault on a mapping another hart just made (this hart's TLB held
   // the old invalid entry, which no remote fence removed): fence and retry.
   // The section's memory (a magazine another hart allocated from fresh

@@ -179,12 +179,12 @@ TEST_F(allocinfo, SwitchingKeepsTheBooksRight) {
   ASSERT_TRUE(mm::prof_set(true));
 }
 
-// The profiled free (mm/kmem_fastpath.h, 7) of a stale pointer into a
-// destroyed on-slab cache, to the cache created next in the same structure:
-// it reads the slab header's cache word, then its references (the freed
-// array of the slab that is gone). Refused and reported, with nothing
-// written and nothing pushed, at every on-slab size. (As kmem's test of
-// the magazine free: tests/host/test_kmem.cpp.)
+// The profiled free (mm/kmem_fastpath.h, Profiled fast paths) of a stale
+// pointer into a destroyed on-slab cache, to the cache created next in the
+// same structure: it reads the slab header's cache word, then its references
+// (the freed array of the slab that is gone). Refused and reported, with
+// nothing written and nothing pushed, at every on-slab size. (As kmem's test
+// of the magazine free: tests/host/test_kmem.cpp.)
 namespace {
 std::vector<mm::MemError> g_errors;
 }  // namespace

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host platform's stopped world (mm/host/platform.cpp, sections 2-6):
+// The host platform's stopped world (mm/host/platform.cpp's design statement):
 // plat::stop_others stops every thread that holds a CPU slot with a signal,
 // and plat::for_each_stack reports each one's live stack with its
 // interrupted registers in it, and the caller's with its own spilled.

@@ -58,11 +58,11 @@ void dtor(void* buf, void* priv) {
 }
 
 // Before kmem_init, kmem_alloc's size tables name a cache with no
-// magazines (mm/kmem_alloc.cpp, 4), so that the fast paths need no null
-// test of the entry. On the host kmem starts on first use: a free through
-// the tables is refused with a report and changes nothing; the first
-// allocation misses on that cache and brings kmem up. Needs a process of
-// its own, as ctest runs each test.
+// magazines (mm/kmem_alloc.cpp, Before kmem_init), so that the fast paths
+// need no null test of the entry. On the host kmem starts on first use: a
+// free through the tables is refused with a report and changes nothing; the
+// first allocation misses on that cache and brings kmem up. Needs a process
+// of its own, as ctest runs each test.
 TEST(kmem, FirstUseThroughTheSizeTablesBringsKmemUp) {
   if (mm::kmem_ready()) GTEST_SKIP() << "kmem is up already: run this test in a process of its own (ctest does)";
   Errors e;
@@ -179,10 +179,10 @@ TEST(kmem, KmemAllocEverySizeAndZalloc) {
   for (auto& [p, size] : v) kmem_free(p, size);
 }
 
-// The size table (mm/kmem_alloc.cpp, 1): every size up to 16 KiB takes the
-// smallest class that holds it, including the sizes either side of each
-// class (one entry per 8 bytes: a size 1 past a class is the next one's),
-// and a size above the last class is a large allocation.
+// The size table (mm/kmem_alloc.cpp, Size classes): every size up to 16 KiB
+// takes the smallest class that holds it, including the sizes either side of
+// each class (one entry per 8 bytes: a size 1 past a class is the next
+// one's), and a size above the last class is a large allocation.
 TEST(kmem, EverySizeTakesTheSmallestClassThatFits) {
   const size_t ladder[] = {8,    16,   32,   48,   64,   80,   96,   112,  128,   160,   192,  224,
                            256,  320,  384,  448,  512,  640,  768,  896,  1024,  1280,  1536, 1792,

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host tests of kmem's debug modes (mm/kmem_debug.cpp) and of the slab
-// free list's hardening (mm/kmem_slab.cpp, 8): every misuse class of the
-// debug issue is made on purpose, its report checked field by field, and
-// the allocator shown to work on afterwards.
+// free list's hardening (mm/kmem_slab.cpp, Free-list hardening): every misuse
+// class of the debug issue is made on purpose, its report checked field by
+// field, and the allocator shown to work on afterwards.
 #include <gtest/gtest.h>
 #include <mm/kmem.h>
 #include <mm/kmem_debug.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // kmemleak switched on over a heap that has been running, as a user does
-// with `kmemleak on` (mm/kmemleak.cpp, 6; mm/kmemleak_meta.h), on the host
-// under ASan/UBSan. Its own program: kmemleak starts off here, and every
+// with `kmemleak on` (mm/kmemleak.cpp, Switching; mm/kmemleak_meta.h), on the
+// host under ASan/UBSan. Its own program: kmemleak starts off here, and every
 // test below builds its heap while it is off. Objects are remembered only
 // as encoded integers (~address), and the stacks are not scanned (the
 // lists hang from registered roots), so nothing but the heap graph

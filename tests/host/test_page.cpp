@@ -233,9 +233,9 @@ TEST_F(page, AllocAndFreeEveryOrder) {
 }
 
 // The physical heap's two ways to a run of contiguous frames (mm/segkmem.cpp,
-// point 7): a buddy block split into single frames, and any run of free
-// frames found by page_alloc_run; either way each frame is then freed on its
-// own and everything coalesces back.
+// The physical heap): a buddy block split into single frames, and any run of
+// free frames found by page_alloc_run; either way each frame is then freed on
+// its own and everything coalesces back.
 TEST_F(page, SplitBlockFramesAreFreedOneByOne) {
   uint64_t pa = page_alloc(3, KM_NOSLEEP);
   ASSERT_NE(pa, 0u);

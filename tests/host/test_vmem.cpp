@@ -249,10 +249,10 @@ TEST_F(vmem, InstantFitFallsBackToTheListThatMightFit) {
 }
 
 // A segment carved from the head of its list whose rest falls to a lower
-// class stays where it is (mm/vmem.cpp, section 3), and is taken from there
-// only when it is big enough to be sure of: every choice is the one that
-// exact lists (each segment on the list of its size) would give, without a
-// search.
+// class stays where it is (mm/vmem.cpp, Free lists), and is taken from
+// there only when it is big enough to be sure of: every choice is the one
+// that exact lists (each segment on the list of its size) would give,
+// without a search.
 TEST_F(vmem, ShrunkSegmentStaysOnItsListUntilTooSmallToBeSure) {
   Arena a(vmem_create("t_lazy", P(1000), 100, 1, nullptr, nullptr, nullptr, 0, VM_SLEEP));
   ASSERT_NE(vmem_add(a, P(2000), 64, VM_SLEEP), nullptr);  // list 6: the 64, then the 100
@@ -1012,7 +1012,8 @@ void randomized(vmem_t* a, Model& m, size_t q, unsigned seed, int steps, bool co
       if (p) {
         m.add(U(p), size, (size + q - 1) / q * q, false);
       } else {
-        // Every policy searches until it finds a fit (mm/vmem.cpp, 3).
+        // Every policy searches until it finds a fit (mm/vmem.cpp, Free
+        // lists).
         EXPECT_FALSE(m.fits((size + q - 1) / q * q, q, 0, 0, 0, 0))
             << "step " << step << ": vmem_alloc(" << size << ", policy " << policy << ") failed with room left";
         m.refusals_checked++;
@@ -1111,7 +1112,7 @@ TEST_F(vmem, RandomizedWithImports) {
 
 // --- Against exact free lists -----------------------------------------------
 
-// Free lists as section 3 of mm/vmem.cpp defines them, with every segment
+// Free lists as mm/vmem.cpp (Free lists) defines them, with every segment
 // always on the list of its size: list i holds the free segments of
 // [2^i, 2^(i+1)) quanta, newest first, and a segment that changes class
 // moves to the head of its new list. Instant fit and best fit as vmem's,

@@ -6,8 +6,8 @@
 // over the whole of mm/ (MAGPIE_HAVE_KMEM), where kmem comes up afterwards
 // over the same page allocator, and over vmem alone.
 //
-// An arena's boundary tags come from the page allocator (mm/vmem.cpp, 7):
-// the arena's first span needs them, and vmem_create brings the page
+// An arena's boundary tags come from the page allocator (mm/vmem.cpp, The tag
+// pool): the arena's first span needs them, and vmem_create brings the page
 // allocator up on first use, as kmem_alloc's first use brings kmem up.
 #include <gtest/gtest.h>
 #include <mm/kmem.h>
@@ -61,7 +61,7 @@ TEST(FIRST_USE_SUITE, AnArenaIsTheFirstThingTheProgramMakes) {
   constexpr uintptr_t kBase = 0x100000;
   constexpr size_t kSize = size_t{1} << 20, kQuantum = 16;
   // With quantum caches asked for: until a cache layer exists (kmem's), their
-  // sizes are served by the arena itself (mm/vmem.cpp, 5).
+  // sizes are served by the arena itself (mm/vmem.cpp, Quantum caches).
   vmem_t* a = vmem_create("first", P(kBase), kSize, kQuantum, nullptr, nullptr, nullptr, 4 * kQuantum, VM_SLEEP);
   ASSERT_NE(a, nullptr) << (g_errors.empty() ? "no report" : g_errors[0].kind);
   mm::page_stats(ps);

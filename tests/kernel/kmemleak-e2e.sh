@@ -12,9 +12,9 @@
 #    can hold a stale copy of a leaked address (a dead slot in a live
 #    frame, or an uninitialised buffer it just got) at the instant of one
 #    scan: a documented false negative of a conservative scan
-#    (mm/kmemleak.cpp, 7) that delays the report by a scan or two, or, at
-#    a later scan, takes a reported object off the list for that scan (an
-#    object at the start of a slab page, whose address is also the page's,
+#    (mm/kmemleak.cpp, The stacks) that delays the report by a scan or two,
+#    or, at a later scan, takes a reported object off the list for that scan
+#    (an object at the start of a slab page, whose address is also the page's,
 #    which the allocators hold: seen once in CI, at the sixth scan). Every
 #    listing holds only leaked objects, all but one at most, and each
 #    leaked object is in one; `kmemleak summary` before the second

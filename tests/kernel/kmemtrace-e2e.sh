@@ -85,8 +85,8 @@ echo "ok: kmemtrace dump end to end on $board"
 #    workload while the shell's core streams their events; what the rings
 #    could not hold is counted. Then a longer workload in the foreground,
 #    which holds the stream back until it returns (kernel/kmemtrace.cpp,
-#    3): every core's 64 KiB ring overflows (about 240 bytes of events a
-#    round, 1000 rounds), so events are dropped for certain. The capture
+#    Streaming): every core's 64 KiB ring overflows (about 240 bytes of events
+#    a round, 1000 rounds), so events are dropped for certain. The capture
 #    must account for every event: per CPU, events decoded = events the
 #    kernel recorded; dropped events and overrun bytes as the kernel
 #    counted them, and not 0; no stream bytes missing.

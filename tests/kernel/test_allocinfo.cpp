@@ -4,8 +4,8 @@
 // go through the macros counted at the functions' own tags.
 //
 // Linked last (tests/kernel/CMakeLists.txt): once profiling has been on,
-// the frees stay hooked (mm/alloc_tag.cpp, 4), which tests that need the
-// allocators' hooks off would see.
+// the frees stay hooked (mm/alloc_tag.cpp, Switching), which tests that need
+// the allocators' hooks off would see.
 #include <arch/ops.h>
 #include <kernel/allocinfo.h>
 #include <kernel/arch.h>
@@ -251,7 +251,7 @@ KTEST(allocinfo_books_balance) {
 }
 
 // Once profiling has been on, frees subtract for good (mm/alloc_tag.cpp,
-// 4), with kmemtrace on as well: kmemtrace then is not "alone" on the
+// Switching), with kmemtrace on as well: kmemtrace then is not "alone" on the
 // frees (the hooks' free word says so, mm/hooks.cpp), so its fast path,
 // which takes no reference off a buffer, must not run them. Buffers
 // allocated while profiling counts, freed while it is off and kmemtrace

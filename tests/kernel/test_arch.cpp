@@ -346,7 +346,7 @@ NOINLINE void caller_of_recursion(Walk* w) {
 
 // Where backtraces come from the unwind tables (Thumb code), the first walk
 // reads them and the second undoes the same frames by the recipes the first
-// cached (arch/arm/ehabi.cpp, 5): both must find the same frames.
+// cached (arch/arm/ehabi.cpp, Recipes): both must find the same frames.
 KTEST(backtrace_walks_the_callers_and_folds_a_recursion) {
   static Walk walks[2];
   Walk& w = walks[0];

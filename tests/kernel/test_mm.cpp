@@ -917,9 +917,9 @@ void cache_events(uint64_t& allocs, uint64_t& frees) {
 }  // namespace
 
 // Before kmem_init, kmem_alloc's size tables name a cache that refuses
-// every call (mm/kmem_alloc.cpp, 4), so that its fast path needs no null
-// test: an allocation from it fails with a report, a free is refused with
-// one and changes nothing.
+// every call (mm/kmem_alloc.cpp, Before kmem_init), so that its fast path
+// needs no null test: an allocation from it fails with a report, a free is
+// refused with one and changes nothing.
 KTEST(kmem_alloc_before_kmem_init_is_refused_with_a_report) {
   if (mm::failslab_armed()) KSKIP("fault injection is on (kmem.fail): it may fail the allocation before the slow path");
   kmem_cache_t* cp = mm::kmem_no_class();
@@ -977,8 +977,9 @@ KTEST(kmemtrace_switch_patches_the_allocators_and_records_only_while_on) {
   KEXPECT_EQ(a, 1u);
   KEXPECT_EQ(f, 1u);
   // Where sequence numbers are a clock, every online core recorded its
-  // anchor when tracing started (trace/include/trace/abi.h, 3; count_types
-  // counts them among the other events); where they are a counter, none.
+  // anchor when tracing started (trace/include/trace/abi.h, Sequence numbers;
+  // count_types counts them among the other events); where they are a
+  // counter, none.
   for (unsigned cpu = 0; cpu < kmemtrace::max_cpus(); cpu++) {
     kmemtrace::TypeCounts tc;
     if (!kmemtrace::count_types(cpu, tc)) continue;

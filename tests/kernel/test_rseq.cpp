@@ -28,18 +28,19 @@
 // fails (a buffer handed out twice, counts off).
 // With allocation profiling on and no other allocator hook (the suite run
 // with sysctl.vm.mem_profiling=1), the same run goes through the profiled
-// fast paths (mm/kmem_fastpath.h, 7), whose counter adds are sections too:
-// the handler and the code it interrupts allocate at the same call sites
-// (the site_* functions), so a lost add would leave a site's count off.
+// fast paths (mm/kmem_fastpath.h, Profiled fast paths), whose counter adds
+// are sections too: the handler and the code it interrupts allocate at the
+// same call sites (the site_* functions), so a lost add would leave a site's
+// count off.
 // Each site must count exactly the buffers the handlers still hold, then
 // zero once they are freed.
 // A second test, with no allocator hook on, makes two runs that record
 // with kmemtrace (masked, then alone, through its fast paths and
-// restartable ring writes: mm/kmem_fastpath.h, 8): no test operation may go
-// unrecorded (rings and drops hold at least that many events), every
-// pointer's history in the part of the trace where no CPU dropped anything
-// alternates between allocation and free (check_histories), and the ring
-// writes rewound where they are sections.
+// restartable ring writes: mm/kmem_fastpath.h, kmemtrace's fast paths): no
+// test operation may go unrecorded (rings and drops hold at least that many
+// events), every pointer's history in the part of the trace where no CPU
+// dropped anything alternates between allocation and free (check_histories),
+// and the ring writes rewound where they are sections.
 #include <kernel/arch.h>
 #include <kernel/console.h>
 #include <kernel/kmemtrace.h>
@@ -358,8 +359,8 @@ uint64_t check_histories() {
         best = c;
     if (best == kCpus) break;
     // Where numbers come from a clock, two CPUs' events may share one (a
-    // tick, trace/abi.h 3): take the first that its pointer allows, as
-    // readers do (trace/reader.h, 4).
+    // tick, trace/abi.h, Sequence numbers): take the first that its pointer
+    // allows, as readers do (trace/reader.h, Merging).
     for (unsigned c = best; c < ncpu; c++) {
       if (at[c] >= start[c + 1] || recs[at[c]].seq != recs[at[best]].seq) continue;
       const Rec& h = recs[at[c]];
@@ -390,8 +391,8 @@ uint64_t check_histories() {
 }
 
 // One run; returns the rewinds it saw. traced: with kmemtrace recording
-// (alone: its fast paths, mm/kmem_fastpath.h, 8), which must record each
-// operation exactly once, in rings or as a drop.
+// (alone: its fast paths, mm/kmem_fastpath.h, kmemtrace's fast paths), which
+// must record each operation exactly once, in rings or as a drop.
 uint64_t run(bool masked, uint64_t ms, uint64_t want_rewinds, bool traced = false) {
   g_masked = masked;
   g_page_ops.store(0);
@@ -531,8 +532,8 @@ KTEST(rseq_magazines_survive_interrupts_that_allocate) {
 }
 
 // kmemtrace alone: its fast paths, whose ring writes are sections too
-// (trace/record.h, 2), recording every operation exactly once, then the
-// rewinds, due where the ring write is a section (arm64, arm, riscv64;
+// (trace/record.h, Restartable), recording every operation exactly once, then
+// the rewinds, due where the ring write is a section (arm64, arm, riscv64;
 // elsewhere the traced paths mask, and the test skips once the records are
 // checked). It needs every allocator hook off to start with.
 KTEST(rseq_kmemtrace_records_survive_interrupts) {
@@ -556,13 +557,13 @@ KTEST(rseq_kmemtrace_records_survive_interrupts) {
 }
 
 // A synchronous exception that returns into a restartable section restarts
-// it, as an interrupt does (kernel/rseq.h, 4: RISC-V's spurious page fault
-// on a mapping another hart just made is one; every arch's exception table
-// fixups are another). A section for tests (arch::rseq_fault_probe) stores
-// to read-only memory on its first pass, and the fault resumes it at its
-// own commit: restarted, it runs a second pass, which commits; resumed in
-// place, it commits after one. Interrupts are masked around it, so that the
-// one rewind the CPU counts is the fault's.
+// it, as an interrupt does (kernel/rseq.h, Synchronous exceptions: RISC-V's
+// spurious page fault on a mapping another hart just made is one; every
+// arch's exception table fixups are another). A section for tests
+// (arch::rseq_fault_probe) stores to read-only memory on its first pass, and
+// the fault resumes it at its own commit: restarted, it runs a second pass,
+// which commits; resumed in place, it commits after one. Interrupts are
+// masked around it, so that the one rewind the CPU counts is the fault's.
 #if defined(ARCH_HAS_RSEQ)
 namespace {
 const uint32_t kReadOnlyWord = 0x600d;

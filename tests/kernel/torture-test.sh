@@ -11,9 +11,10 @@
 # message, `kmem errors` says 0 and the shell went on to poweroff. With
 # fault injection on (an option --append kmem.fail=...), also that
 # `kmem fail` made allocations fail. With --kmemleak, the run is
-# `kmem torture OPS SEED kmemleak` (kernel/torture.cpp, 7: the calling core
-# switches kmemleak off and on and scans while the other cores work), and it
-# must also report kmemleak switched and scanning, with 0 false leaks.
+# `kmem torture OPS SEED kmemleak` (kernel/torture.cpp, kmemleak mode: the
+# calling core switches kmemleak off and on and scans while the other cores
+# work), and it must also report kmemleak switched and scanning, with 0 false
+# leaks.
 #
 #   torture-test.sh QEMU_RUN BOARD BUILD_DIR [OPS [--cpus N] [--kmemleak] [QEMU-RUN OPTIONS...]]
 set -uo pipefail

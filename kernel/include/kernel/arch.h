@@ -170,7 +170,7 @@ bool firmware_bootargs(char* buf, size_t size);
 // frame records (same arguments and result, kernel/backtrace.h).
 size_t unwind(uintptr_t fp, const TrapFrame* trap, uintptr_t* pcs, size_t max, unsigned* repeats);
 // The same arches: drops what the unwinder cached of the frames it undid
-// on this core (arch/arm/ehabi.cpp, 5), so that the next walk reads the
+// on this core (arch/arm/ehabi.cpp, Recipes), so that the next walk reads the
 // tables again. For tests.
 void unwind_forget();
 

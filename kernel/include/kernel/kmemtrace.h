@@ -24,7 +24,7 @@ void clear();
 // Ring capacity per CPU in bytes (0 before setup or without memory).
 size_t ring_capacity();
 // From every core's timer tick, interrupts masked: the core's clock anchor
-// when one is due (trace/include/trace/abi.h, 3). A load and a branch
-// while tracing is off; nothing where sequence numbers are a counter.
+// when one is due (trace/include/trace/abi.h, Sequence numbers). A load and a
+// branch while tracing is off; nothing where sequence numbers are a counter.
 void tick();
 }  // namespace kmemtrace

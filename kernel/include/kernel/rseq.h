@@ -16,33 +16,33 @@
 //    section reads a clock). Registers: a section reads its inputs and writes only
 //    its own outputs (early-clobber), so it can run again from its first
 //    instruction with the same inputs.
-// 2. Each section lists itself as {start, end, restart} in the .rseq_table
-//    section (end: the address after the commit store; restart: where to
-//    go back to, its start for every section so far). The functions that
-//    contain sections live in one text section, .text.rseq, between
+// 2. The table. Each section lists itself as {start, end, restart} in the
+//    .rseq_table section (end: the address after the commit store; restart:
+//    where to go back to, its start for every section so far). The functions
+//    that contain sections live in one text section, .text.rseq, between
 //    __rseq_text_start and __rseq_text_end.
-// 3. The arch's interrupt entry (every asynchronous entry: IRQs, IPIs,
-//    RISC-V's interrupt traps) passes the interrupted PC through
+// 3. Interrupts. The arch's interrupt entry (every asynchronous entry:
+//    IRQs, IPIs, RISC-V's interrupt traps) passes the interrupted PC through
 //    restart_pc() before it runs any handler: one bounding-range compare
 //    for any PC outside .text.rseq; inside it, the table is searched and a
 //    PC in [start, end) becomes restart. The handler (which may allocate,
 //    flush this CPU's magazines, or freeze the CPU for kmem_whatis) then
 //    sees the section either not started or complete, and the interrupted
 //    code runs it again from the start when the interrupt returns.
-// 4. Synchronous exceptions are rewound too. The sections touch only the
-//    CPU's own per-CPU data and its magazines, mapped kernel memory that is
-//    never unmapped while reachable from the CPU (no demand paging, no
+// 4. Synchronous exceptions. They are rewound too. The sections touch only
+//    the CPU's own per-CPU data and its magazines, mapped kernel memory that
+//    is never unmapped while reachable from the CPU (no demand paging, no
 //    watchpoints, no breakpoints in the kernel), and contain no trapping
 //    instruction, so most faults there are a corrupted pointer, fatal and
 //    reported where they happened. But some exceptions return: on RISC-V a
-//    page fault on a mapping another hart just made (a new mapping is
-//    fenced only locally: arch/riscv64/mmu.cpp) is spurious, fenced and
-//    retried, and a magazine may lie in such a mapping; and an exception
-//    table fixup (kernel/extable.h) resumes wherever it says. Every
-//    exception handler that returns passes the pc it returns to through
-//    restart_pc, as interrupt entry does: a section it lands in starts
-//    again from its beginning, whatever the handler did meanwhile. (The
-//    Cortex-M3 has no sections: its fast paths mask interrupts.)
+//    page fault on a mapping another hart just made (a new mapping is fenced
+//    only locally: arch/riscv64/mmu.cpp) is spurious, fenced and retried, and
+//    a magazine may lie in such a mapping; and an exception table fixup
+//    (kernel/extable.h) resumes wherever it says. Every exception handler
+//    that returns passes the pc it returns to through restart_pc, as
+//    interrupt entry does: a section it lands in starts again from its
+//    beginning, whatever the handler did meanwhile. (The Cortex-M3 has no
+//    sections: its fast paths mask interrupts.)
 // 5. There is no migration: a CPU's code and its interrupts run on that
 //    CPU, so a section's per-CPU pointer, computed before it starts, stays
 //    right across a rewind.

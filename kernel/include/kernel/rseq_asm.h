@@ -2,8 +2,8 @@
 // What every arch's restartable sections (arch/<a>/include/arch/rseq.h)
 // share: the text section the functions that inline them go into, the
 // table entry each section's asm statement emits right after its commit
-// ({start, end, restart} = {1b, 2b, 1b}, pointer-sized: kernel/rseq.h, 2),
-// and the outcomes of a magazine push.
+// ({start, end, restart} = {1b, 2b, 1b}, pointer-sized: kernel/rseq.h, The
+// table), and the outcomes of a magazine push.
 #pragma once
 
 #define ARCH_RSEQ_TEXT __attribute__((section(".text.rseq")))

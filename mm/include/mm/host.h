@@ -20,7 +20,8 @@ const HostMemory& memory();
 
 // The page allocator over that memory (init_memory, then page_init), once,
 // whichever call into the library comes first: kmem_init's (segkmem), or
-// vmem_create's (an arena's boundary tags are pages: mm/vmem.cpp, 7).
+// vmem_create's (an arena's boundary tags are pages: mm/vmem.cpp, The tag
+// pool).
 // Idempotent and thread-safe: a second caller returns once it is up.
 void init_page_allocator();
 

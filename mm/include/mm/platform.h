@@ -71,21 +71,23 @@
 //                                         over a null sentinel) and a
 //                                         counter increment as restartable
 //                                         sections over the fields at base +
-//                                         offset (kmem_fastpath.h, 6); declared
-//                                         and never defined where kRestartable
-//                                         is false
+//                                         offset (kmem_fastpath.h,
+//                                         Restartable fast paths); declared
+//                                         and never defined where
+//                                         kRestartable is false
 //   bool rseq_pop_pair<kTop, kMark>(char* base, void*& first, uintptr_t& second);
 //   bool rseq_push_pair<kTop>(char* base, void* first, uintptr_t second);
 //                                         the page allocator's per-CPU stack of
 //                                         two-word {pointer, value} entries
-//                                         (page.cpp, 4), the same way: top
-//                                         and limit over a sentinel entry
-//                                         whose pointer's mark is not kMark
+//                                         (page.cpp, Per-CPU caches), the
+//                                         same way: top and limit over a
+//                                         sentinel entry whose pointer's mark
+//                                         is not kMark
 //   constexpr bool kTraceClock;           kmemtrace's sequence numbers from
 //   uint64_t trace_clock();                 trace_clock(), a clock every CPU
 //   uint64_t trace_clock_hz();              reads alike, read after what came
-//                                         before it (trace/abi.h, 3); false:
-//                                         one atomic counter
+//                                         before it (trace/abi.h, Sequence
+//                                         numbers); false: one atomic counter
 //   char* trace_ring();                   this CPU's kmemtrace ring header
 //                                         (kmemtrace::ring_header), for the
 //                                         restartable ring write; kernel only,
@@ -106,7 +108,7 @@
 //   constexpr bool kPhysicalHeap;         no MMU: the heap is runs of contiguous
 //                                         frames at their physical addresses, and
 //                                         heap_window / map_heap are not used
-//                                         (segkmem.cpp, point 7)
+//                                         (segkmem.cpp, The physical heap)
 //   void* phys_to_virt(uint64_t pa);      the direct map of RAM
 //   uint64_t virt_to_phys(const void* va);  inverse, for direct-map addresses
 #pragma once

@@ -21,7 +21,7 @@ constexpr unsigned kStackDepotMaxFrames = 16;
 // keep a handle in that many bits and use the others for its own.
 constexpr unsigned kStackHandleBits = 22;
 // The pool kmemleak sets up: 1 MiB, about 7000 traces of 16 frames on
-// 64-bit boards, 12 700 of 8 (see mm/stackdepot.cpp, 8.).
+// 64-bit boards, 12 700 of 8 (see mm/stackdepot.cpp, Bound).
 constexpr size_t kStackDepotDefaultPool = size_t{1} << 20;
 
 // Sets the depot up with a fixed pool of pool_bytes (from the page allocator, page_alloc_va: never

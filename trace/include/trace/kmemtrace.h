@@ -10,7 +10,7 @@
 //    one global flag and a branch not taken. Enabled, the out-of-line
 //    record_*_slow masks interrupts, takes the next sequence number (a
 //    clock read on ARM, an atomic add on a global counter elsewhere: the
-//    ABI's cross-CPU order, abi.h 3), writes the
+//    ABI's cross-CPU order, abi.h, Sequence numbers), writes the
 //    event into this CPU's ring and publishes it. No locks, no allocation.
 //    The kmem fast paths record inline instead (trace/record.h): masked
 //    inside their own critical section, or, while kmemtrace alone has the
@@ -27,7 +27,7 @@
 //        record_free(kTypeKmalloc, CALLER_ADDRESS(), buf)
 //    `caller` is the return address into the allocator's caller: take it in
 //    the public entry point, not in a helper.
-// 5. Set-up, once at boot on any CPU, before enable(): init_cpu(cpu, mem,
+// 5. Set-up. Once at boot on any CPU, before enable(): init_cpu(cpu, mem,
 //    bytes) for each CPU that records (others drop every event and count
 //    it), set_boot_id(). The memory stays the ring's until reboot.
 //    Ordering: a CPU must see a ring's set-up (init_cpu, or reset()) before
@@ -115,9 +115,9 @@ __attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t c
   record_free(type, caller, reinterpret_cast<uintptr_t>(ptr));
 }
 
-// Clock anchors (abi.h, 3), where the platform's sequence numbers come
-// from a clock (plat::kTraceClock; otherwise both do nothing). Each masks
-// interrupts, reads the clock, and records it in this CPU's ring.
+// Clock anchors (abi.h, Sequence numbers), where the platform's sequence
+// numbers come from a clock (plat::kTraceClock; otherwise both do nothing).
+// Each masks interrupts, reads the clock, and records it in this CPU's ring.
 // clock_anchor: now, whether or not tracing is on: the kernel calls it on
 // every CPU before enable(), so that it comes before every event of the
 // session. clock_tick: from every CPU's timer tick, while tracing is on,

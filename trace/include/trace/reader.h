@@ -23,9 +23,9 @@
 //    fields and features are skipped, a last event cut short is counted
 //    (truncated) and dropped, a size too small to be an event stops the
 //    segment (damage: nothing after it can be trusted).
-// 4. merge_by_sequence() orders all CPUs' events by the 32-bit sequence
-//    number (abi.h, 3), unwrapped per CPU (events of one CPU are in
-//    sequence order):
+// 4. Merging. merge_by_sequence() orders all CPUs' events by the 32-bit
+//    sequence number (abi.h, Sequence numbers), unwrapped per CPU (events
+//    of one CPU are in sequence order):
 //    - with clock anchors (kEventClock, ABI version 3) each CPU's numbers
 //      are placed on the whole 64-bit clock: forward from each anchor,
 //      backward before a CPU's first one (a CPU without any lands nearest

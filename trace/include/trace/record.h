@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The recording paths inlined into the allocators' traced copies.
 //
-// 1. Masked (alloc_masked, free_masked): for code that already runs with
+// 1. Masked. alloc_masked and free_masked, for code that already runs with
 //    interrupts masked on this CPU (the allocators' traced paths where the
 //    platform has no restartable sections, inside their own masked region,
 //    and the slow paths): the ring write of kmemtrace::record_*_slow,
 //    inline, without masking again. Only while tracing is enabled (the
 //    caller tested kmemtrace::enabled()).
-// 2. Restartable (alloc_rseq, free_rseq; the kernel on arm64, arm and
+// 2. Restartable. alloc_rseq and free_rseq (the kernel on arm64, arm and
 //    riscv64, ARCH_HAS_RSEQ_RECORD): the whole record is one section
 //    run with interrupts enabled (arch/<a>/include/arch/rseq.h,
 //    rseq_record_*): it loads the ring's head and limit (no room: the
@@ -16,19 +16,19 @@
 //    arm64, arm and riscv64 virt; an atomic add, sifive_u), writes the
 //    event above
 //    the head, where no reader looks, and commits by its release store of
-//    the new head (the ring's publication: ring.h, 5). An interrupt inside
-//    it rewinds it: the handler's own events (an allocation in interrupt
-//    context) go into the ring first, and the rerun writes after them with
-//    a later sequence number. A number the atomic add gave a rewound run
-//    is lost, so the numbers of a CPU's events rise but may skip; readers
-//    order by them and need no run without gaps (trace/reader.h).
+//    the new head (the ring's publication: ring.h, The orderings). An
+//    interrupt inside it rewinds it: the handler's own events (an allocation
+//    in interrupt context) go into the ring first, and the rerun writes after
+//    them with a later sequence number. A number the atomic add gave a
+//    rewound run is lost, so the numbers of a CPU's events rise but may skip;
+//    readers order by them and need no run without gaps (trace/reader.h).
 //    The section does not read the switch: only kmemtrace's fast paths
-//    use it (mm/kmem_fastpath.h, 8), reached while the allocators' hooks
-//    word says kmemtrace alone, which it says only between enable() and
-//    disable() (kmemtrace::start and stop set the hooks inside them), give
-//    or take the event at the moment of the switch. reset() comes after a
-//    cross-call that every secondary core takes from its idle loop, so no
-//    core is inside a section then (kmemtrace.h, reset).
+//    use it (mm/kmem_fastpath.h, kmemtrace's fast paths), reached while the
+//    allocators' hooks word says kmemtrace alone, which it says only between
+//    enable() and disable() (kmemtrace::start and stop set the hooks inside
+//    them), give or take the event at the moment of the switch. reset() comes
+//    after a cross-call that every secondary core takes from its idle loop,
+//    so no core is inside a section then (kmemtrace.h, reset).
 //    32-bit ARM fits an allocation's section in ten registers: six
 //    inputs (the tag is an immediate), four scratch; its caller is an
 //    input (GCC's read of the return address), not lr read in the asm.
@@ -39,7 +39,7 @@
 
 namespace kmemtrace::detail {
 
-// The ABI's sequence number (abi.h, 3), one of two kinds:
+// The ABI's sequence number (abi.h, Sequence numbers), one of two kinds:
 //  - the platform's trace clock (plat::kTraceClock: ARM's virtual counter,
 //    or a RISC-V board's time CSR where it is the hardware's), its low 32
 //    bits. No shared write. When one event causes another on
@@ -50,13 +50,14 @@ namespace kmemtrace::detail {
 //    the section's fence irw,w, orders the read before every later store),
 //    and before B's, which the clock read's isb (RISC-V: fence r,i) keeps
 //    after B's acquire: B's number is A's or more
-//    (the same within a tick; readers break such ties, abi.h, 3);
+//    (the same within a tick; readers break such ties, abi.h, Sequence
+//    numbers);
 //  - else one counter for every CPU (g_rec.seq), taken by an atomic add.
 //    Relaxed is enough: all read-modify-writes of one atomic fall into a
 //    single order, so numbers are unique, and the same synchronisation
 //    makes A's add happen before B's, which coherence then orders first.
 // Neither publishes other memory. The ring write that follows is ordered
-// by the ring (ring.h, 5).
+// by the ring (ring.h, The orderings).
 __attribute__((always_inline)) inline uint32_t next_seq() {
   if constexpr (mm::plat::kTraceClock) return static_cast<uint32_t>(mm::plat::trace_clock());
   return g_rec.seq.fetch_add(1, std::memory_order_relaxed);

@@ -21,13 +21,13 @@
 //    interrupts masked (kmemtrace::record_* mask them; a ring used by a
 //    host thread needs nothing). Not re-entrant: an interrupt must not
 //    record into the ring it interrupted while put_* runs. (The kernel's
-//    restartable ring write, trace/record.h, 2, is the other producer: an
-//    interrupt may record into the ring it interrupted, because the write
-//    it interrupted is rewound and redone after it.) It writes the event into free
-//    space, then publishes it by storing head_ with release, so a reader
-//    that loads head_ with acquire sees whole events only (never a torn
-//    one). Free space is checked against limit_, the producer's own copy
-//    of tail_ + capacity, refreshed (an acquire load of tail_) only when
+//    restartable ring write, trace/record.h, Restartable, is the other
+//    producer: an interrupt may record into the ring it interrupted, because
+//    the write it interrupted is rewound and redone after it.) It writes the
+//    event into free space, then publishes it by storing head_ with release,
+//    so a reader that loads head_ with acquire sees whole events only (never
+//    a torn one). Free space is checked against limit_, the producer's own
+//    copy of tail_ + capacity, refreshed (an acquire load of tail_) only when
 //    the event does not fit under it. A full ring drops the new event and
 //    adds its size to overrun_bytes_ (the ABI's total_overruns) and one to
 //    dropped_. Counters are word-sized and updated by load+store (one
@@ -40,7 +40,7 @@
 //    never overwritten until consume() moves tail_ past them (release, so
 //    the producer's acquire load of tail_ orders its new writes after our
 //    reads). consume() only ever moves by whole events.
-// 5. The orderings, all of them (QEMU on x86 never reorders, so each is
+// 5. The orderings. All of them (QEMU on x86 never reorders, so each is
 //    argued here and checked by tests/host/stress_trace_tsan.cpp, where
 //    weakening any one makes ThreadSanitizer report a race):
 //      head_  producer's release store (put*) -> consumer's acquire load

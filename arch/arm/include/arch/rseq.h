@@ -9,9 +9,9 @@
 // again on the same inputs. Only loads, stores, arithmetic, branches and,
 // in the ring write, isb, the virtual counter's mrrc (CNTVCT: always
 // readable at PL1; CNTHCTL gates only the physical counter) and dmb:
-// nothing that traps (kernel/rseq.h, 4). The offsets must fit a load's
-// 12-bit immediate (a pair's, kPairOffsetLimit). Little-endian: a 64-bit field is its low word, then
-// its high one.
+// nothing that traps (kernel/rseq.h, Synchronous exceptions). The offsets
+// must fit a load's 12-bit immediate (a pair's, kPairOffsetLimit).
+// Little-endian: a 64-bit field is its low word, then its high one.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 #pragma once
 #include <cstddef>
@@ -169,8 +169,8 @@ __attribute__((always_inline)) inline void rseq_inc(char* base) {
 }
 
 // The 64-bit word at base + 8 * index, plus d (minus d: kSub) (allocation profiling's
-// per-CPU counters: mm/alloc_tag.cpp, 2), with IRQs masked for the five
-// instructions: not a restartable section, whose commit is one store.
+// per-CPU counters: mm/alloc_tag.cpp, Counters), with IRQs masked for the
+// five instructions: not a restartable section, whose commit is one store.
 // strd would be one, but an interrupt may abandon an strd half written
 // where SCTLR.FI (low interrupt latency) is set, which the kernel cannot
 // rule out everywhere (the bit is read-only to it under a hypervisor), and
@@ -200,7 +200,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory", "cc");
 }
 
-// kmemtrace's restartable ring write (trace/record.h, 2), with the
+// kmemtrace's restartable ring write (trace/record.h, Restartable), with the
 // contract of arch/arm64/include/arch/rseq.h's rseq_record_free: the ring's
 // head and limit at ring, its buffer and mask at ring + kBuf and ring +
 // kMask; the sequence number is the virtual counter's low 32 bits (isb,
@@ -286,12 +286,12 @@ full:
 
 // A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
 // exception that returns into a section must restart it (kernel/rseq.h,
-// 4). Each pass stores its count in *passes (a store before the commit
-// that a rerun repeats: the count is what the test reads); the first pass
-// (*passes was 0) then stores to bad, an address that faults, and the
-// fault resumes at the commit through the section's own __extable entry:
-// inside the section. Restarted, the section makes a second pass, which
-// commits value to *out; resumed where the fixup says, it commits after
+// Synchronous exceptions). Each pass stores its count in *passes (a store
+// before the commit that a rerun repeats: the count is what the test reads);
+// the first pass (*passes was 0) then stores to bad, an address that faults,
+// and the fault resumes at the commit through the section's own __extable
+// entry: inside the section. Restarted, the section makes a second pass,
+// which commits value to *out; resumed where the fixup says, it commits after
 // one.
 __attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
                                                             uintptr_t value) {

@@ -75,8 +75,9 @@ inline uint64_t counter_frequency() {
 // The counter for time stamps on fast paths (plat::ticks): CNTVCT is a
 // register read, cheap enough to read every time.
 // kmemtrace's sequence numbers come from it too (trace/include/trace/abi.h,
-// 3): every core reads the one system count, and counter()'s isb keeps the
-// read after what came before it (the acquire that handed a buffer over).
+// Sequence numbers): every core reads the one system count, and counter()'s
+// isb keeps the read after what came before it (the acquire that handed a
+// buffer over).
 #define ARCH_HAS_TRACE_CLOCK 1
 inline uint64_t trace_counter() { return counter(); }
 inline uint64_t coarse_counter() { return counter(); }

@@ -7,7 +7,8 @@
 // after its commit store, listed in .rseq_table. Outputs are early-clobber,
 // inputs (the memory operands' base registers included) are never written,
 // so a rewind to 1 runs it again on the same inputs. Only loads, stores,
-// arithmetic and branches: nothing that traps (kernel/rseq.h, 4).
+// arithmetic and branches: nothing that traps (kernel/rseq.h, Synchronous
+// exceptions).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -151,7 +152,7 @@ __attribute__((always_inline)) inline void rseq_inc(char* base) {
 
 // The 64-bit word at base + 8 * index, plus d (minus d: kSub); the store
 // is the commit (allocation profiling's per-CPU counters:
-// mm/alloc_tag.cpp, 2).
+// mm/alloc_tag.cpp, Counters).
 template <bool kSub = false>
 __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
   uint64_t t;
@@ -169,7 +170,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory");
 }
 
-// kmemtrace's restartable ring write (trace/record.h, 2). rec: the
+// kmemtrace's restartable ring write (trace/record.h, Restartable). rec: the
 // recorder (its sequence number at rec + kSeq); ring: this CPU's ring (its
 // head and limit, two words, at ring, its buffer and mask at ring + kBuf
 // and ring + kMask). If the event (kBytes) fits under the limit, it goes
@@ -182,9 +183,10 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 // bytes are the tag's low four, then the sequence number, stored as a pair
 // of 32-bit registers (no orr to join them). The caller field is x30 as it is: only for
 // frameless functions whose every call is a tail call, entered from the
-// allocator's entry point by a tail call (kmem_fastpath.h, 8), where x30 is
-// the entry point's caller throughout (BOARD/frameless checks that nothing
-// in them writes it); saves the move of it into another register.
+// allocator's entry point by a tail call (kmem_fastpath.h, kmemtrace's fast
+// paths), where x30 is the entry point's caller throughout (BOARD/frameless
+// checks that nothing in them writes it); saves the move of it into another
+// register.
 #define ARCH_RSEQ_RECORD_HEAD(n)                                                      \
   "1: ldp   %w[h], %w[u], [%[ring]]\n"  /* head, limit */                            \
   "   add   %w[t], %w[h], #" #n "\n"                                                 \
@@ -250,12 +252,12 @@ full:
 
 // A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
 // exception that returns into a section must restart it (kernel/rseq.h,
-// 4). Each pass stores its count in *passes (a store before the commit
-// that a rerun repeats: the count is what the test reads); the first pass
-// (*passes was 0) then stores to bad, an address that faults, and the
-// fault resumes at the commit through the section's own __extable entry:
-// inside the section. Restarted, the section makes a second pass, which
-// commits value to *out; resumed where the fixup says, it commits after
+// Synchronous exceptions). Each pass stores its count in *passes (a store
+// before the commit that a rerun repeats: the count is what the test reads);
+// the first pass (*passes was 0) then stores to bad, an address that faults,
+// and the fault resumes at the commit through the section's own __extable
+// entry: inside the section. Restarted, the section makes a second pass,
+// which commits value to *out; resumed where the fixup says, it commits after
 // one.
 __attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
                                                             uintptr_t value) {

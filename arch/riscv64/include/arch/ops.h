@@ -99,14 +99,14 @@ inline uint64_t counter_frequency() { return g_timebase_hz; }
 // hart reads the one time source (boards/<b>/board.conf TIME_CSR=hardware:
 // QEMU virt, whose ACLINT provides rdtime from QEMU's one virtual clock),
 // kmemtrace's sequence numbers come from it, as ARM's from its virtual
-// counter (trace/include/trace/abi.h, 3); where a read traps (sifive_u),
-// from one shared counter. Not for a board whose harts' clocks only agree
-// to within a tick (all Zicntr promises): a causally later event on
-// another hart could then read one less, which no reader breaks as a tie. A CSR read is device input to
-// FENCE (the unprivileged ISA, Zicsr: CSR access ordering): fence r,i
-// keeps the read after every earlier load (the acquire that handed a
-// buffer over), fence i,w before every later store (the release that
-// hands it on).
+// counter (trace/include/trace/abi.h, Sequence numbers); where a read traps
+// (sifive_u), from one shared counter. Not for a board whose harts' clocks
+// only agree to within a tick (all Zicntr promises): a causally later event
+// on another hart could then read one less, which no reader breaks as a tie.
+// A CSR read is device input to FENCE (the unprivileged ISA, Zicsr: CSR
+// access ordering): fence r,i keeps the read after every earlier load (the
+// acquire that handed a buffer over), fence i,w before every later store (the
+// release that hands it on).
 #if defined(BOARD_TIME_CSR_HARDWARE)
 #define ARCH_HAS_TRACE_CLOCK 1
 inline uint64_t trace_counter() {

@@ -9,8 +9,8 @@
 // stores, arithmetic and branches (compressed or not), and in the ring
 // write a fence and either rdtime (where the time CSR is the hardware's:
 // it does not trap) or the shared counter's amoadd.w: nothing that traps
-// (kernel/rseq.h, 4). The offsets must fit a load's 12-bit signed
-// immediate (the assembler refuses them otherwise).
+// (kernel/rseq.h, Synchronous exceptions). The offsets must fit a load's
+// 12-bit signed immediate (the assembler refuses them otherwise).
 #pragma once
 #include <arch/ops.h>  // ARCH_HAS_TRACE_CLOCK: the ring write's sequence number
 #include <cstddef>
@@ -135,7 +135,7 @@ __attribute__((always_inline)) inline void rseq_inc(char* base) {
 
 // The 64-bit word at base + 8 * index, plus d (minus d: kSub); the store
 // is the commit (allocation profiling's per-CPU counters:
-// mm/alloc_tag.cpp, 2).
+// mm/alloc_tag.cpp, Counters).
 template <bool kSub = false>
 __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintptr_t index, int64_t d) {
   uint64_t a, t;
@@ -155,7 +155,7 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
       : "memory");
 }
 
-// kmemtrace's restartable ring write (trace/record.h, 2), with the
+// kmemtrace's restartable ring write (trace/record.h, Restartable), with the
 // contract of arch/arm64/include/arch/rseq.h's rseq_record_free. The
 // sequence number is the time CSR's low 32 bits where the board's time
 // CSR is the hardware's (ARCH_HAS_TRACE_CLOCK: arch/ops.h), read after a
@@ -256,12 +256,12 @@ full:
 
 // A section for tests only (tests/kernel/test_rseq.cpp): a synchronous
 // exception that returns into a section must restart it (kernel/rseq.h,
-// 4). Each pass stores its count in *passes (a store before the commit
-// that a rerun repeats: the count is what the test reads); the first pass
-// (*passes was 0) then stores to bad, an address that faults, and the
-// fault resumes at the commit through the section's own __extable entry:
-// inside the section. Restarted, the section makes a second pass, which
-// commits value to *out; resumed where the fixup says, it commits after
+// Synchronous exceptions). Each pass stores its count in *passes (a store
+// before the commit that a rerun repeats: the count is what the test reads);
+// the first pass (*passes was 0) then stores to bad, an address that faults,
+// and the fault resumes at the commit through the section's own __extable
+// entry: inside the section. Restarted, the section makes a second pass,
+// which commits value to *out; resumed where the fixup says, it commits after
 // one.
 __attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, uintptr_t bad, uintptr_t* out,
                                                             uintptr_t value) {

@@ -110,7 +110,8 @@ __attribute__((always_inline)) inline void cpu_add_indexed(uintptr_t base, uintp
 
 // kmemtrace's sequence numbers from a clock every CPU reads alike, where
 // the arch (riscv64: the board) has one cheap enough
-// (trace/include/trace/abi.h, 3); elsewhere one counter for all CPUs.
+// (trace/include/trace/abi.h, Sequence numbers); elsewhere one counter for
+// all CPUs.
 #if defined(ARCH_HAS_TRACE_CLOCK)
 constexpr bool kTraceClock = true;
 inline uint64_t trace_clock() { return arch::trace_counter(); }
@@ -190,7 +191,7 @@ inline uint64_t ticks() { return high_product(arch::coarse_counter(), g_tick_rec
 
 // Whether the heap is physical: no MMU to map pages into a virtual window,
 // so segkmem hands out runs of contiguous frames at their own addresses
-// (mm/segkmem.cpp, point 7). The arch says (armv7m).
+// (mm/segkmem.cpp, The physical heap). The arch says (armv7m).
 constexpr bool kPhysicalHeap = !arch::kHasMmu;
 
 // RAM is identity-mapped in the kernel.

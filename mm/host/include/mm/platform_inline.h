@@ -83,7 +83,7 @@ __attribute__((always_inline)) inline HookMode free_hooks_mode() {
 }
 
 // kmemtrace's sequence numbers: one counter for every thread on the host
-// (trace/include/trace/abi.h, 3).
+// (trace/include/trace/abi.h, Sequence numbers).
 constexpr bool kTraceClock = false;
 inline uint64_t trace_clock() { return 0; }
 inline uint64_t trace_clock_hz() { return 0; }
@@ -250,8 +250,8 @@ class Lock {
 
 extern uint8_t* g_direct_map;     // virtual address of physical g_phys_base
 extern uint64_t g_phys_base;
-// The heap is mapped into its own window (mm/segkmem.cpp, point 7: the
-// physical heap is the kernel's, on an arch without an MMU).
+// The heap is mapped into its own window (mm/segkmem.cpp, The physical heap:
+// the physical heap is the kernel's, on an arch without an MMU).
 constexpr bool kPhysicalHeap = false;
 
 inline void* phys_to_virt(uint64_t pa) { return g_direct_map + (pa - g_phys_base); }
