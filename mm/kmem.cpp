@@ -48,19 +48,19 @@
 //        report, whatever the sleep flag says.
 // 6. Allocated or free? A buffer in a per-CPU magazine or in the depot is
 //    free, though the slab layer counts it out. Two ways to know that state
-//    per buffer were measured (host, callgrind, instructions per magazine-
-//    hit alloc+free pair of 16 to 256-byte on-slab buffers, the "pairs" rows
-//    of build/host/bench/count_instructions; 2026-11-24):
+//    per buffer:
 //      - a bit per buffer kept by the fast paths (set on alloc; tested and
 //        cleared on free, in the slab header, indexed by the buffer's page
-//        offset / 8): 47 -> 70, +23 per pair. It would also catch, on the
-//        free itself, a double free of a buffer deeper in a magazine and an
-//        interior pointer, which otherwise reach the slab layer first;
+//        offset / 8): it makes a magazine-hit alloc+free pair of on-slab
+//        buffers about half as dear again (host, callgrind). It would also
+//        catch, on the free itself, a double free of a buffer deeper in a
+//        magazine and an interior pointer, which otherwise reach the slab
+//        layer first;
 //      - asking when needed: kmem_whatis (and the leak scanner) stop the
 //        other CPUs (plat::stop_others) and search every CPU's magazines
 //        and the depot for that cache: nothing on the fast path, a pause of
 //        the other CPUs per query for a walk of CPUs x magazine rounds.
-//    The fast path is the product's reason to exist: the walk was chosen.
+//    The fast path is the product's reason to exist: kmem asks when needed.
 //    Per-buffer state belongs to the debug modes (kmem_debug.cpp): a
 //    debugged cache has a tag per buffer and no magazines, so its checks
 //    cost its own operations, and nothing on any fast path tests for them.
@@ -149,7 +149,7 @@ uint32_t link_secret_for(const kmem_cache_t* cp) {
 // and a page whose last slot is freed goes back, its other slots taken off
 // the list first. Under g_struct_lock (cache creation and destruction only).
 // (Where a structure is larger than half a page, the host's with its many
-// CPU slots, each takes its own block of pages, as before.)
+// CPU slots, each takes its own block of pages.)
 constexpr size_t kStructBytes = (sizeof(kmem_cache) + 63) / 64 * 64;
 constexpr unsigned kStructsPerPage = kPageBytes / kStructBytes;
 constexpr unsigned struct_order() {
@@ -833,10 +833,6 @@ MM_RESTARTABLE_TEXT __attribute__((noinline)) void* cache_alloc_traced(kmem_cach
 // as the profiled free and kmemtrace's, so that each saves only the
 // registers it needs: kmem_cache_free picks one of the three by the free
 // word (GCC places one prologue for a function, whichever path runs).
-// Out of line from the profiled free: kmemtrace_on 84 -> 77 on riscv64,
-// 60 -> 59 on arm64, and on arm (with its new restartable record)
-// 103 -> 97; prof_on (kmem_cache) 82 -> 78 on arm, 64 -> 60 on riscv64;
-// kmemleak_on unchanged (bench --icount).
 MM_RESTARTABLE_TEXT __attribute__((noinline))
 void cache_free_hooked(kmem_cache_t* cp, void* obj, uintptr_t caller) {
   if (!caller) caller = caller_of_api();
@@ -851,7 +847,8 @@ MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_prof_
 #if defined(ARCH_HAS_RSEQ_RECORD)
 // kmemtrace alone (kmem_fastpath.h, kmemtrace's fast paths), with caller 0. A
 // function of its own, so that it saves only the registers its record needs:
-// inline in the profiled free's function, it paid that one's frame of six.
+// inline in the profiled free's function, it would pay that one's frame of
+// six.
 MM_RESTARTABLE_TEXT MM_FRAMELESS __attribute__((noinline)) void cache_free_trace_only(kmem_cache_t* cp, void* obj) {
   return cache_free_trace<kmemtrace::kTypeCache>(cp, obj);
 }

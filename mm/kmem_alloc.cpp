@@ -8,11 +8,10 @@
 //    per 8 bytes up to 16 KiB (2048 entries: 16 KiB of table on 64-bit, 8 KiB
 //    on 32-bit), so every class costs one compare and one load. (Two tables,
 //    8-byte steps to 1 KiB and 1 KiB steps above, cost the sizes above 1 KiB
-//    a second compare, a shift and, on the host, the hook switch's own test:
-//    4096-byte pairs were 73 against 63 for 1024 on arm64, 79 against 62 on
-//    the host.) The caches are ordinary caches (KMC_KMEM_ALLOC only changes
-//    how a wrong size is reported), so kmem_alloc's fast path is the table
-//    load plus kmem_cache_alloc's.
+//    a second compare, a shift and, on the host, the hook switch's own test.)
+//    The caches are ordinary caches (KMC_KMEM_ALLOC only changes how a wrong
+//    size is reported), so kmem_alloc's fast path is the table load plus
+//    kmem_cache_alloc's.
 // 2. Larger sizes are whole pages from the heap (segkmem_alloc_large), each
 //    page marked kPageLarge in the page index with the allocation's start, so
 //    that kmem_free checks the pointer and the size on the free itself and
@@ -20,15 +19,14 @@
 // 3. kmem_free takes the size: a size of another class is caught by the
 //    owner check of the cache it names (the buffer belongs to another
 //    cache), a large size by segkmem's check of the span.
-// 4. Before kmem_init. The tables name g_no_class instead of nothing: a
-//    cache with no magazines, whose fast paths miss. The fast path then
-//    needs no null test of the entry (two instructions per call on the
-//    host, one on arm). In the kernel, where kmem_init runs at boot before
-//    any allocation, its slow paths refuse the call with a report. On the
-//    host, where kmem starts on first use, kmem_alloc's miss on it takes
+// 4. Before kmem_init. The tables name g_no_class instead of nothing: a cache
+//    with no magazines, whose fast paths miss. The fast path then needs no
+//    null test of the entry. In the kernel, where kmem_init runs at boot
+//    before any allocation, its slow paths refuse the call with a report. On
+//    the host, where kmem starts on first use, kmem_alloc's miss on it takes
 //    the large path, which brings kmem up and retries (the hooked copies'
-//    miss: alloc_slow_traced, kmem_alloc_first_use); a free of it is
-//    refused with a report.
+//    miss: alloc_slow_traced, kmem_alloc_first_use); a free of it is refused
+//    with a report.
 //    The tables are read plainly on the kernel's fast path, with relaxed
 //    loads on the host's (table_entry). kmem_alloc_init fills
 //    them with release stores, so a thread that reads a cache pointer
@@ -88,8 +86,8 @@ kmem_cache_t* (&g_class_table)[kAllocMax / 8] = g_classes.e;  // (size - 1) >> 3
 // points to is reached through the loaded address (4). Host: a relaxed
 // load, since a thread's first kmem_alloc may race another's kmem_init.
 // Kernel: a plain load (kmem_init runs before the other CPUs start, whose
-// start orders it), which arm64 folds into a scaled-index load: two
-// instructions fewer on the pair than the atomic form. Never null.
+// start orders it), which arm64 folds into a scaled-index load, where the
+// atomic form wants the address in a base register. Never null.
 inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
 #if defined(MM_KERNEL)
   kmem_cache_t* cp = *e;
@@ -101,12 +99,12 @@ inline kmem_cache_t* table_entry(kmem_cache_t* const* e) {
 }
 // The class of a size: null for a size no class serves (0, or more than
 // kAllocMax), g_no_class before kmem_init (4). Most calls have a class:
-// expected so, GCC lays the table's load in line (on the host it jumped
-// out and back otherwise).
+// expected so, GCC lays the table's load in line (on the host it would
+// jump out and back otherwise).
 inline kmem_cache_t* size_cache(size_t size) {
 #if defined(__aarch64__)
   // The bound as a shift: arm64 compares the shifted register with zero,
-  // where size - 1 < kAllocMax became a compare with 16383, which no
+  // where size - 1 < kAllocMax becomes a compare with 16383, which no
   // immediate holds (a move more on each side). x86-64 pays a move and a
   // shift for it instead of a compare, and arm and RISC-V the same either
   // way: they keep the compare.
@@ -119,7 +117,7 @@ inline kmem_cache_t* size_cache(size_t size) {
 #if defined(MM_KERNEL) && defined(__riscv)
     // riscv64: the table's low address bits folded into the load's offset
     // (auipc, add, ld %pcrel_lo), where GCC forms the whole address first
-    // (auipc, addi, add, ld): one instruction fewer a side. The pair stays
+    // (auipc, addi, add, ld): no addi on either side. The pair stays
     // as written: the kernel links with -mno-relax. The same plain load as
     // table_entry's; "memory" keeps it after any store to the table that
     // GCC can see.

@@ -240,7 +240,7 @@ inline Slab* onslab_header(uintptr_t buf) {
 #if defined(__riscv)
   // The next page's start minus the header: RISC-V's 12-bit immediates
   // reach neither the mask nor kOnSlabHeader, and this way (shift, add,
-  // shift, then a negative load offset) is one instruction shorter.
+  // shift, then a negative load offset) is shorter.
   return reinterpret_cast<Slab*>((((buf >> kPageShift) + 1) << kPageShift) - sizeof(Slab));
 #else
   return reinterpret_cast<Slab*>((buf & ~(uintptr_t{kPageBytes} - 1)) + kOnSlabHeader);
@@ -264,11 +264,10 @@ struct SlabList {
 //   A mismatch, and a cache created while every id was taken
 //   (kOwnerIndex, which no byte holds), take the page index's check.
 // - A byte, so 255 ids: riscv64 has no scaled index, and a 16-bit word's
-//   address cost it a shift more on every free (the kmem_alloc pair of
-//   1 KiB was 57 against 56 with words). An embedded kernel has a few
-//   dozen caches of buffers above 512 bytes (kmem_alloc's 19 among them);
-//   past 255 live ones, the next are exact but slower (the index's check
-//   out of line, about 20 instructions more a free).
+//   address would cost it a shift more on every free. An embedded kernel
+//   has a few dozen caches of buffers above 512 bytes (kmem_alloc's 19
+//   among them); past 255 live ones, the next are exact but slower (the
+//   index's check, out of line, on every free).
 // - Ids are taken when a cache is published and given back once its last
 //   slab is gone (kmem.cpp, owner_id_take, owner_id_give), so no page of a
 //   live slab carries a stale one.

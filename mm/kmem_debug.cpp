@@ -89,9 +89,9 @@
 //    both. Cost: 8 bytes a buffer and cp->lead once a slab (a 64-byte
 //    kmem_alloc buffer takes 128 bytes with any mode: its tags fit its
 //    alignment's padding); per alloc+free pair, the word's store on
-//    allocation and its decoding on each check: 56 instructions of arm64's
-//    972 for a redzone pair (bench's debug_redzone row under -icount,
-//    against the same build with the word neither written nor read).
+//    allocation and its decoding on each check: about a twentieth of a
+//    redzone pair (bench's debug_redzone row under -icount, against the
+//    same build with the word neither written nor read).
 //    Every board's debug_* rows: bench/baseline/BOARD.txt.
 // 5. Locking. The checks, fills and tag updates run under the cache's
 //    slab_lock, interrupts masked (a debugged cache's free buffers are only

@@ -22,7 +22,7 @@
 // 3. Nothing else is checked here: a double free of a buffer deeper in a
 //    magazine, and an interior pointer into a buffer of the right cache,
 //    are caught when the buffer reaches the slab layer (kmem.cpp,
-//    "Allocated or free?", says why, with the measurements).
+//    "Allocated or free?", says why, with the cost).
 // 4. The hooked copies (kTraced: taken while an allocator hook other than
 //    profiling's is on, mm/hooks.h; profiling alone: 7) record a kmemtrace event, if tracing is on, inside the
 //    masked region on the magazine path (trace/record.h: no second masking,
@@ -306,7 +306,7 @@ __attribute__((always_inline)) inline void* cache_alloc(kmem_cache_t* cp, int km
     // dead once base is made, and takes its arguments in the second and
     // third registers, where kmflag already is and base can be made: the
     // pop's result is then loaded straight into the return register and
-    // nothing is moved (two instructions fewer on arm64).
+    // nothing is moved.
     if constexpr (plat::kRestartable) return alloc_slow_at(nullptr, kmflag, base);
     return alloc_slow(cp, kmflag);
   } else {

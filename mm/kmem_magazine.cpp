@@ -48,9 +48,9 @@
 //    CPU's magazines, the depot, a draining magazine's first slot[0] rounds,
 //    or the slab layer (or the destroyer's registers, on its way there):
 //    kmemleak, which stops the world at such points, counts every magazine
-//    round as free. Without the list, rounds halfway through a reap looked
-//    allocated and referenced by nothing (a magazine is not an object), and
-//    a scan reported them.
+//    round as free. Without the list, rounds halfway through a reap would
+//    look allocated and referenced by nothing (a magazine is not an object),
+//    and a scan would report them.
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include "kmem_cache.h"
@@ -313,7 +313,7 @@ __attribute__((noinline)) void* alloc_slow_at(void*, int kmflag, char* base) {
 // The magazine part of alloc_slow, a function of its own so that
 // alloc_slow's tests and tail calls above it need no frame: GCC saves
 // every register this loop uses before the first test otherwise (riscv64:
-// 26 instructions on every pair of a cache without magazines).
+// their saves and restores on every pair of a cache without magazines).
 [[gnu::noinline]] static void* alloc_magazine(kmem_cache_t* cp, int kmflag) {
   for (;;) {
     Leftover left;

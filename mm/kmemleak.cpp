@@ -83,17 +83,17 @@
 //    the cache list and every cache's locks first. An annotated buffer's
 //    record is written under its cache's slab_lock, never nested with
 //    g_tables.
-// 9. What it costs (figures from `bench` under qemu-run --icount and
-//    bench/kmemleak_bench; the README has them all):
-//    - The stopped world: pauses of 0.3 to 4 ms per scan on the virt boards
-//      under TCG (8 cores included), over about 400 KB of roots and objects.
-//    - A scanned word: 9.2 instructions on arm64, 9.8 on arm and riscv64,
-//      whole scan included, at 1% pointer density; 5 to 7 GB/s on the host.
-//      Four words a round against one span compare (scan_range).
-//    - An allocation while on: arm64 +61 instructions a pair, arm +125,
-//      riscv64 +66 (the record's lookup, a counter read and two stores; the
-//      hooked allocation path, with fault injection's flag); frees pay nothing (their own switch, off).
-//      With backtraces: +717 / +986 / +1122 (a frame walk and a depot save).
+// 9. What it costs (the kernel's figures: docs/performance.md, from `bench`
+//    under qemu-run --icount; the host's: bench/kmemleak_bench):
+//    - The stopped world: one pause of the other CPUs per scan, as long as
+//      the walk of the roots and objects; each scan's line prints it.
+//    - A scanned word: a handful of instructions, whole scan included, at
+//      1% pointer density. Four words a round against one span compare
+//      (scan_range).
+//    - An allocation while on: the record's lookup, a counter read and two
+//      stores (the hooked allocation path, with fault injection's flag);
+//      frees pay nothing (their own switch, off). With backtraces: a frame
+//      walk and a depot save as well.
 //    - Memory: a 16-byte record per buffer of a tracked slab and 3 bits
 //      (reached, scanned, in a magazine), allocated with the slab; 128 KiB of
 //      tables (the mark stack, the stack copy); the 1 MiB stack depot.

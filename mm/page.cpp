@@ -229,7 +229,7 @@ constinit PageCounts g_pcp_counts[plat::kCpuSlots]{};
 // from its line offset scaled by the cache's size in lines: the same one
 // load where the slot index is a load (kernel), and on x86-64, whose
 // addressing scales by the word size, one shift and one add fewer than from
-// the index (2 instructions on each of the page pair's sides).
+// the index, on each of the page pair's sides.
 __attribute__((always_inline)) inline PageCache& pcp_of_this_slot() {
   static_assert(sizeof(PageCache) / 64 * 64 == sizeof(PageCache));
   return *reinterpret_cast<PageCache*>(reinterpret_cast<char*>(g_pcp) +
@@ -285,7 +285,7 @@ constexpr uint32_t kHeadWordMask =
     (0xffffu & ~uint32_t{kPageSlab | kPageVmem}) | (0xffu << 16) | (uint32_t{kOnFreeList} << 24);
 constexpr uint32_t kHeadWordOrder0 = kPageHead;
 // One aligned 32-bit load through a may_alias type. (A 4-byte
-// __builtin_memcpy here became a call to memcpy on 32-bit ARM, built with
+// __builtin_memcpy here becomes a call to memcpy on 32-bit ARM, built with
 // -mno-unaligned-access, in page_free's fast path.)
 static_assert(alignof(Page) >= alignof(uint32_t));
 typedef uint32_t __attribute__((may_alias)) PageWord;
@@ -293,7 +293,7 @@ typedef uint32_t __attribute__((may_alias)) PageWord;
 // before (their checks: kPagePcp exactly, is_order0_head) and f's is too:
 // a byte store. For a halfword, GCC builds the immediate in a register
 // first on x86-64 (a 16-bit immediate's length-changing prefix stalls the
-// decoders): one instruction more on each side of the host's page pair.
+// decoders): a move more on each side of the host's page pair.
 // The same one store elsewhere.
 __attribute__((always_inline)) inline void set_flags_low(Page* p, PageFlags f) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "flags' low byte comes first");

@@ -68,8 +68,8 @@
 //    whose release store publishes qcache[]; early_segs, a hint
 //    (free_small); g_layer, published with release (10).
 // 9. Debugging. MM_ASSERT always, off the fast paths; MM_DEBUG_ASSERT on
-//    them too under MM_DEBUG (budget: about 150 instructions for an instant-
-//    fit alloc and free). vmem_verify checks every invariant above. Bad input
+//    them too under MM_DEBUG (budget: at most about doubling an instant-fit
+//    alloc and free). vmem_verify checks every invariant above. Bad input
 //    is reported (mm::report_error, arena and caller) and refused.
 // 10. The cache layer is optional: vmem reaches kmem (quantum caches, a reap
 //    before VM_SLEEP waits) only through the VmemCacheLayer kmem registers

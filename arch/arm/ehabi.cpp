@@ -33,7 +33,7 @@
 //    keyed by the pc looked up, which skips the table search and the
 //    opcodes for the call sites a workload keeps unwinding through
 //    (kmemleak's and the audit trail's backtraces): on qemu-virt-arm a
-//    frame costs about 145 instructions with the recipe, 500 without (test
+//    frame with its recipe costs well under half of one without (KTEST
 //    stackdepot_cost_per_call under --icount). Only its own CPU touches a
 //    cache (no thread migrates), and interrupts are all that interleave: a
 //    writer masks them and counts its write in the cache's generation,
@@ -242,8 +242,8 @@ bool execute(Regs& s, Opcodes ops, Recipe& rc) {
 // multiplicative hash of the pc (so that call sites a multiple of some
 // power of two apart do not share one), key = the pc looked up, | 1 (0:
 // empty). A new recipe goes first in its set and the first moves second:
-// with one way, two hot frames of one walk that shared a slot evicted each
-// other on every walk (audit's backtraces: +1200 instructions a pair).
+// with one way, two hot frames of one walk that share a slot would evict
+// each other on every walk (audit's backtraces would miss on every pair).
 // gen counts the writes, odd while one is under way: a reader that finds
 // it changed across its loads of a key and its recipe (an interrupt
 // handler wrote meanwhile, perhaps twice), or odd (an NMI or FIQ on its way

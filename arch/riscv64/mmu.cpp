@@ -215,7 +215,7 @@ bool map_range(uint64_t va, uint64_t pa, uint64_t size, uint64_t bits) {
 // fence, all in one call when the hart ids fit one 64-bit mask (else one
 // call per hart).
 //
-// Why not SBI remote fences for everyone, as before: OpenSBI waits for the
+// Why not SBI remote fences for everyone: OpenSBI waits for the
 // targets' acknowledgement in M-mode, spinning with interrupts off, and
 // QEMU before 8.1 (commit 83ecdb18eb65, "accel/tcg/tcg-accel-ops-rr: ensure
 // fairness with icount") gives the spinning vCPU the whole instruction

@@ -369,8 +369,8 @@ bool Tree::reg(Node n, uint32_t i, uint64_t& base, uint64_t& size) const {
 // Up the tree through each bus's "ranges" (child address, parent address,
 // size; the cell counts of the bus, of its parent, of the bus): an empty
 // "ranges" maps 1:1, an address no entry covers is not reachable from the
-// CPU. A bus without "ranges" ends the walk where it is (the old reading of
-// reg, which DTBs without bus translation rely on). The Pi's /soc maps
+// CPU. A bus without "ranges" ends the walk where it is (reg read as it
+// stands, which DTBs without bus translation rely on). The Pi's /soc maps
 // bus addresses 0x7e000000.. to CPU addresses 0x3f000000..
 bool Tree::translate(Node bus, uint64_t& addr) const {
   for (unsigned depth = 0; depth < 16; depth++) {

@@ -25,8 +25,8 @@ struct PerCpu {
   unsigned index = 0;      // dense 0..cpu_count-1, 0 is the boot core
   // index * 64: this core's entry in an array of one-line (64-byte) per-CPU
   // entries (mm's plat::cpu_line_offset), kept scaled for arches without a
-  // scaled-index add (riscv64: one instruction fewer on each magazine
-  // operation). Set with index (set_index).
+  // scaled-index add (riscv64: no shift on each magazine operation). Set
+  // with index (set_index).
   unsigned line_offset = 0;
   uint64_t hwid = 0;       // MPIDR affinity or RISC-V hart id
   uintptr_t stack_top = 0;

@@ -81,7 +81,7 @@ __attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uint
 
 // A plain read, on purpose: it compiles to a compare with memory and a
 // branch (x86-64: cmpb + jne; arm64/riscv64: address, load, branch), where
-// an atomic load of a bool costs an extra test (two instructions on arm64).
+// an atomic load of a bool costs an extra test.
 // The flag changes rarely (enable/disable) and a stale value only moves the
 // point where recording starts or stops by an event or so. It publishes
 // nothing (see 5 for what orders the rings' set-up) and a byte is read and

@@ -46,8 +46,7 @@ namespace arch {
 // takes the round and steps top at once; the push's pre-indexed store
 // steps top. (The push loads top and limit with ARM_LDR_PAIR: in ARM state
 // two ldr, since an ldrd there wants an even/odd register pair, which
-// cost the hooked frees a frame of 8 registers, +9 and +10 a pair with
-// kmemleak or kmemtrace on.)
+// would cost the hooked frees a frame of 8 registers.)
 template <size_t kTop>
 __attribute__((always_inline)) inline bool rseq_pop(char* base, void*& out) {
   uint32_t t, m;

@@ -49,9 +49,9 @@ inline bool irqs_enabled() {
 inline void cpu_relax() { asm volatile(".insn i 0x0f, 0, x0, x0, 0x010" ::: "memory"); }
 
 // Bit scans of a non-zero word, inline (without Zbb GCC would call libgcc's
-// __clzdi2/__ctzdi2: arch/riscv64/libgcc_bitops.cpp has them, but a call
-// each costs vmem's fast path about 100 instructions per alloc+free). A de
-// Bruijn multiply finds the index of a lone bit.
+// __clzdi2/__ctzdi2: arch/riscv64/libgcc_bitops.cpp has them, but the calls
+// would add much to vmem's fast path). A de Bruijn multiply finds the index
+// of a lone bit.
 namespace bitscan_detail {
 constexpr unsigned long kDeBruijn = 0x022fdd63cc95386dul;  // every 6-bit window distinct
 struct Index {
@@ -86,8 +86,8 @@ inline void set_this_cpu(PerCpu* p) { riscv_this_cpu = p; }
 
 // The time CSR and its frequency. A hart need not implement the CSR: the
 // FU540's U54s (sifive_u) do not, and a read traps to OpenSBI, which
-// emulates it from the CLINT's mtime (about 350 instructions in M-mode,
-// counted under QEMU's -icount). Keep it off fast paths: coarse_counter().
+// emulates it from the CLINT's mtime (a trap into M-mode and back). Keep it
+// off fast paths: coarse_counter().
 inline uint64_t counter() {
   uint64_t v;
   asm volatile("rdtime %0" : "=r"(v)::"memory");

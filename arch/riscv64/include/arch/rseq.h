@@ -222,7 +222,7 @@ full:
 }
 
 // (flags and the target CPU, -1, as two words: building the 64-bit word
-// would take five instructions.)
+// would cost more than the second store.)
 template <size_t kSeq, size_t kBuf, size_t kMask, uint32_t kTag>
 __attribute__((always_inline)) inline RseqRecord rseq_record_alloc(char* rec, char* ring, uintptr_t ptr,
                                                                    uint64_t requested, uint64_t allocated,

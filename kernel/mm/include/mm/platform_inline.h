@@ -38,7 +38,7 @@ inline unsigned cpu_count() { return g_cpu_count; }
 // path: a plain load. An aligned word is single-copy atomic on every arch
 // we run on, and an __atomic load would keep GCC from folding an offset or
 // an index into the load's addressing (its atomic patterns take a base
-// register only on arm64), an instruction more on every free.
+// register only on arm64), an address computation more on every free.
 template <typename T>
 inline T load_shared(const T& v) {
   return v;

@@ -23,7 +23,7 @@
 // sanitizers GCC may not make their calls tail calls, so the callee's own
 // return address would be the entry point. The empty asm keeps GCC from
 // hoisting the load of the return address out of the hooked branch that
-// wants it onto the fast path (kmem_free: one instruction per call).
+// wants it onto the fast path (kmem_free: a load on every call).
 #define MM_ENTRY_CALLER()                                                           \
   ({                                                                                \
     asm volatile("" ::: "memory");                                                  \
@@ -55,8 +55,8 @@ inline void cpu_relax() {
 // Its rate differs between hosts: compare its values, not across machines.
 // A word another CPU may store (relaxed) while this one loads it on a fast
 // path: a plain load, as the kernel's (an aligned word is single-copy
-// atomic; GCC folds an atomic load into no other instruction, which cost
-// the host's kmem_alloc pair 4 instructions), and under ThreadSanitizer a
+// atomic; GCC folds an atomic load into no other instruction, which would
+// lengthen the host's kmem_alloc pair), and under ThreadSanitizer a
 // relaxed atomic load, so that it sees two atomics.
 template <typename T>
 inline T load_shared(const T& v) {
@@ -66,10 +66,10 @@ inline T load_shared(const T& v) {
   return v;
 #endif
 }
-// The allocators' hook switch (mm/hooks.h): a load and a branch (2
-// instructions on x86-64). Written by set_alloc_hooks (platform.cpp) while
-// other threads allocate (load_shared); the features' own flags, read on
-// the hooked paths, carry their ordering.
+// The allocators' hook switch (mm/hooks.h): a load and a branch. Written by
+// set_alloc_hooks (platform.cpp) while other threads allocate
+// (load_shared); the features' own flags, read on the hooked paths, carry
+// their ordering.
 extern bool g_alloc_hooks, g_free_hooks;
 __attribute__((always_inline)) inline bool alloc_hooks_on() { return __builtin_expect(load_shared(g_alloc_hooks), 0); }
 __attribute__((always_inline)) inline bool free_hooks_on() { return __builtin_expect(load_shared(g_free_hooks), 0); }
@@ -138,10 +138,10 @@ inline uint32_t context() {
 }
 unsigned cpu_count();
 // c + 1, stored relaxed, where the calling CPU (thread) is c's only writer
-// and others read it relaxed (statistics). On x86-64 one add to memory:
-// GCC does not fuse a load, an add and an atomic store into one (2
-// instructions fewer on the page pair's free). The add is no atomic
-// read-modify-write: a second writer could lose counts. ThreadSanitizer
+// and others read it relaxed (statistics). On x86-64 one add to memory,
+// which shortens the page pair's free: GCC does not fuse a load, an add and
+// an atomic store into one. The add is no atomic read-modify-write: a
+// second writer could lose counts. ThreadSanitizer
 // does not see the asm's store; an aligned 8-byte store is single-copy
 // atomic on x86-64, so a relaxed reader sees the old count or the new.
 inline void count_own(uintptr_t& c) {
