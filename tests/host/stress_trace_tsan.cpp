@@ -161,7 +161,7 @@ void run_phase(Reader& reader, kmem_cache_t* cp, bool toggle) {
 }  // namespace
 
 // The switch is read with a plain load on purpose (trace/include/trace/
-// kmemtrace.h: an atomic load costs an instruction on every allocation),
+// kmemtrace.h: an atomic load costs an extra test on every allocation),
 // and TSan reports that read against enable()/disable(). Only that report
 // is suppressed: a race on anything else, the rings included, still fails.
 extern "C" const char* __tsan_default_suppressions() { return "race:kmemtrace::g_enabled\n"; }

@@ -769,7 +769,7 @@ TEST(Fdt, RegRejectsUnusableCellCounts) {
 // reg() translates through each bus's "ranges" as the Pi's /soc needs: bus
 // addresses 0x7e000000.. are CPU addresses 0x3f000000..; an empty ranges is
 // 1:1; an address no range covers is unreachable; a bus without ranges ends
-// the walk (the old reading).
+// the walk (reg as it stands).
 TEST(Fdt, RegTranslatesThroughRanges) {
   FdtBuilder b;
   b.begin("").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {1});

@@ -718,9 +718,9 @@ TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
 // page of several structures from going back meanwhile, in the kernel's
 // layout): the page it points into went back to the arena with its slab
 // header, and the header's cache word named the old cache, which is the
-// new one's address. The free must be reported and refused (it used to be
-// pushed, and the next allocation handed out a pointer into a page of no
-// slab), at every on-slab size (chunk <= page / 8).
+// new one's address. The free must be reported and refused (pushed, it
+// would let the next allocation hand out a pointer into a page of no slab),
+// at every on-slab size (chunk <= page / 8).
 namespace {
 }  // namespace
 
@@ -918,7 +918,7 @@ TEST(kmem, LargeKmemFreeChecksPointerAndSize) {
 // (which waits for memory, not for the impossible).
 TEST(kmem, ImpossibleSizesAreRefusedNotWaitedFor) {
   Errors errors;
-  EXPECT_EQ(kmem_alloc(SIZE_MAX, KM_SLEEP), nullptr);  // rounded up, it used to become 0
+  EXPECT_EQ(kmem_alloc(SIZE_MAX, KM_SLEEP), nullptr);  // rounded up, it must not wrap to 0
   ASSERT_EQ(errors.seen.size(), 1u);
   EXPECT_EQ(errors.seen[0].detail, SIZE_MAX);
   EXPECT_NE(errors.seen[0].caller, 0u);

@@ -106,10 +106,11 @@ class Switch : public ::testing::Test {
   std::set<uintptr_t> leaked_;
 };
 
-// The case: 60 000 objects of one 64-byte cache (about a thousand
-// slabs, far more than one batch of records), all reachable through the
-// list but 12, allocated while kmemleak was off. Before every slab got its
-// records, 15 589 reachable objects were reported and 9 of the 12 missed.
+// 60 000 objects of one 64-byte cache (about a thousand slabs, far more
+// than one batch of records), all reachable through the list but 12,
+// allocated while kmemleak was off. Switching on gives every slab its
+// records, however many: exactly the 12 are reported, and no slab is left
+// untracked.
 TEST_F(Switch, OnOverAFullHeapReportsExactlyTheUnreachable) {
   push_nodes(30000);
   leak_nodes(6);
@@ -123,8 +124,8 @@ TEST_F(Switch, OnOverAFullHeapReportsExactlyTheUnreachable) {
   EXPECT_EQ(st.untracked_objects, 0u);
   EXPECT_EQ(st.untracked_slabs, 0u);
   // Off, frees and reuse while off, more leaks, on again: the records of
-  // reused buffers are fresh (after an off/on cycle like this one, 31 196
-  // objects were falsely reported).
+  // reused buffers are fresh (a record left from a buffer's previous owner
+  // would make it a false report).
   kmemleak_enable(false);
   mm::kmemleak_clear();
   free_every_other();

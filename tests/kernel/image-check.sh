@@ -3,7 +3,7 @@
 # The kernel image's loaded bytes are exactly [__kernel_start, __data_end):
 # start.S's relocate moves __loaded_size bytes when a loader put the image
 # elsewhere, and the zImage header gives the same size to U-Boot's bootz.
-# A section the linker script leaves out of .data (arm64's .got once was)
+# A section the linker script leaves out of .data (a .got, say)
 # would be loaded but not moved. Checked against the ELF's LOAD segments,
 # and against the raw image's size.
 # Usage: image-check.sh NM READELF KERNEL.ELF RAW_IMAGE

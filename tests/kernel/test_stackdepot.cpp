@@ -172,15 +172,14 @@ bool counting_instructions() {
 // In instructions (under icount, exact; CTest BOARD/bench runs the test
 // so), base + per frame, about 1.5 times the most any board takes
 // (measured with this test under qemu-run --icount on every board that
-// counts them):
-// a save of a stored trace (hash, one bucket, compare) 86 to 114 at 4
-// frames and 199 to 258 at 16; a capture through frame records (arm64,
-// arm in ARM state, riscv64) 674 to 1104 at 8 frames and 1143 to 1906 at
-// 16; through the unwind tables (Thumb code: arm's default) 2152 and 3321.
-// So a change that makes a save or a walk half as dear again fails. In time
-// otherwise, a bound against the catastrophic only (a depot that searched
-// every trace): 10 to 200 times what the boards take (at most 143 ns a
-// save, 1985 ns a capture, best of 5 on a host loaded 5 times over its
+// counts them; it prints each figure beside its bound, and
+// docs/performance.md, "The stack depot", shows qemu-virt-arm64's): for a
+// save of a stored trace (hash, one bucket, compare), and for a capture
+// through frame records (arm64, arm in ARM state, riscv64) or through the
+// unwind tables (Thumb code: arm's default). So a change that makes a save
+// or a walk half as dear again fails. In time otherwise, a bound against
+// the catastrophic only (a depot that searched every trace): 10 to 200
+// times what the boards take (best of 5 on a host loaded 5 times over its
 // cores), so that QEMU slowed by its host stays under it.
 struct Bound {
   uint64_t insns_base, insns_per_frame, ns;

@@ -11,10 +11,9 @@
 # valgrind is missing (it is what counts: tools/install-deps installs it),
 # if a measurement is missing, or past the bounds below.
 #
-# Bounds (x86-64, GCC 12; measured when this was added: a save of a stored
-# trace of 4, 8 and 16 frames 78, 110 and 174 instructions; a capture of 5
-# and 16 frames about 15 000 and 30 600, nearly all of it glibc's unwinder,
-# which the kernel replaces with its frame-pointer walk).
+# Bounds (x86-64, GCC 12): headroom over what each operation takes (the
+# output prints each figure); a capture's cost is nearly all glibc's
+# unwinder, which the kernel replaces with its frame-pointer walk.
 set -euo pipefail
 readonly kSaveBase=60       # save of a stored trace: at most 60 + 9 per frame
 readonly kSavePerFrame=9

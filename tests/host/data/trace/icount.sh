@@ -13,12 +13,11 @@
 #
 # Bounds. Off: at most 8 instructions per call. On: the kmemtrace target is
 # at most 30 instructions per event recorded (bench/RESULTS.md, issue 13);
-# the host is not there yet (61 per alloc event, 47 per free event at
-# commit 65aa4bd), so the bound stays at kOnBound until the recording path
-# reaches the target, and the output says by how much it is missed.
+# the host's recording path misses it, so the bound is kOnBound until the
+# path reaches the target, and the output says by how much it is missed.
 #
-# What the numbers hold (x86-64, GCC 12): off, the check itself is 2
-# instructions (cmpb $0, g_enabled; jne); the rest is the compiler's
+# What the numbers hold (x86-64, GCC 12): off, the check itself is a cmpb
+# and a jne (cmpb $0, g_enabled; jne); the rest is the compiler's
 # (it hoists the load of the caller address above the branch, and a
 # function without a frame of its own gets one for the cold call). On, the
 # host platform's cpu_id() (a thread's lazily claimed CPU slot) adds a
@@ -27,7 +26,7 @@
 #   aarch64-linux-gnu-objdump -d build/qemu-virt-arm64/kernel/CMakeFiles/kernel.dir/__/trace/kmemtrace.cpp.obj
 set -euo pipefail
 readonly kTarget=30   # instructions per recorded event (the kmemtrace target)
-readonly kOnBound=64  # what this test enforces today (see above)
+readonly kOnBound=64  # what this test enforces (see above)
 readonly kOffBound=8  # instructions per call with tracing off
 usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
 case "${1:-}" in
