@@ -36,7 +36,7 @@
 #include <kernel/arch.h>
 #include <kernel/console.h>
 #include <kernel/format.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>

@@ -8,7 +8,7 @@
 #include <kernel/panic.h>
 #include <kernel/stack.h>
 #include <kernel/string.h>
-#include "mm_accounting.h"
+#include "mm/accounting.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <kernel/stack.h>
 #include <kernel/timer.h>
 #include <mm/failslab.h>
-#include "mm_accounting.h"
+#include "mm/accounting.h"
 
 extern const UartOps* const EARLY_UART_OPS;
 

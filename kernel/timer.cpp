@@ -2,7 +2,7 @@
 // Monotonic clock from the arch counter, and a periodic tick on every core.
 #include <kernel/arch.h>
 #include <kernel/context.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/percpu.h>
 #include <kernel/timer.h>
 #include <arch/ops.h>

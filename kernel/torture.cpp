@@ -83,7 +83,7 @@
 #include <mm/kmemleak.h>
 #include <mm/page.h>
 #include <mm/vmem.h>
-#include "mm_accounting.h"
+#include "mm/accounting.h"
 
 
 namespace {

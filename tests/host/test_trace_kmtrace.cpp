@@ -515,8 +515,8 @@ TEST(KmtraceAllocinfoRules, FunctionAsFuncGivesIt) {
 
 TEST(KmtraceAllocinfoRules, PathsRelativeToTheSourceRoot) {
   using kmtrace::relative_path;
-  EXPECT_EQ(relative_path("/src/magpie/kernel/kmemleak.cpp", "/src/magpie"), "kernel/kmemleak.cpp");
-  EXPECT_EQ(relative_path("/src/magpie/kernel/kmemleak.cpp", "/src/magpie/"), "kernel/kmemleak.cpp");
+  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie"), "kernel/mm/kmemleak_control.cpp");
+  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie/"), "kernel/mm/kmemleak_control.cpp");
   EXPECT_EQ(relative_path("/src/magpie2/kernel/x.cpp", "/src/magpie"), "/src/magpie2/kernel/x.cpp");
   EXPECT_EQ(relative_path("/usr/include/c++/12/new", "/src/magpie"), "/usr/include/c++/12/new");
   EXPECT_EQ(relative_path("kernel/x.cpp", ""), "kernel/x.cpp");

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Allocation profiling end to end on one board: with profiling on from boot
 # and kmemtrace recording, `allocinfo test` makes known allocations at known
-# lines of kernel/allocinfo.cpp; then the kernel's `allocinfo` and `kmtrace
+# lines of kernel/mm/allocinfo.cpp; then the kernel's `allocinfo` and `kmtrace
 # allocinfo` (rebuilt offline from the dump of the same run) must print the
 # same lines, in the same format, for every site of that file; each site has
 # the count the command made; --totals adds up to RAM with nothing live
@@ -66,7 +66,7 @@ line_re = re.compile(r"^ {0,11}-?\d{1,12} {1,8}\d{1,8} \S+:\d+ func:\S+ \n$")
 for name, t in (("kernel", live), ("kmtrace", offline)):
     check(f"{name}: the header lines", t[:2] == ["allocinfo - version: 1.0\n", "#     <size>  <calls> <tag info>\n"])
     check(f"{name}: every line in Linux's format", all(line_re.match(l) for l in t[2:]))
-site = "kernel/allocinfo.cpp:"
+site = "kernel/mm/allocinfo.cpp:"
 mine = lambda t: [l for l in t[2:] if site in l]
 k, o = mine(live), mine(offline)
 check(f"the kernel's {len(k)} lines of {site} are kmtrace's {len(o)}\n" + "".join("        kernel:  " + l for l in k)

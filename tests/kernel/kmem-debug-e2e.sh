@@ -10,7 +10,7 @@
 #    the long overrun (100 bytes, into the next buffer) two: kmem verify's
 #    and the free's, the same buffer and offset, verify's count a real one;
 #  - the audited reports carry backtraces whose frames symbolize to the
-#    function of `kmem test` that made the misuse (kernel/kmem_debug_commands.cpp),
+#    function of `kmem test` that made the misuse (kernel/mm/debug_commands.cpp),
 #    and name the command that ran (context "command kmem");
 #  - afterwards the scratch cache verifies clean with buffers checked (a
 #    count above 0) and the caches are destroyed; `kmem verify` over every
@@ -75,7 +75,7 @@ kinds = {
     "destroy-live": "kmem_cache_destroy of a cache with live objects",
 }
 # The function of kmem test that made each audited misuse (its lambda, in
-# the symbolized frames: kernel/kmem_debug_commands.cpp).
+# the symbolized frames: kernel/mm/debug_commands.cpp).
 for name, kind in kinds.items():
     m = re.search(r"^kmem test: %s\n(.*?)^kmem test: %s: (\d+) report\(s\)" % (re.escape(name), re.escape(name)),
                   text, re.M | re.S)
@@ -107,8 +107,8 @@ for name, kind in kinds.items():
         check("write after free at offset 8", re.search(r"first bad byte at offset 8 \(0x8\): 00 be ad de", body))
         check("write after free: the last free's backtrace", "last freed on cpu" in body)
     if name in ("overrun", "long-overrun", "underrun", "write-after-free", "double-free", "destroy-live"):
-        check(name + ": frames symbolized into kmem_debug_commands.cpp",
-              re.search(r"kmem_debug_commands\.cpp:\d+", body))
+        check(name + ": frames symbolized into debug_commands.cpp",
+              re.search(r"debug_commands\.cpp:\d+", body))
 
 check("all ten, then clean with buffers checked",
       re.search(r"^kmem test: 10 misuse\(s\), 11 report\(s\); afterwards the caches verify clean "

@@ -9,7 +9,7 @@
 #  - per CPU, the events kmtrace decoded = the events `kmemtrace stats`
 #    says the rings hold (what the dump sent);
 #  - per type, allocs and frees decoded = the kernel's per-type counts;
-#  - per call site of the workload (kernel/mm_commands.cpp exercise_cpu,
+#  - per call site of the workload (kernel/mm/commands.cpp exercise_cpu,
 #    named through the ELF's DWARF): allocs and frees = what `kmem exercise`
 #    says it did;
 #  - no damaged frames, no overruns, the abi_version the kernel printed.
@@ -76,7 +76,7 @@ else:
     want = [("kmalloc", did[2], did[2]), ("kmalloc", did[3], did[3]), ("kmalloc", did[4], did[4]),
             ("cache", did[5], did[5]), ("pages", did[6], did[6]), ("vmem", did[7], did[7])]
     expect("exercise_cpu call sites (type, allocs, frees) by line", got, want)
-    expect("exercise_cpu file", sorted({s["file"].rsplit("/", 1)[-1] for s in ex}), ["mm_commands.cpp"])
+    expect("exercise_cpu file", sorted({s["file"].rsplit("/", 1)[-1] for s in ex}), ["commands.cpp"])
 sys.exit(1 if bad else 0)
 PY
 echo "ok: kmemtrace dump end to end on $board"
@@ -84,7 +84,7 @@ echo "ok: kmemtrace dump end to end on $board"
 # 2. Streaming, from boot (bootarg), with small rings: other cores run the
 #    workload while the shell's core streams their events; what the rings
 #    could not hold is counted. Then a longer workload in the foreground,
-#    which holds the stream back until it returns (kernel/kmemtrace.cpp,
+#    which holds the stream back until it returns (kernel/mm/kmemtrace_control.cpp,
 #    Streaming): every core's 64 KiB ring overflows (about 240 bytes of events
 #    a round, 1000 rounds), so events are dropped for certain. The capture
 #    must account for every event: per CPU, events decoded = events the

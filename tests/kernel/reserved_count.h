@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tests' own count of meminfo's "reserved" (kernel/mm_accounting.h),
+// The tests' own count of meminfo's "reserved" (kernel/mm/accounting.h),
 // for the books-balance checks (test_mm.cpp, test_allocinfo.cpp). The
 // kernel computes it as RAM less the page allocator's frames, a
 // difference that holds whatever the allocator got wrong; this counts it

@@ -9,7 +9,7 @@
 #include <arch/ops.h>
 #include <kernel/allocinfo.h>
 #include <kernel/arch.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/ktest.h>
 #include <kernel/string.h>
 #include <mm/alloc_tag.h>
@@ -19,7 +19,7 @@
 #include <mm/vmem.h>
 #include <mm/whatis.h>
 #include <trace/kmemtrace.h>
-#include "../../kernel/mm_accounting.h"
+#include "../../kernel/mm/accounting.h"
 #include "reserved_count.h"
 
 namespace {
@@ -298,7 +298,7 @@ KTEST(allocinfo_frees_while_kmemtrace_records_still_subtract) {
 }
 
 // Page tables are allocator metadata in allocinfo --totals (the arch's
-// table allocator, kernel/mm_init.cpp, counts them), so their pages must
+// table allocator, kernel/mm/init.cpp, counts them), so their pages must
 // not count as a caller's too: a page mapped where the heap window has no
 // table yet makes the arch allocate one, and tagged and untagged stay as
 // they were. (They were counted twice once: the torture left untagged at

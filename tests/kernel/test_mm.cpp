@@ -5,7 +5,7 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/format.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/ktest.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>
@@ -21,7 +21,7 @@
 #include <mm/whatis.h>
 #include <trace/kmemtrace.h>
 #include <initializer_list>
-#include "../../kernel/mm_accounting.h"
+#include "../../kernel/mm/accounting.h"
 #include "reserved_count.h"
 
 namespace {

@@ -43,7 +43,7 @@
 // and the ring writes rewound where they are sections.
 #include <kernel/arch.h>
 #include <kernel/console.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/ktest.h>
 #include <kernel/percpu.h>
 #include <kernel/rseq.h>

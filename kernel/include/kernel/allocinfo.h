@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Allocation profiling's bootarg (kernel/allocinfo.cpp; the commands are
+// Allocation profiling's bootarg (kernel/mm/allocinfo.cpp; the commands are
 // `allocinfo` and `sysctl vm.mem_profiling`).
 #pragma once
 
 #include <cstdint>
 
 // allocinfo --totals: where every byte of RAM is, from the tags' counts and
-// the allocators' own statistics (kernel/allocinfo.cpp says how each is
+// the allocators' own statistics (kernel/mm/allocinfo.cpp says how each is
 // made). tagged + untagged + held + metadata + free + reserved = ram, the
 // figure meminfo adds up to; untagged is what the allocators hold live that
 // no tag counts (allocated while profiling was off): 0 when it was on from

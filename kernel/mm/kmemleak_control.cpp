@@ -10,7 +10,7 @@
 // (pipe the console through tools/symbolize BOARD for function and line).
 #include <kernel/boot.h>
 #include <kernel/console.h>
-#include <kernel/kmemleak.h>
+#include <kernel/kmemleak_control.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
 #include <kernel/string.h>

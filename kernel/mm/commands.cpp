@@ -2,7 +2,7 @@
 // Shell commands that show the memory subsystem: slabinfo, vmem, buddyinfo,
 // kmem (reap, move, stats) and the memory accounting behind meminfo.
 #include <kernel/console.h>
-#include <kernel/kmem_debug.h>
+#include <kernel/kmem_debug_shell.h>
 #include <kernel/percpu.h>
 #include <kernel/shell.h>
 #include <kernel/smp.h>
@@ -15,7 +15,7 @@
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
 #include <mm/whatis.h>
-#include "mm_accounting.h"
+#include "accounting.h"
 
 
 namespace {

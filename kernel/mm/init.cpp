@@ -4,9 +4,9 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
-#include <kernel/kmemleak.h>
-#include <kernel/kmem_debug.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemleak_control.h>
+#include <kernel/kmem_debug_shell.h>
+#include <kernel/kmemtrace_control.h>
 #include <kernel/panic.h>
 #include <kernel/timer.h>
 #include <mm/failslab.h>
@@ -16,7 +16,7 @@
 #include <mm/page.h>
 #include <mm/segkmem.h>
 #include <mm/vmem.h>
-#include "mm_accounting.h"
+#include "accounting.h"
 
 namespace mm_boot {
 

@@ -14,7 +14,7 @@
 //                         `kmemleak test` does for leaks
 #include <kernel/boot.h>
 #include <kernel/console.h>
-#include <kernel/kmem_debug.h>
+#include <kernel/kmem_debug_shell.h>
 #include <kernel/shell.h>
 #include <kernel/string.h>
 #include <mm/kmem.h>

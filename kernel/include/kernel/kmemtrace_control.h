@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // kmemtrace in the kernel: ring memory sized by bootarg, the switch at boot
-// and the `kmemtrace` console command (kernel/kmemtrace.cpp). The recording
+// and the `kmemtrace` console command (kernel/mm/kmemtrace_control.cpp). The recording
 // itself is trace/ (trace/include/trace/kmemtrace.h), called from mm/.
 //
 // Bootargs:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The console side of kmem's debug modes (kernel/kmem_debug_commands.cpp).
+// The console side of kmem's debug modes (kernel/mm/debug_commands.cpp).
 #pragma once
 
 namespace kmem_debug_shell {

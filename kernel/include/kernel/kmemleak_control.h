@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // kmemleak in the kernel: bootargs, periodic scans and the `kmemleak`
-// shell command (kernel/kmemleak.cpp); the scanner is mm/kmemleak.cpp.
+// shell command (kernel/mm/kmemleak_control.cpp); the scanner is mm/kmemleak.cpp.
 #pragma once
 
 namespace kmemleak_boot {

@@ -17,7 +17,7 @@
 #include <mm/page.h>
 #include <mm/platform.h>
 #include <mm/vmem.h>
-#include "mm_accounting.h"
+#include "accounting.h"
 
 namespace {
 
@@ -70,7 +70,7 @@ int test_start(const char* cmd) {
   t.xseg = vmem_xalloc(t.arena, 4096, 4096, 0, 0, nullptr, nullptr, VM_SLEEP);
   t.live = true;
   kprintf("allocinfo test: 12 kmem_alloc, 5 kmem_zalloc, 9 kmem_cache_alloc, 1 large kmem_alloc, 3 page_alloc, "
-          "1 page_alloc_va, 4 vmem_alloc, 1 vmem_xalloc at kernel/allocinfo.cpp, live until 'allocinfo test done'\n");
+          "1 page_alloc_va, 4 vmem_alloc, 1 vmem_xalloc at kernel/mm/allocinfo.cpp, live until 'allocinfo test done'\n");
   return 0;
 }
 

@@ -28,7 +28,7 @@
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/format.h>
-#include <kernel/kmemtrace.h>
+#include <kernel/kmemtrace_control.h>
 #include <mm/hooks.h>
 #include <mm/page.h>
 #include <mm/kmemleak.h>
