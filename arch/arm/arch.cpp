@@ -3,6 +3,7 @@
 // the generic timer, the cycle counter, exits, register dumps.
 #include <drivers/psci.h>
 #include <kernel/arch.h>
+#include <kernel/semihosting.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
@@ -40,16 +41,6 @@ constexpr uint32_t kSemihostingSvc = kSemihostingSvcThumb;
 constexpr uint32_t kSemihostingSvc = kSemihostingSvcArm;
 #endif
 
-void semihost_exit(int code) {
-  // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
-  static uint32_t block[2];
-  block[0] = 0x20026;
-  block[1] = static_cast<uint32_t>(code);
-  register uint32_t r0 asm("r0") = 0x20;
-  register uint32_t r1 asm("r1") = reinterpret_cast<uintptr_t>(block);
-  // Without a debugger behind it, the svc traps (and clobbers lr_svc).
-  asm volatile("svc %2" : "+r"(r0) : "r"(r1), "i"(kSemihostingSvc) : "lr", "memory");
-}
 
 // Short-descriptor fault status: FS = FSR[10]:FSR[3:0].
 const char* fault_status(uint32_t fsr, bool& has_level, const char*& level) {
@@ -287,7 +278,7 @@ void poweroff() {
 
 void exit(int code) {
   if (code == 0) poweroff();
-  semihost_exit(code);
+  semihosting::exit(code);
   poweroff();
 }
 
@@ -357,4 +348,13 @@ intptr_t psci::smccc(Conduit conduit, uint32_t fn, uintptr_t a1, uintptr_t a2, u
   else
     return -1;
   return static_cast<int32_t>(r0);
+}
+
+// Without a debugger behind it, the svc traps (and clobbers lr_svc): the
+// TRAP_SVC case above answers -1.
+extern "C" uintptr_t arch_semihost(uintptr_t op, uintptr_t arg) {
+  register uint32_t r0 asm("r0") = op;
+  register uint32_t r1 asm("r1") = arg;
+  asm volatile("svc %2" : "+r"(r0) : "r"(r1), "i"(kSemihostingSvc) : "lr", "memory");
+  return r0;
 }

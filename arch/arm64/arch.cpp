@@ -3,6 +3,7 @@
 // dumps.
 #include <drivers/psci.h>
 #include <kernel/arch.h>
+#include <kernel/semihosting.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
@@ -31,17 +32,6 @@ void mmu_live();
 namespace {
 
 unsigned g_timer_irq = 27;  // virtual timer PPI 11; the DTB says for sure
-
-extern "C" uintptr_t arm64_semihost(uintptr_t op, uintptr_t arg);  // vectors.S
-
-// Returns only where there is no semihosting (a board without a debugger).
-void semihost_exit(int code) {
-  // SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status.
-  static uint64_t block[2];
-  block[0] = 0x20026;
-  block[1] = static_cast<uint64_t>(code);
-  arm64_semihost(0x20, reinterpret_cast<uintptr_t>(block));
-}
 
 const char* fault_status(uint64_t dfsc) {
   switch (dfsc & 0x3c) {
@@ -129,7 +119,7 @@ extern "C" void arm64_trap(TrapFrame* f, unsigned kind) {
           extable::recover(f->elr, f->far, true, "data abort", describe_sync(f->esr, buf, sizeof buf)));
       return;
     }
-    // A semihosting call where nothing serves it (arm64_semihost).
+    // A semihosting call where nothing serves it (arch_semihost).
     if (ec == 0x00 && extable::fixup(f->elr)) {
       f->elr = rseq::restart_pc(extable::recover(f->elr, 0, false, "undefined instruction", "semihosting unavailable"));
       return;
@@ -195,7 +185,7 @@ void timer_arm(uint64_t ticks) {
 // else nothing can turn the board off: stop here.
 void poweroff() {
   psci::system_off();
-  semihost_exit(0);
+  semihosting::exit(0);
   board_poweroff();
   kprintf("poweroff: no PSCI, semihosting or power-off device: halting (it is safe to cut the power)\n");
   irq_disable();
@@ -204,7 +194,7 @@ void poweroff() {
 
 void exit(int code) {
   if (code == 0) poweroff();
-  semihost_exit(code);
+  semihosting::exit(code);
   poweroff();
 }
 

@@ -28,6 +28,7 @@
 #include <kernel/boot.h>
 #include <kernel/boot_map.h>
 #include <kernel/config.h>
+#include <kernel/page_table.h>
 #include <kernel/panic.h>
 #include <kernel/spinlock.h>
 #include "sysregs.h"
@@ -46,13 +47,12 @@ constexpr uint64_t kPxn = 1ull << 53;
 constexpr uint64_t kUxn = 1ull << 54;
 constexpr uint64_t kOutputMask = 0x0000fffffffff000ull;
 constexpr uint64_t kAttrMask = ~kOutputMask & ~3ull;
-constexpr unsigned kEntries = 512;
+constexpr unsigned kEntries = page_table::kEntries;
 constexpr unsigned kPoolPages = 48;
-
-// Everything here lives in .noinit: written with the MMU off.
-struct alignas(4096) Table {
-  uint64_t e[kEntries];
-};
+using page_table::load_entry;
+using page_table::store_entry;
+using page_table::Table;
+using page_table::zero_table;
 }  // namespace
 
 extern "C" {
@@ -67,16 +67,6 @@ __attribute__((section(".pgtables"))) bool g_mmu_live;
 arch::TableAllocator g_table_alloc;  // .bss: only used after boot
 SpinLock g_map_lock;
 
-// A table that no walk can reach yet: plain stores (publish_table orders
-// them before the link).
-void zero_table(Table* t) {
-  for (auto& e : t->e) e = 0;
-}
-
-// One read of a live entry: single-copy atomic, never torn, never repeated
-// by the compiler. Walks work on the value it returns.
-uint64_t load_entry(const uint64_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
-void store_entry(uint64_t* slot, uint64_t v) { __atomic_store_n(slot, v, __ATOMIC_RELAXED); }
 
 // Orders every store to a new table before the store that links it (the
 // release): a walker that reads the link, on any core, then reads the
@@ -85,18 +75,7 @@ void publish_table() { asm volatile("dsb ishst" ::: "memory"); }
 
 Table* table_of(uint64_t desc) { return reinterpret_cast<Table*>(desc & kOutputMask); }
 
-Table* new_table() {
-  if (g_pool_used < kPoolPages) {
-    Table* t = &g_pool[g_pool_used++];
-    zero_table(t);
-    return t;
-  }
-  if (g_mmu_live && g_table_alloc) {
-    uintptr_t pa = g_table_alloc();
-    return reinterpret_cast<Table*>(pa);  // identity map; comes zeroed
-  }
-  return nullptr;
-}
+Table* new_table() { return page_table::new_table(g_pool, g_pool_used, g_mmu_live, g_table_alloc); }
 
 uint64_t leaf_attrs(unsigned flags) {
   uint64_t a = kAccessFlag;

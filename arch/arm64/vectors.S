@@ -189,12 +189,12 @@ probe_write_fixup:
     mov     x0, #1
     ret
 
-// uintptr_t arm64_semihost(uintptr_t op, uintptr_t arg)
+// uintptr_t arch_semihost(uintptr_t op, uintptr_t arg)
 // A semihosting call (`hlt #0xf000`). Without a debugger or QEMU's
 // -semihosting the instruction is UNDEFINED (a real board): the trap
 // handler finds it in __extable and resumes at the fixup, which returns -1.
-.global arm64_semihost
-arm64_semihost:
+.global arch_semihost
+arch_semihost:
 semihost_insn:
     hlt     #0xf000
     ret

@@ -19,6 +19,7 @@
 // 4. Expected faults: a precise BusFault on an instruction listed in
 //    __extable (arch::probe_write) resumes at its fixup.
 #include <kernel/arch.h>
+#include <kernel/semihosting.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/extable.h>
@@ -30,7 +31,6 @@
 #include <kernel/timer.h>
 #include "trap.h"
 
-extern "C" int armv7m_semihost(int op, void* arg);
 
 namespace arch {
 PerCpu* g_this_cpu;
@@ -52,8 +52,6 @@ constexpr uint32_t kSystEnable = 1, kSystTickInt = 2, kSystClkSource = 4;
 enum : unsigned { kNmi = 2, kHardFault = 3, kMemManage = 4, kBusFault = 5, kUsageFault = 6, kSvc = 11,
                   kDebugMon = 12, kPendSv = 14, kSysTick = 15, kFirstIrq = 16 };
 
-constexpr int kSysExit = 0x18, kSysExitExtended = 0x20, kSysGetCmdline = 0x15;
-constexpr uint32_t kAdpStoppedApplicationExit = 0x20026;
 
 // The SysTick: a 24-bit down-counter at the CPU clock, reloaded every
 // tick (1/kTimerHz). counter() = wraps * period + what has elapsed of the
@@ -244,29 +242,14 @@ void exit(int code) {
     kprintf("stack: it reached its last 64 bytes (no guard page here): counted as a failure\n");
     if (code == 0 || code == 1) code = 3;
   }
-  // SYS_EXIT_EXTENDED gives the exact status; SYS_EXIT only 0 or 1.
-  uint32_t block[2] = {kAdpStoppedApplicationExit, static_cast<uint32_t>(code)};
-  armv7m_semihost(kSysExitExtended, block);
-  armv7m_semihost(kSysExit, reinterpret_cast<void*>(uintptr_t{kAdpStoppedApplicationExit}));
+  semihosting::exit(code);
   halt();
 }
 
 bool firmware_bootargs(char* buf, size_t size) {
   // SYS_GET_CMDLINE: QEMU gives "IMAGE -append's text"; a debugger gives
-  // what it was told (OpenOCD: arm semihosting_cmdline). The first word is
-  // the program's name.
-  if (size < 2) return false;
-  struct {
-    char* buf;
-    uint32_t len;
-  } block = {buf, static_cast<uint32_t>(size)};
-  if (armv7m_semihost(kSysGetCmdline, &block) != 0) return false;
-  buf[size - 1] = 0;
-  const char* s = buf;
-  while (*s && *s != ' ') s++;
-  while (*s == ' ') s++;
-  memmove(buf, s, strlen(s) + 1);
-  return buf[0] != 0;
+  // what it was told (OpenOCD: arm semihosting_cmdline).
+  return semihosting::command_line(buf, size);
 }
 
 void dump_registers(const TrapFrame* f) {

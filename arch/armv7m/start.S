@@ -106,16 +106,16 @@ exception_entry:
 exception_entry_end:
 .size exception_entry, . - exception_entry
 
-// int armv7m_semihost(int op, void* arg): a semihosting call (r0 = op,
+// uintptr_t arch_semihost(uintptr_t op, uintptr_t arg): a semihosting call (r0 = op,
 // r1 = arg, result in r0). With no debugger to take it, the bkpt is a
 // HardFault that armv7m_trap answers with -1.
-.global armv7m_semihost
-.type armv7m_semihost, %function
+.global arch_semihost
+.type arch_semihost, %function
 .thumb_func
-armv7m_semihost:
+arch_semihost:
     bkpt    0xab
     bx      lr
-.size armv7m_semihost, . - armv7m_semihost
+.size arch_semihost, . - arch_semihost
 
 // bool arch::call_with_recovery(void (*fn)(void*), void* arg, RecoveryPoint& rp)
 // RecoveryPoint: r4..r11 (reg[0..7]), sp, lr, PRIMASK (reg[8..10]).

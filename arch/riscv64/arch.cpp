@@ -3,6 +3,7 @@
 // register dumps, trap records for the backtrace walker.
 #include <atomic>
 #include <kernel/arch.h>
+#include <kernel/semihosting.h>
 #include <kernel/boot.h>
 #include <kernel/console.h>
 #include <kernel/expected_fault.h>
@@ -35,7 +36,6 @@ __attribute__((section(".data"))) PerCpu* riscv_starting_cpu = nullptr;
 
 extern "C" char riscv_trap_entry[], secondary_entry[];
 extern "C" bool riscv_stimecmp_usable();
-extern "C" uintptr_t riscv_semihost(uintptr_t op, uintptr_t arg);  // trap.S
 
 namespace arch {
 uint64_t g_timebase_hz = 10000000;  // QEMU virt's; the DTB says for sure
@@ -52,18 +52,6 @@ constexpr uint64_t kStimecmp = 0x14d;  // Sstc
 bool g_sstc;            // program the timer through stimecmp, not SBI
 uintptr_t g_test_dev;   // QEMU's "sifive,test" finisher, 0 if none
 constexpr uint32_t kTestFail = 0x3333;
-
-// SYS_EXIT_EXTENDED with ADP_Stopped_ApplicationExit and the status. Returns
-// only where there is no semihosting (a board without a debugger).
-void semihost_exit(int code) {
-  static bool unavailable;  // tried once already (exit falls back on poweroff)
-  static uint64_t block[2];
-  if (unavailable) return;
-  block[0] = 0x20026;
-  block[1] = static_cast<uint64_t>(code);
-  riscv_semihost(0x20, reinterpret_cast<uintptr_t>(block));
-  unavailable = true;
-}
 
 // A cause name for every exception code the privileged spec defines.
 const char* exception_name(uint64_t code) {
@@ -198,7 +186,7 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
     f->sepc = rseq::restart_pc(f->sepc);
     return;
   }
-  // A semihosting call where nothing serves it (riscv_semihost).
+  // A semihosting call where nothing serves it (arch_semihost).
   if (cause == 3 && extable::fixup(f->sepc)) {
     f->sepc = rseq::restart_pc(extable::recover(f->sepc, 0, false, "breakpoint", "semihosting unavailable"));
     return;
@@ -324,7 +312,7 @@ void timer_arm(uint64_t ticks) {
 // stop here.
 void poweroff() {
   sbi::system_off(false);
-  semihost_exit(0);
+  semihosting::exit(0);
   board_poweroff();
   if (!sbi::has_srst()) sbi::legacy_shutdown();
   kprintf("poweroff: no SBI shutdown, semihosting or power-off device: halting (it is safe to cut the power)\n");
@@ -340,7 +328,7 @@ void exit(int code) {
     *reinterpret_cast<volatile uint32_t*>(g_test_dev) = (static_cast<uint32_t>(code) << 16) | kTestFail;
     asm volatile("fence" ::: "memory");
   }
-  semihost_exit(code);
+  semihosting::exit(code);
   sbi::system_off(true);
   poweroff();
 }

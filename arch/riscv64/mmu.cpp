@@ -40,6 +40,7 @@
 #include <kernel/boot_map.h>
 #include <kernel/config.h>
 #include <kernel/format.h>
+#include <kernel/page_table.h>
 #include <kernel/spinlock.h>
 #include <kernel/timer.h>
 #include <atomic>
@@ -57,13 +58,13 @@ constexpr uint64_t kPteV = 1 << 0, kPteR = 1 << 1, kPteW = 1 << 2, kPteX = 1 << 
 constexpr uint64_t kPteLeafMask = kPteR | kPteW | kPteX;
 constexpr unsigned kPpnShift = 10;
 constexpr uint64_t kPpnMask = ((1ull << 44) - 1) << kPpnShift;  // bits 53..10
-constexpr unsigned kEntries = 512;
+constexpr unsigned kEntries = page_table::kEntries;
 constexpr unsigned kLevels = 3;
 constexpr unsigned kPoolPages = 48;
-
-struct alignas(4096) Table {
-  uint64_t e[kEntries];
-};
+using page_table::load_entry;
+using page_table::store_entry;
+using page_table::Table;
+using page_table::zero_table;
 }  // namespace
 
 extern "C" {
@@ -79,34 +80,13 @@ arch::TableAllocator g_table_alloc;
 SpinLock g_map_lock;
 bool g_changed;  // under g_map_lock: a live table changed, fence before returning
 
-// A table that no walk can reach yet: plain stores (publish_table orders
-// them before the link).
-void zero_table(Table* t) {
-  for (auto& e : t->e) e = 0;
-}
-
-// One read of a live entry: single-copy atomic, never torn, never repeated
-// by the compiler. Walks work on the value it returns.
-uint64_t load_entry(const uint64_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
-void store_entry(uint64_t* slot, uint64_t v) { __atomic_store_n(slot, v, __ATOMIC_RELAXED); }
 
 // Orders every store to a new table before the store that links it (the
 // release): a walker that reads the link, on any hart, then reads the
 // table's zeroes or split entries, never what the page held before.
 void publish_table() { asm volatile("fence w, w" ::: "memory"); }
 
-Table* new_table() {
-  if (g_pool_used < kPoolPages) {
-    Table* t = &g_pool[g_pool_used++];
-    zero_table(t);
-    return t;
-  }
-  if (g_mmu_live && g_table_alloc) {
-    uintptr_t pa = g_table_alloc();
-    return reinterpret_cast<Table*>(pa);  // identity map; comes zeroed
-  }
-  return nullptr;
-}
+Table* new_table() { return page_table::new_table(g_pool, g_pool_used, g_mmu_live, g_table_alloc); }
 
 uint64_t pte_pa(uint64_t pte) { return (pte & kPpnMask) << 2; }
 uint64_t make_pte(uint64_t pa, uint64_t bits) { return ((pa >> 12) << kPpnShift) | bits; }
@@ -447,7 +427,7 @@ unsigned mapping_flags(uintptr_t va) {
 
 }  // namespace arch
 
-// For arch/riscv64/test_mmu.cpp: every entry of the live tables, and one
+// For tests/kernel/arch/riscv64/test_mmu.cpp: every entry of the live tables, and one
 // leaf. Lock-free reads, as the walkers' (point 6): tables are never freed.
 namespace riscv {
 void visit_entries(void (*fn)(uint64_t pte, unsigned level, void* arg), void* arg) {

@@ -222,7 +222,7 @@ stimecmp_probe_fixup:
     li      a0, 0
     ret
 
-// uintptr_t riscv_semihost(uintptr_t op, uintptr_t arg)
+// uintptr_t arch_semihost(uintptr_t op, uintptr_t arg)
 // A semihosting call: the three-instruction sequence the RISC-V semihosting
 // spec fixes (uncompressed, within one page: QEMU reads the neighbours of
 // the ebreak). Where nothing serves it (no debugger, QEMU without
@@ -230,8 +230,8 @@ stimecmp_probe_fixup:
 // OpenSBI delegates to S-mode; riscv_trap finds semihost_insn in __extable
 // and resumes at semihost_fixup, which returns -1.
 .balign 16
-.global riscv_semihost
-riscv_semihost:
+.global arch_semihost
+arch_semihost:
 .option push
 .option norvc
     slli    zero, zero, 0x1f

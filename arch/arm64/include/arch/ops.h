@@ -2,6 +2,7 @@
 // AArch64 inline operations for portable code (see kernel/arch.h).
 #pragma once
 #include <cstdint>
+#include <kernel/bitscan_builtin.h>  // highest_bit, lowest_bit
 
 struct PerCpu;
 
@@ -35,11 +36,6 @@ inline bool irqs_enabled() {
 // Spin-wait hint; under QEMU's icount it also lets another vCPU run.
 inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
 
-// Bit scans of a non-zero word: one instruction each (clz; rbit + clz).
-inline unsigned highest_bit(unsigned long x) {
-  return static_cast<unsigned>(8 * sizeof x - 1) ^ static_cast<unsigned>(__builtin_clzl(x));
-}
-inline unsigned lowest_bit(unsigned long x) { return static_cast<unsigned>(__builtin_ctzl(x)); }
 inline void wait_for_interrupt() { asm volatile("dsb sy\n wfi" ::: "memory"); }
 
 inline PerCpu* this_cpu() {

@@ -6,6 +6,7 @@
 // masked with PRIMASK. The per-CPU pointer is a plain variable (one core).
 #pragma once
 #include <cstdint>
+#include <kernel/bitscan_builtin.h>  // highest_bit, lowest_bit
 
 struct PerCpu;
 
@@ -34,10 +35,6 @@ inline bool irqs_enabled() {
 
 inline void cpu_relax() { asm volatile("yield" ::: "memory"); }
 
-inline unsigned highest_bit(unsigned long x) {
-  return static_cast<unsigned>(8 * sizeof x - 1) ^ static_cast<unsigned>(__builtin_clzl(x));
-}
-inline unsigned lowest_bit(unsigned long x) { return static_cast<unsigned>(__builtin_ctzl(x)); }
 inline void wait_for_interrupt() { asm volatile("dsb\n wfi" ::: "memory"); }
 
 // One core: its PerCpu is a variable (arch.cpp).

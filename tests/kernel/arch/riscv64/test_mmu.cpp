@@ -6,7 +6,7 @@
 #include <kernel/arch.h>
 #include <kernel/boot.h>
 #include <kernel/ktest.h>
-#include "csr.h"
+#include "arch/riscv64/csr.h"
 
 namespace riscv {
 void visit_entries(void (*fn)(uint64_t pte, unsigned level, void* arg), void* arg);
