@@ -33,6 +33,8 @@
 #include <mm/page.h>
 #include <mm/vmem.h>
 
+#include "patterns.h"  // escape
+
 namespace bench {
 
 enum class AllocatorId : unsigned { kKmemCache, kKmemAlloc, kGlibc, kJemalloc, kTcmalloc, kMimalloc };
@@ -53,13 +55,6 @@ kmem_cache_t* bench_cache(size_t size);
 // Re-executes the program with kStaticTlsTunable in GLIBC_TUNABLES unless it
 // is there already or the program runs under valgrind. Call first in main.
 void ensure_static_tls(char** argv);
-
-// Keeps the compiler from dropping or merging an allocation it can see
-// (GCC removes a malloc whose result only reaches free). No instructions.
-inline void* escape(void* p) {
-  asm volatile("" : "+r"(p));
-  return p;
-}
 
 struct KmemCacheAllocator {
   kmem_cache_t* cache;

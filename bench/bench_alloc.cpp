@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "allocators.h"
+#include "cross_ring.h"
 #include "patterns.h"
 
 namespace bench {

@@ -32,6 +32,7 @@
 #include <mm/alloc_tag.h>
 
 #include "allocators.h"
+#include "cross_ring.h"
 #include "patterns.h"
 
 namespace bench {

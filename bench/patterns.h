@@ -1,32 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
-// The allocation patterns both benchmark programs run (bench_alloc for
-// wall-clock time, count_instructions for instructions under callgrind).
+// The allocation patterns every benchmark runs: the host's (bench_alloc for
+// wall-clock time, count_instructions for instructions under callgrind) and
+// the kernel's `bench` command (kernel/bench.cpp). Freestanding: nothing here
+// needs a hosted library (the host's threads and random order are in
+// cross_ring.h).
 //
-// 1. Each pattern is a template over an adapter (allocators.h) and is never
-//    inlined, so a measurement brackets exactly one call, and the same loop
-//    instantiated with NullAllocator is the baseline to subtract.
+// 1. Each pattern is a template over an adapter (allocators.h; the kernel's
+//    are in kernel/bench.cpp) and is never inlined, so a measurement
+//    brackets exactly one call, and the same loop instantiated with the null
+//    adapter (no allocator) is the baseline to subtract.
 // 2. Adapters are passed by value: the cache pointer or size stays in a
 //    register across the calls instead of being reloaded from memory.
 // 3. Patterns (every figure is per object, that is per alloc+free pair):
 //      pairs      alloc, free, alloc, free, ...
 //      lifo       n allocations, then n frees, last allocated first
 //      random     n allocations, then n frees in a pre-made random order
-//      cross      a producer thread allocates batches, a consumer thread
-//                 frees them (BatchRing); alloc_batch and free_batch are
-//                 the two halves.
+//      cross      a producer allocates batches, a consumer frees them (on
+//                 the host two threads and a BatchRing, in the kernel cpu 0
+//                 and cpu 1); alloc_batch and free_batch are the two halves.
 #pragma once
-#include <atomic>
 #include <cstdint>
-#include <random>
-#include <utility>
-#include <vector>
-
-#include "allocators.h"
 
 namespace bench {
 
+// Keeps the compiler from dropping or merging an allocation it can see
+// (GCC removes a malloc whose result only reaches free). No instructions.
+inline void* escape(void* p) {
+  asm volatile("" : "+r"(p));
+  return p;
+}
+
 constexpr unsigned kBatchObjects = 1000;  // lifo and random
-constexpr unsigned kCrossBatch = 64;      // objects per producer->consumer batch
+constexpr unsigned kCrossBatch = 64;      // objects per producer->consumer batch (kernel: cpu 0 -> cpu 1)
 
 template <class A>
 [[gnu::noinline]] void run_pairs(A a, unsigned n) {
@@ -54,86 +59,5 @@ template <class A>
 [[gnu::noinline]] void free_batch(A a, void* const* slots, unsigned n) {
   for (unsigned i = 0; i < n; i++) a.release(slots[i]);
 }
-
-// A permutation of 0..n-1 from a fixed seed: Fisher-Yates over mt19937,
-// whose output the standard fixes, so every run frees in the same order.
-inline std::vector<uint32_t> random_order(unsigned n) {
-  std::vector<uint32_t> order(n);
-  for (unsigned i = 0; i < n; i++) order[i] = i;
-  std::mt19937 rng(20240601);
-  for (unsigned i = n; i > 1; i--) std::swap(order[i - 1], order[rng() % i]);
-  return order;
-}
-
-// A single-producer, single-consumer ring of object batches. The producer
-// fills a free slot and publishes it; the consumer takes full slots in
-// order and hands them back. A batch of 0 objects tells the consumer to
-// stop. Waiting spins briefly, then sleeps on the counter (futex).
-// With depth 1 the two threads run in lockstep: never inside an allocator
-// at the same time, which keeps instruction counts deterministic.
-class BatchRing {
- public:
-  BatchRing(unsigned depth, unsigned batch)
-      : depth_(depth), batch_(batch), objs_(size_t{depth} * batch), counts_(depth) {}
-
-  unsigned batch() const { return batch_; }
-
-  // Producer side.
-  void** free_slot() {
-    uint32_t h = head_.load(std::memory_order_relaxed);
-    for (;;) {
-      uint32_t t = tail_.load(std::memory_order_acquire);
-      if (h - t < depth_) return &objs_[size_t{h % depth_} * batch_];
-      wait_change(tail_, t);
-    }
-  }
-  void publish(unsigned count) {
-    uint32_t h = head_.load(std::memory_order_relaxed);
-    counts_[h % depth_] = count;
-    head_.store(h + 1, std::memory_order_release);
-    head_.notify_one();
-  }
-  void close() {
-    free_slot();
-    publish(0);
-  }
-  // Waits until the consumer has handed back every published batch.
-  void drain() {
-    uint32_t h = head_.load(std::memory_order_relaxed);
-    for (uint32_t t; (t = tail_.load(std::memory_order_acquire)) != h;) wait_change(tail_, t);
-  }
-
-  // Consumer side: the next full batch (count 0: stop).
-  void** full_slot(unsigned& count) {
-    uint32_t t = tail_.load(std::memory_order_relaxed);
-    for (;;) {
-      uint32_t h = head_.load(std::memory_order_acquire);
-      if (h != t) {
-        count = counts_[t % depth_];
-        return &objs_[size_t{t % depth_} * batch_];
-      }
-      wait_change(head_, h);
-    }
-  }
-  void release_slot() {
-    tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    tail_.notify_one();
-  }
-
- private:
-  static void wait_change(const std::atomic<uint32_t>& a, uint32_t seen) {
-    for (int i = 0; i < 2000; i++) {
-      if (a.load(std::memory_order_acquire) != seen) return;
-      __builtin_ia32_pause();
-    }
-    a.wait(seen, std::memory_order_acquire);
-  }
-
-  const unsigned depth_, batch_;
-  std::vector<void*> objs_;
-  std::vector<unsigned> counts_;
-  alignas(64) std::atomic<uint32_t> head_{0};  // batches published
-  alignas(64) std::atomic<uint32_t> tail_{0};  // batches handed back
-};
 
 }  // namespace bench

@@ -47,13 +47,19 @@
 #include <mm/page.h>
 #include <mm/vmem.h>
 #include <trace/kmemtrace.h>
+#include "bench/patterns.h"
 
 namespace {
 
 using ull = unsigned long long;
 
-constexpr unsigned kBatchObjects = 1000;  // lifo and random
-constexpr unsigned kCrossBatch = 64;      // objects cpu 0 hands to cpu 1 per call
+using bench::alloc_batch;
+using bench::free_batch;
+using bench::kBatchObjects;  // lifo and random
+using bench::kCrossBatch;    // objects cpu 0 hands to cpu 1 per call
+using bench::run_lifo;
+using bench::run_pairs;
+using bench::run_random;
 constexpr unsigned kFreeSegments = 10000;
 constexpr size_t kSizes[] = {16, 64, 256, 1024, 4096};
 constexpr unsigned kNumSizes = sizeof kSizes / sizeof kSizes[0];
@@ -109,39 +115,18 @@ struct PageOps {
   void release(void* p) const { mm::page_free(reinterpret_cast<uintptr_t>(p), 0); }
 };
 
+// Every adapter is measured through Checked: an allocation that returned
+// nothing is counted (and fails the row) instead of freed. The null
+// adapter pays the same check, so it cancels out of every figure.
 template <class A>
-inline void put(A a, void* p) {
-  if (__builtin_expect(p != nullptr, 1)) a.release(p);
-  else g_failures++;
-}
-
-// --- patterns: never inlined, so a measurement brackets one call ----------------
-
-template <class A>
-[[gnu::noinline]] void run_pairs(A a, unsigned n) {
-  for (unsigned i = 0; i < n; i++) put(a, a.alloc());
-}
-template <class A>
-[[gnu::noinline]] void run_lifo(A a) {
-  void** const slots = g_slots;  // a register: the loops load no global
-  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
-  for (unsigned i = kBatchObjects; i-- > 0;) put(a, slots[i]);
-}
-template <class A>
-[[gnu::noinline]] void run_random(A a) {
-  void** const slots = g_slots;
-  const uint32_t* const order = g_order;
-  for (unsigned i = 0; i < kBatchObjects; i++) slots[i] = a.alloc();
-  for (unsigned i = 0; i < kBatchObjects; i++) put(a, slots[order[i]]);
-}
-template <class A>
-[[gnu::noinline]] void alloc_batch(A a, void** slots, unsigned n) {
-  for (unsigned i = 0; i < n; i++) slots[i] = a.alloc();
-}
-template <class A>
-[[gnu::noinline]] void free_batch(A a, void* const* slots, unsigned n) {
-  for (unsigned i = 0; i < n; i++) put(a, slots[i]);
-}
+struct Checked {
+  A a;
+  void* alloc() const { return a.alloc(); }
+  void release(void* p) const {
+    if (__builtin_expect(p != nullptr, 1)) a.release(p);
+    else g_failures++;
+  }
+};
 
 // --- timing -----------------------------------------------------------------
 
@@ -179,17 +164,18 @@ enum class Pattern { kPairs, kLifo, kRandom };
 // Ticks of one measurement of `p` with adapter a, best of c.reps, after
 // the warm-up.
 template <class A>
-uint64_t measure(A a, Pattern p, const Counts& c) {
+uint64_t measure(A inner, Pattern p, const Counts& c) {
+  const Checked<A> a{inner};
   switch (p) {
     case Pattern::kPairs:
       run_pairs(a, c.pairs_warm);
       return best_of(c.reps, [&] { return timed([&] { run_pairs(a, c.pairs); }); });
     case Pattern::kLifo:
-      for (unsigned r = 0; r < c.batch_warm; r++) run_lifo(a);
-      return best_of(c.reps, [&] { return timed([&] { run_lifo(a); }); });
+      for (unsigned r = 0; r < c.batch_warm; r++) run_lifo(a, g_slots, kBatchObjects);
+      return best_of(c.reps, [&] { return timed([&] { run_lifo(a, g_slots, kBatchObjects); }); });
     case Pattern::kRandom:
-      for (unsigned r = 0; r < c.batch_warm; r++) run_random(a);
-      return best_of(c.reps, [&] { return timed([&] { run_random(a); }); });
+      for (unsigned r = 0; r < c.batch_warm; r++) run_random(a, g_slots, g_order, kBatchObjects);
+      return best_of(c.reps, [&] { return timed([&] { run_random(a, g_slots, g_order, kBatchObjects); }); });
   }
   return 0;
 }
@@ -219,7 +205,8 @@ uint64_t cross_batch(A a) {
 }
 
 template <class A>
-uint64_t measure_cross(A a, const Counts& c) {
+uint64_t measure_cross(A inner, const Counts& c) {
+  const Checked<A> a{inner};
   for (unsigned k = 0; k < c.cross_warm; k++) cross_batch(a);
   return best_of(c.reps, [&] {
     uint64_t sum = 0;
@@ -394,9 +381,9 @@ void bench_prof(Table& t, const Counts& c) {
     row(t, "prof_on", "kmem_cache", 64, kPairs, 0, 0, false);
     return;
   }
-  CacheOps a{cp};
-  KmemAllocOps k{64};
-  PageOps pg;
+  const Checked<CacheOps> a{{cp}};
+  const Checked<KmemAllocOps> k{{64}};
+  const Checked<PageOps> pg{};
   unsigned before = g_failures;
   auto pairs = [&](auto ops) {
     run_pairs(ops, c.pairs_warm);
@@ -449,7 +436,7 @@ void bench_trace(Table& t, const Counts& c) {
     row(t, "kmemtrace_on", "kmem_cache", 64, kPairs, 0, 0, false);
     return;
   }
-  CacheOps a{cp};
+  const Checked<CacheOps> a{{cp}};
   unsigned before = g_failures;
   run_pairs(a, c.pairs_warm);
   uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
@@ -495,7 +482,7 @@ void bench_leak(Table& t, const Counts& c) {
     if (big) kmem_cache_destroy(big);
     return;
   }
-  CacheOps a{cp};
+  const Checked<CacheOps> a{{cp}};
   unsigned before = g_failures;
   run_pairs(a, c.pairs_warm);
   uint64_t off = best_of(c.reps, [&] { return timed([&] { run_pairs(a, kPairs); }); });
