@@ -9,7 +9,7 @@
 //    any order, a vmem_alloc or a constrained vmem_xalloc); a full slot's
 //    allocation is checked and freed, here or (half the time) on a random
 //    other core through that core's inbox. Movable caches keep their objects
-//    in a shared registry instead (section 3). Now and then a worker runs a
+//    in a shared registry instead (Moves, below). Now and then a worker runs a
 //    reap, a consolidator pass, or creates a cache, fills it and destroys it.
 //    Every allocation is KM_NOSLEEP / VM_NOSLEEP: a failure is counted, not
 //    an error. Only creating the shared caches and arenas may wait.

@@ -112,7 +112,7 @@ struct Opcodes {
 
 // What a frame's opcodes did, if that was "vsp = r7 (from_r7) or sp,
 // vsp += 4 * words, then pop the registers of mask (r0..r15) in ascending
-// order" (5): its cached form. (vsp = r7: a function that keeps GCC's
+// order" (Recipes, above): its cached form. (vsp = r7: a function that keeps GCC's
 // Thumb frame pointer, such as one that reads __builtin_frame_address.)
 struct Recipe {
   uint32_t words = 0;
@@ -238,7 +238,7 @@ bool execute(Regs& s, Opcodes ops, Recipe& rc) {
   return true;
 }
 
-// Each CPU's recipes (5): 64 sets of two, the set picked by a
+// Each CPU's recipes (Recipes, above): 64 sets of two, the set picked by a
 // multiplicative hash of the pc (so that call sites a multiple of some
 // power of two apart do not share one), key = the pc looked up, | 1 (0:
 // empty). A new recipe goes first in its set and the first moves second:

@@ -102,7 +102,7 @@ static_assert(sizeof(L2Table) * 4 == kPageSize);
 
 bool valid(uint32_t desc) { return (desc & 3) != 0; }
 
-// One read of a live entry (point 6): never torn, never repeated.
+// One read of a live entry (Ordering, above): never torn, never repeated.
 uint32_t load_entry(const uint32_t* slot) { return __atomic_load_n(slot, __ATOMIC_RELAXED); }
 
 }  // namespace
@@ -419,7 +419,7 @@ unsigned mapping_flags(uintptr_t va) {
 
 uint32_t return_instruction() { return 0xe12fff1e; }  // bx lr
 
-// See the design statement, point 5.
+// See the design statement, The heap window.
 constexpr uintptr_t kHeapWindowBase = 0xc0000000;
 constexpr size_t kHeapWindowSize = 0x30000000;  // 768 MiB, up to 0xf0000000
 static_assert(kHeapWindowBase >= kDirectMapLimit, "the heap window overlaps the identity map of RAM");

@@ -208,7 +208,7 @@ uintptr_t map_device(uint64_t pa, size_t size) {
 void set_table_allocator(TableAllocator alloc) { g_table_alloc = alloc; }
 
 // Walks to the leaf entry for va; returns its slot, the entry as read
-// (once: see point 4 above), its block size and level, or nullptr if
+// (once: see Ordering, above), its block size and level, or nullptr if
 // nothing valid maps va.
 namespace {
 uint64_t* find_leaf(uint64_t va, uint64_t& entry, uint64_t& block, unsigned& level_out) {

@@ -94,7 +94,7 @@ bool is_leaf(uint64_t pte) { return (pte & kPteV) && (pte & kPteLeafMask); }
 bool is_table(uint64_t pte) { return (pte & kPteV) && !(pte & kPteLeafMask); }
 
 uint64_t leaf_bits(unsigned flags) {
-  uint64_t b = kPteV | kPteA | kPteD | kPteG;  // A and D always: point 1
+  uint64_t b = kPteV | kPteA | kPteD | kPteG;  // A and D always (the identity map, above)
   if (flags & arch::kMapRead) b |= kPteR;
   if (flags & arch::kMapWrite) b |= kPteW | kPteR;  // W without R is reserved
   if (flags & arch::kMapExec) b |= kPteX;
@@ -104,7 +104,7 @@ uint64_t leaf_bits(unsigned flags) {
 bool g_changed_valid;  // under g_map_lock: a valid entry changed (needs remote fences)
 
 // Under g_map_lock (or at boot). The store is what other harts' walks see;
-// map()/unmap() fence before returning (point 3).
+// map()/unmap() fence before returning (After boot, above).
 void set_entry(uint64_t* slot, uint64_t v) {
   uint64_t old = load_entry(slot);
   if (old == v) return;
@@ -132,7 +132,7 @@ uint64_t split(uint64_t* slot, uint64_t cur, unsigned level) {
   return link;
 }
 
-// The leaf entry that maps va, the value read (once: point 6) and its
+// The leaf entry that maps va, the value read (once: Ordering, above) and its
 // level, or nullptr.
 uint64_t* find_leaf(uint64_t va, uint64_t& entry, unsigned& level_out) {
   Table* t = &riscv_root_table;
@@ -417,7 +417,7 @@ unsigned mapping_flags(uintptr_t va) {
   unsigned level;
   uint64_t pte;
   if (!find_leaf(va, pte, level)) return 0;
-  // No PTE bit says device here (point 5): the PMAs do.
+  // No PTE bit says device here (Memory types, above): the PMAs do.
   unsigned f = 0;
   if (pte & kPteR) f |= kMapRead;
   if (pte & kPteW) f |= kMapWrite;
@@ -428,7 +428,7 @@ unsigned mapping_flags(uintptr_t va) {
 }  // namespace arch
 
 // For tests/kernel/arch/riscv64/test_mmu.cpp: every entry of the live tables, and one
-// leaf. Lock-free reads, as the walkers' (point 6): tables are never freed.
+// leaf. Lock-free reads, as the walkers' (Ordering, above): tables are never freed.
 namespace riscv {
 void visit_entries(void (*fn)(uint64_t pte, unsigned level, void* arg), void* arg) {
   struct Walk {

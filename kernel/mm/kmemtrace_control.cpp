@@ -53,7 +53,7 @@ constexpr size_t kMaxRing = 64 * 1024 * 1024;
 // shell's core (the boot core) afterwards.
 size_t g_ring_capacity;
 unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
-bool g_streaming;  // the shell's core only (see 3)
+bool g_streaming;  // the shell's core only (Streaming)
 
 // Output goes out a line at a time, or a buffer's worth of a longer one
 // (a frame line is about 1.04 x kDefaultPayload plus its header: several

@@ -31,7 +31,7 @@ class Tree;
 
 namespace boot_map {
 
-// Fills the arch's page tables as point 2 says. dtb is the bootloader's
+// Fills the arch's page tables as What it maps says. dtb is the bootloader's
 // pointer (0 if it passed none).
 void map_kernel(uintptr_t dtb);
 

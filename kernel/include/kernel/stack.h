@@ -64,7 +64,7 @@ void assign(PerCpu& cpu);
 bool find(uintptr_t addr, uintptr_t& lo, uintptr_t& hi);
 
 // Called by the arch's trap entry, on the overflow stack, when the stack
-// had no room for the trap frame (point 2). fault_addr is the data address
+// had no room for the trap frame (How an overflow is caught). fault_addr is the data address
 // that faulted, 0 if the trap was not a data abort.
 [[noreturn]] void overflow(const TrapFrame* frame, uintptr_t fault_addr);
 

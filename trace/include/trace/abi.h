@@ -12,7 +12,7 @@
 //        1   1   type id      kTypeKmalloc .. kTypeVmem / unknown (skip)
 //        2   2   event size   whole event, features included; a reader
 //                             skips bytes it does not know by this size
-//        4   4   sequence     orders events across CPUs; wraps (see 3)
+//        4   4   sequence     orders events across CPUs; wraps (Sequence numbers)
 //        8   8   caller       return address into the caller of the API
 //       16   8   pointer      the memory (or vmem span base); may be 0
 //     alloc only:

@@ -84,7 +84,7 @@ __attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uint
 // an atomic load of a bool costs an extra test.
 // The flag changes rarely (enable/disable) and a stale value only moves the
 // point where recording starts or stops by an event or so. It publishes
-// nothing (see 5 for what orders the rings' set-up) and a byte is read and
+// nothing (Set-up says what orders the rings' set-up) and a byte is read and
 // written whole on every target; ThreadSanitizer reports the read against
 // enable()/disable() all the same (tests/host/stress_trace_tsan.cpp
 // suppresses that one report).

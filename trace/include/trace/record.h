@@ -82,7 +82,7 @@ constexpr size_t kRecSeq = offsetof(Recorder, seq);
 // immediate (the others read a clock and leave it unused).
 static_assert(kRecSeq < 2048, "too many CPUs for the sections' immediate: address the sequence number otherwise");
 
-// Records an allocation of this CPU's: the section (2), from the
+// Records an allocation of this CPU's: the section (Restartable), from the
 // functions in .text.rseq only (MM_RESTARTABLE_TEXT), and only from
 // frameless ones whose every call is a tail call, entered by a tail call
 // from the allocator's entry point: the event's caller is the link
