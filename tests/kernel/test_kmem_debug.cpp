@@ -483,6 +483,12 @@ KTEST(kmem_debug_trails_name_what_ran) {
   uint64_t until = timer::now_ns() + 2000000000ull;
   while (!__atomic_load_n(&g_who.obj, __ATOMIC_ACQUIRE) && timer::now_ns() < until) arch::wait_for_interrupt();
   timer::set_test_hook(nullptr, 0);
+  // A core whose tick read the hook before it was cleared may still be in
+  // alloc_in_tick, about to free the buffer it lost the race with. A
+  // cross-call on every core runs in each core's interrupt handler, after
+  // any tick handler in progress there (handlers do not nest): once it
+  // returns, none is left.
+  smp::call_on_all([](void*) {}, nullptr);
   void* q = __atomic_load_n(&g_who.obj, __ATOMIC_ACQUIRE);
   KASSERT(q != nullptr);
   KASSERT(mm::kmem_debug_trail(q, t));
