@@ -38,10 +38,9 @@ void load_peers() {
     void* h = dlopen(lib.soname, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (!h) {
       const char* err = dlerror();
-      lib.error = std::string(err ? err : "dlopen failed") + " (Debian package " + lib.package +
-                  "; see tools/install-deps)";
-      if (err && strstr(err, "static TLS"))
-        lib.error += "; set GLIBC_TUNABLES=" + std::string(kStaticTlsTunable);
+      lib.error =
+          std::string(err ? err : "dlopen failed") + " (Debian package " + lib.package + "; see tools/install-deps)";
+      if (err && strstr(err, "static TLS")) lib.error += "; set GLIBC_TUNABLES=" + std::string(kStaticTlsTunable);
       continue;
     }
     lib.malloc_fn = reinterpret_cast<void* (*)(size_t)>(dlsym(h, "malloc"));
@@ -126,8 +125,8 @@ constexpr uintptr_t kArenaBase = uintptr_t{1} << 32;
 
 vmem_t* create_arena(const char* name, size_t bytes) {
   mm::kmem_init();  // vmem takes its boundary tags from the page allocator
-  vmem_t* a = vmem_create(name, reinterpret_cast<void*>(kArenaBase), bytes, kVmemQuantum, nullptr, nullptr,
-                          nullptr, 0, VM_SLEEP);
+  vmem_t* a = vmem_create(name, reinterpret_cast<void*>(kArenaBase), bytes, kVmemQuantum, nullptr, nullptr, nullptr, 0,
+                          VM_SLEEP);
   if (!a) {
     fprintf(stderr, "bench: vmem_create(%s) failed\n", name);
     abort();

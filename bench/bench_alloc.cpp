@@ -83,16 +83,18 @@ void register_all() {
     for (AllocatorId id : kAllocators) {
       std::string suffix = std::string("/") + allocator_name(id) + "/" + std::to_string(size);
       with_allocator(id, size, [&](auto a) {
-        benchmark::RegisterBenchmark(("pairs" + suffix).c_str(), [a](benchmark::State& s) { bm_pairs(s, a); })
-            ->UseRealTime();
-        benchmark::RegisterBenchmark(("lifo" + suffix).c_str(),
-                                     [a](benchmark::State& s) { bm_batches(s, a, false); })
-            ->UseRealTime();
-        benchmark::RegisterBenchmark(("random" + suffix).c_str(),
-                                     [a](benchmark::State& s) { bm_batches(s, a, true); })
-            ->UseRealTime();
-        benchmark::RegisterBenchmark(("cross" + suffix).c_str(), [a](benchmark::State& s) { bm_cross(s, a); })
-            ->UseRealTime();
+        benchmark::RegisterBenchmark(("pairs" + suffix).c_str(), [a](benchmark::State& s) {
+          bm_pairs(s, a);
+        })->UseRealTime();
+        benchmark::RegisterBenchmark(("lifo" + suffix).c_str(), [a](benchmark::State& s) {
+          bm_batches(s, a, false);
+        })->UseRealTime();
+        benchmark::RegisterBenchmark(("random" + suffix).c_str(), [a](benchmark::State& s) {
+          bm_batches(s, a, true);
+        })->UseRealTime();
+        benchmark::RegisterBenchmark(("cross" + suffix).c_str(), [a](benchmark::State& s) {
+          bm_cross(s, a);
+        })->UseRealTime();
       });
     }
   }
@@ -109,9 +111,9 @@ void register_all() {
     static vmem_t* arena = make_fragmented_arena("bench_fragmented", 10000);
     bm_pairs(s, VmemAllocator{arena, kVmemQuantum});
   })->UseRealTime();
-  benchmark::RegisterBenchmark(("page/page/" + std::to_string(mm::kPageBytes)).c_str(),
-                               [](benchmark::State& s) { bm_pairs(s, PageAllocator{}); })
-      ->UseRealTime();
+  benchmark::RegisterBenchmark(("page/page/" + std::to_string(mm::kPageBytes)).c_str(), [](benchmark::State& s) {
+    bm_pairs(s, PageAllocator{});
+  })->UseRealTime();
 }
 
 }  // namespace

@@ -49,9 +49,7 @@ constexpr Counts kQuick{10, 100, 1, 1, 2, 4};
 Counts g_counts = kFull;
 unsigned g_dumps;
 
-void begin_measurement() {
-  CALLGRIND_ZERO_STATS;
-}
+void begin_measurement() { CALLGRIND_ZERO_STATS; }
 
 void end_measurement(const char* pattern, const char* allocator, size_t size, unsigned long objects) {
   char label[128];

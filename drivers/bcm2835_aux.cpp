@@ -18,12 +18,12 @@
 #include <cstdint>
 
 namespace {
-constexpr uintptr_t kIo = 0x00, kIer = 0x04, kIir = 0x08, kLcr = 0x0c, kMcr = 0x10, kLsr = 0x14,
-                    kCntl = 0x20, kBaud = 0x28;
+constexpr uintptr_t kIo = 0x00, kIer = 0x04, kIir = 0x08, kLcr = 0x0c, kMcr = 0x10, kLsr = 0x14, kCntl = 0x20,
+                    kBaud = 0x28;
 constexpr uintptr_t kAuxEnables = 0x04 - 0x40;  // relative to the UART's base (AUX + 0x40)
 constexpr uint32_t kAuxEnableUart = 1 << 0;
 constexpr uint32_t kLsrDataReady = 1 << 0, kLsrTxEmpty = 1 << 5;
-constexpr uint32_t kIerRx = 1 << 0;               // BCM2835 ARM Peripherals errata: bit 0 is receive
+constexpr uint32_t kIerRx = 1 << 0;  // BCM2835 ARM Peripherals errata: bit 0 is receive
 constexpr uint32_t kIirClearFifos = 0xc6;
 constexpr uint32_t kLcr8Bit = 3;
 constexpr uint32_t kCntlRxTx = 3;

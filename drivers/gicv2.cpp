@@ -13,9 +13,8 @@
 #include <kernel/percpu.h>
 
 namespace {
-constexpr uintptr_t kGicdCtlr = 0x000, kGicdTyper = 0x004, kGicdIsenabler = 0x100,
-                    kGicdIcenabler = 0x180, kGicdIpriority = 0x400, kGicdItargets = 0x800,
-                    kGicdIcfgr = 0xc00, kGicdSgir = 0xf00;
+constexpr uintptr_t kGicdCtlr = 0x000, kGicdTyper = 0x004, kGicdIsenabler = 0x100, kGicdIcenabler = 0x180,
+                    kGicdIpriority = 0x400, kGicdItargets = 0x800, kGicdIcfgr = 0xc00, kGicdSgir = 0xf00;
 constexpr uintptr_t kGiccCtlr = 0x00, kGiccPmr = 0x04, kGiccBpr = 0x08, kGiccIar = 0x0c, kGiccEoir = 0x10;
 constexpr unsigned kIpiSgi = 0;
 

@@ -27,7 +27,8 @@ void init(const fdt::Tree& t) {
 }
 
 bool cpu_on(unsigned index, uint64_t hwid, uintptr_t entry, uintptr_t context) {
-  intptr_t r = g_conduit == Conduit::kNone ? -1 : smccc(g_conduit, kCpuOn, static_cast<uintptr_t>(hwid), entry, context);
+  intptr_t r =
+      g_conduit == Conduit::kNone ? -1 : smccc(g_conduit, kCpuOn, static_cast<uintptr_t>(hwid), entry, context);
   if (r != 0)
     kprintf("psci: CPU_ON for cpu %u (mpidr 0x%llx) failed: %ld\n", index, static_cast<unsigned long long>(hwid),
             static_cast<long>(r));

@@ -19,8 +19,7 @@ int no_args(int argc, char** argv) {
 
 int cmd_version(int argc, char** argv) {
   if (int r = no_args(argc, argv)) return r;
-  kprintf("Magpie %s, board %s, arch %s, built with GCC %s\n", MAGPIE_VERSION, MAGPIE_BOARD, MAGPIE_ARCH,
-          __VERSION__);
+  kprintf("Magpie %s, board %s, arch %s, built with GCC %s\n", MAGPIE_VERSION, MAGPIE_BOARD, MAGPIE_ARCH, __VERSION__);
   return 0;
 }
 
@@ -38,7 +37,8 @@ int cmd_uptime(int argc, char** argv) {
   uint64_t ns = timer::now_ns();
   uint64_t s = ns / 1000000000ull;
   kprintf("up %llu.%03llu s (counter %llu Hz)\n", static_cast<unsigned long long>(s),
-          static_cast<unsigned long long>(ns / 1000000ull % 1000), static_cast<unsigned long long>(timer::frequency_hz()));
+          static_cast<unsigned long long>(ns / 1000000ull % 1000),
+          static_cast<unsigned long long>(timer::frequency_hz()));
   return 0;
 }
 
@@ -57,22 +57,22 @@ int cmd_meminfo(int argc, char** argv) {
   for (unsigned i = 0; i < g_boot.reserved_count; i++)
     print_range("reserved", g_boot.reserved[i].base, g_boot.reserved[i].size, g_boot.reserved[i].what);
   auto at = [](char* p) { return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)); };
-  kprintf("  kernel    text 0x%llx-0x%llx rodata 0x%llx-0x%llx data+bss 0x%llx-0x%llx end 0x%llx\n",
-          at(__text_start), at(__text_end), at(__rodata_start), at(__rodata_end), at(__data_start), at(__bss_end),
-          at(__kernel_end));
+  kprintf("  kernel    text 0x%llx-0x%llx rodata 0x%llx-0x%llx data+bss 0x%llx-0x%llx end 0x%llx\n", at(__text_start),
+          at(__text_end), at(__rodata_start), at(__rodata_end), at(__data_start), at(__bss_end), at(__kernel_end));
   kprintf("  total RAM %llu KiB in %u bank(s); MMU: %s\n", static_cast<unsigned long long>(total >> 10),
           g_boot.mem_count, arch::mmu_description());
   if (mm_boot::ready()) {
     mm_boot::MemAccounting a;
     mm_boot::accounting(a);
     auto kib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 10); };
-    kprintf("  free %llu KiB + heap %llu KiB (slabs %llu) + kmem metadata %llu KiB + vmem tags %llu KiB\n"
-            "    + page tables %llu KiB + other %llu KiB + reserved %llu KiB = %llu KiB %s RAM %llu KiB\n",
-            kib(a.free), kib(a.heap), kib(a.heap_slabs), kib(a.kmem_meta), kib(a.vmem_tags), kib(a.page_tables),
-            kib(a.other), kib(a.reserved),
-            kib(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved),
-            a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved == a.ram ? "=" : "!=",
-            kib(a.ram));
+    kprintf(
+        "  free %llu KiB + heap %llu KiB (slabs %llu) + kmem metadata %llu KiB + vmem tags %llu KiB\n"
+        "    + page tables %llu KiB + other %llu KiB + reserved %llu KiB = %llu KiB %s RAM %llu KiB\n",
+        kib(a.free), kib(a.heap), kib(a.heap_slabs), kib(a.kmem_meta), kib(a.vmem_tags), kib(a.page_tables),
+        kib(a.other), kib(a.reserved),
+        kib(a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved),
+        a.free + a.heap + a.kmem_meta + a.vmem_tags + a.page_tables + a.other + a.reserved == a.ram ? "=" : "!=",
+        kib(a.ram));
   }
   return 0;
 }

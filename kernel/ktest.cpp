@@ -14,7 +14,7 @@ extern "C" const KTestCase __ktests_start[], __ktests_end[];
 namespace {
 bool g_failed;
 const char* g_skip_reason;  // set by KSKIP: the running test skipped
-}
+}  // namespace
 
 namespace ktest {
 

@@ -65,13 +65,15 @@ extern "C" void kernel_main(uintptr_t dtb, uintptr_t boot_hwid) {
   g_boot.boot_hwid = boot_hwid;
   if (!dtb) panic("no device tree: the bootloader passed a null DTB pointer");
   uint32_t total = fdt::be32(reinterpret_cast<const uint8_t*>(dtb) + 4);
-  fdt::Error e = g_boot.dtb.open(reinterpret_cast<const void*>(dtb), total < kMaxDtbSize ? total : static_cast<uint32_t>(kMaxDtbSize));
-  if (e != fdt::Error::kOk) panic("device tree at 0x%lx is unusable: %s", static_cast<unsigned long>(dtb), fdt::error_name(e));
+  fdt::Error e = g_boot.dtb.open(reinterpret_cast<const void*>(dtb),
+                                 total < kMaxDtbSize ? total : static_cast<uint32_t>(kMaxDtbSize));
+  if (e != fdt::Error::kOk)
+    panic("device tree at 0x%lx is unusable: %s", static_cast<unsigned long>(dtb), fdt::error_name(e));
 
   platform::read_boot_info();
   platform::probe_irqchip();
   arch::init_from_dtb(g_boot.dtb);  // after the controllers: it translates the timer's interrupts
-  irq::init_cpu();  // before any irq is routed to this core
+  irq::init_cpu();                  // before any irq is routed to this core
   setup_console();
   platform::probe_poweroff();
   kprintf("%s: %u cpus, %u memory banks, bootargs \"%s\"\n", g_boot.model, g_boot.cpu_count, g_boot.mem_count,

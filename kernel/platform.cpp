@@ -115,7 +115,8 @@ void read_boot_info() {
     for (uint32_t i = 0; t.reg(n, i, base, size); i++) {
       if (!size) continue;
       if (g_boot.mem_count == kMaxMemBanks) {
-        kprintf("dtb: more than %u memory banks; ignoring 0x%llx\n", kMaxMemBanks, static_cast<unsigned long long>(base));
+        kprintf("dtb: more than %u memory banks; ignoring 0x%llx\n", kMaxMemBanks,
+                static_cast<unsigned long long>(base));
         break;
       }
       g_boot.mem[g_boot.mem_count++] = {base, size, t.name(n)};
@@ -168,8 +169,10 @@ void read_boot_info() {
     g_boot.cpu_hwid[g_boot.cpu_count++] = hwid;
   }
   if (!saw_boot)
-    kprintf("dtb: boot core (hwid 0x%llx) is not listed under /cpus\n", static_cast<unsigned long long>(g_boot.boot_hwid));
-  if (g_boot.cpus_ignored) kprintf("dtb: %u cores beyond the limit of %u are left off\n", g_boot.cpus_ignored, kMaxCpus);
+    kprintf("dtb: boot core (hwid 0x%llx) is not listed under /cpus\n",
+            static_cast<unsigned long long>(g_boot.boot_hwid));
+  if (g_boot.cpus_ignored)
+    kprintf("dtb: %u cores beyond the limit of %u are left off\n", g_boot.cpus_ignored, kMaxCpus);
 }
 
 // Probes the interrupt controllers in the order the DTB's interrupt-parent
@@ -193,7 +196,7 @@ void probe_irqchip() {
         if (!status_okay(t, n) || domain_of_node(n) >= 0 || irq::domain_count() == irq::kMaxDomains) continue;
         fdt::Node parent = interrupt_parent(t, n);
         bool root = parent == n || parent == fdt::kNoNode || !known(parent);
-        if (root != (irq::domain_count() == 0)) continue;  // one root, first
+        if (root != (irq::domain_count() == 0)) continue;   // one root, first
         if (!root && domain_of_node(parent) < 0) continue;  // its parent in a later round
         int before = irq::domain_count();
         if (!d->probe(t, n) || irq::domain_count() != before + 1) continue;

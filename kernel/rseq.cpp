@@ -33,10 +33,11 @@ void check_table() {
   uintptr_t lo = reinterpret_cast<uintptr_t>(__rseq_text_start), hi = reinterpret_cast<uintptr_t>(__rseq_text_end);
   for (const Section* s = __rseq_table_start; s < __rseq_table_end; s++)
     if (s->start < lo || s->end > hi || s->start >= s->end || s->restart < lo || s->restart >= hi)
-      panic("restartable section 0x%lx..0x%lx (restart 0x%lx) lies outside .text.rseq 0x%lx..0x%lx: its function lacks "
-            "the section attribute",
-            static_cast<unsigned long>(s->start), static_cast<unsigned long>(s->end),
-            static_cast<unsigned long>(s->restart), static_cast<unsigned long>(lo), static_cast<unsigned long>(hi));
+      panic(
+          "restartable section 0x%lx..0x%lx (restart 0x%lx) lies outside .text.rseq 0x%lx..0x%lx: its function lacks "
+          "the section attribute",
+          static_cast<unsigned long>(s->start), static_cast<unsigned long>(s->end),
+          static_cast<unsigned long>(s->restart), static_cast<unsigned long>(lo), static_cast<unsigned long>(hi));
 }
 
 unsigned table_size() { return static_cast<unsigned>(__rseq_table_end - __rseq_table_start); }

@@ -21,8 +21,8 @@ namespace mm {
 #define MM_FILE_ __FILE__
 #endif
 
-#define MM_ASSERT(c)                                                           \
-  do {                                                                         \
+#define MM_ASSERT(c)                                                            \
+  do {                                                                          \
     if (__builtin_expect(!(c), 0)) ::mm::assert_failed(MM_FILE_, __LINE__, #c); \
   } while (0)
 

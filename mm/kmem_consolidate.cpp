@@ -99,7 +99,7 @@ void move_cache(kmem_cache_t* cp) {
 }
 
 void kmem_move_pass() {
-  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;  // kmem_init's release
+  if (!__atomic_load_n(&g_ready, __ATOMIC_ACQUIRE)) return;                    // kmem_init's release
   if (__atomic_exchange_n(&g_moving, uintptr_t{1}, __ATOMIC_ACQUIRE)) return;  // one pass at a time
   for_each_cache(move_cache);
   __atomic_store_n(&g_moving, uintptr_t{0}, __ATOMIC_RELEASE);

@@ -299,9 +299,7 @@ size_t kmem_whatis_format(const WhatIs& w, char* buf, size_t size) {
       at();
       l.s(", in ").s(w.name);
       break;
-    case WhatKind::kUnknown:
-      l.s(" is not memory the kernel knows");
-      break;
+    case WhatKind::kUnknown: l.s(" is not memory the kernel knows"); break;
   }
   return l.done();
 }

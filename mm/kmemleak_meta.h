@@ -53,12 +53,12 @@ constexpr uint8_t kLeakKept = kLeakNotLeak | kLeakIgnore | kLeakNoScan | kLeakAr
 constexpr uint8_t kLeakScanState = kLeakCandidate | kLeakReported | kLeakUnref;
 
 struct LeakMeta {
-  uint32_t ticks;   // plat::ticks() + 1 at allocation; 0: allocated before kmemleak was on
+  uint32_t ticks;  // plat::ticks() + 1 at allocation; 0: allocated before kmemleak was on
   uint8_t cpu;
-  uint8_t flags;    // LeakFlags
-  uint16_t size;    // bytes asked for (kmem_alloc); 0: the buffer's size
-  uint32_t stack;   // stack depot handle, 0: none
-  uint32_t crc;     // crc32_le(0, obj, size) when it was last found unreferenced
+  uint8_t flags;   // LeakFlags
+  uint16_t size;   // bytes asked for (kmem_alloc); 0: the buffer's size
+  uint32_t stack;  // stack depot handle, 0: none
+  uint32_t crc;    // crc32_le(0, obj, size) when it was last found unreferenced
 };
 static_assert(sizeof(LeakMeta) == 16);
 
@@ -67,11 +67,11 @@ static_assert(sizeof(LeakMeta) == 16);
 struct LeakSlab {
   uint32_t words;
   uint32_t chunks;
-  uint32_t kept;       // buffers with kLeakKept flags (under the cache's slab_lock): the slab is diverted while > 0
-  LeakSlab* next;      // while not yet attached to a slab (kmem_slab.cpp, leak_records_attach)
-  uint64_t* reached;   // the scan found a reference (or it is a root)
-  uint64_t* scanned;   // the scan read its contents
-  uint64_t* magfree;   // free in a magazine or the depot at this scan
+  uint32_t kept;      // buffers with kLeakKept flags (under the cache's slab_lock): the slab is diverted while > 0
+  LeakSlab* next;     // while not yet attached to a slab (kmem_slab.cpp, leak_records_attach)
+  uint64_t* reached;  // the scan found a reference (or it is a root)
+  uint64_t* scanned;  // the scan read its contents
+  uint64_t* magfree;  // free in a magazine or the depot at this scan
   LeakMeta* meta;
 };
 

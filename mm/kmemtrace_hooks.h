@@ -37,8 +37,8 @@ __attribute__((always_inline)) inline bool on_free() { return mm::plat::free_hoo
 
 // An event for a successful allocation (a failed one, p null, records
 // nothing) and for a free, if the recorder is on.
-__attribute__((always_inline)) inline void note_alloc(uint8_t type, uintptr_t caller, const void* p,
-                                                      size_t requested, size_t allocated, int flags) {
+__attribute__((always_inline)) inline void note_alloc(uint8_t type, uintptr_t caller, const void* p, size_t requested,
+                                                      size_t allocated, int flags) {
   if (enabled() && p)
     record_alloc_slow(Ring::alloc_tag(type), caller, reinterpret_cast<uintptr_t>(p), requested, allocated,
                       static_cast<uint32_t>(flags));

@@ -77,7 +77,10 @@ const int16_t kDigit[256] = {
 #define D(i) kTables.digit[i]
 #define D8(i) D(i), D(i + 1), D(i + 2), D(i + 3), D(i + 4), D(i + 5), D(i + 6), D(i + 7)
 #define D64(i) D8(i), D8(i + 8), D8(i + 16), D8(i + 24), D8(i + 32), D8(i + 40), D8(i + 48), D8(i + 56)
-    D64(0), D64(64), D64(128), D64(192),
+    D64(0),
+    D64(64),
+    D64(128),
+    D64(192),
 #undef D64
 #undef D8
 #undef D

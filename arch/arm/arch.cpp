@@ -48,18 +48,18 @@ const char* fault_status(uint32_t fsr, bool& has_level, const char*& level) {
   has_level = true;
   level = (fs & 2) ? "page" : "section";
   switch (fs) {
-    case 0x05: case 0x07: return "translation fault";
-    case 0x03: case 0x06:
-      level = fs == 0x06 ? "page" : "section";
-      return "access flag fault";
-    case 0x09: case 0x0b: return "domain fault";
-    case 0x0d: case 0x0f: return "permission fault";
-    case 0x0c: case 0x0e:
-      level = fs == 0x0e ? "level 2" : "level 1";
-      return "external abort on table walk";
-    case 0x1c: case 0x1e:
-      level = fs == 0x1e ? "level 2" : "level 1";
-      return "parity error on table walk";
+    case 0x05:
+    case 0x07: return "translation fault";
+    case 0x03:
+    case 0x06: level = fs == 0x06 ? "page" : "section"; return "access flag fault";
+    case 0x09:
+    case 0x0b: return "domain fault";
+    case 0x0d:
+    case 0x0f: return "permission fault";
+    case 0x0c:
+    case 0x0e: level = fs == 0x0e ? "level 2" : "level 1"; return "external abort on table walk";
+    case 0x1c:
+    case 0x1e: level = fs == 0x1e ? "level 2" : "level 1"; return "parity error on table walk";
   }
   has_level = false;
   switch (fs) {
@@ -175,8 +175,7 @@ extern "C" void arm_trap(TrapFrame* f, unsigned kind) {
       bool thumb = f->cpsr & PSR_T;
       f->pc -= thumb ? 2 : 4;  // lr_und points past the instruction
       if (thumb)
-        ksnprintf(buf, sizeof buf, "undefined instruction (Thumb) 0x%04x",
-                  *reinterpret_cast<const uint16_t*>(f->pc));
+        ksnprintf(buf, sizeof buf, "undefined instruction (Thumb) 0x%04x", *reinterpret_cast<const uint16_t*>(f->pc));
       else
         ksnprintf(buf, sizeof buf, "undefined instruction 0x%08lx",
                   static_cast<unsigned long>(*reinterpret_cast<const uint32_t*>(f->pc)));
@@ -305,10 +304,9 @@ void dump_registers(const TrapFrame* f) {
     for (int j = i; j < i + 4 && j < 13; j++) kprintf("  r%-2d %08lx", j, static_cast<unsigned long>(f->r[j]));
     kprintf("\n");
   }
-  kprintf("  sp  %08lx  lr  %08lx  pc  %08lx  cpsr %08lx\n  fsr %08lx  far %08lx\n",
-          static_cast<unsigned long>(f->sp), static_cast<unsigned long>(f->lr), static_cast<unsigned long>(f->pc),
-          static_cast<unsigned long>(f->cpsr), static_cast<unsigned long>(f->fsr),
-          static_cast<unsigned long>(f->far));
+  kprintf("  sp  %08lx  lr  %08lx  pc  %08lx  cpsr %08lx\n  fsr %08lx  far %08lx\n", static_cast<unsigned long>(f->sp),
+          static_cast<unsigned long>(f->lr), static_cast<unsigned long>(f->pc), static_cast<unsigned long>(f->cpsr),
+          static_cast<unsigned long>(f->fsr), static_cast<unsigned long>(f->far));
 }
 
 // The frame pointer: r11 in ARM state, r7 in Thumb-2 (what GCC's
@@ -345,8 +343,7 @@ intptr_t psci::smccc(Conduit conduit, uint32_t fn, uintptr_t a1, uintptr_t a2, u
     asm volatile(".arch_extension virt\n hvc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
   else if (conduit == Conduit::kSmc)
     asm volatile(".arch_extension sec\n smc #0" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3)::"memory");
-  else
-    return -1;
+  else return -1;
   return static_cast<int32_t>(r0);
 }
 

@@ -138,9 +138,10 @@ namespace arch {
 namespace {
 void enable_cycle_counter() {
   asm volatile(
-      "msr pmccfiltr_el0, xzr\n"      // count at EL1 too
+      "msr pmccfiltr_el0, xzr\n"  // count at EL1 too
       "mrs x0, pmcr_el0\n orr x0, x0, #1\n msr pmcr_el0, x0\n"
-      "mov x0, #(1 << 31)\n msr pmcntenset_el0, x0\n isb" ::: "x0", "memory");
+      "mov x0, #(1 << 31)\n msr pmcntenset_el0, x0\n isb" ::
+          : "x0", "memory");
 }
 }  // namespace
 
@@ -218,8 +219,7 @@ void dump_registers(const TrapFrame* f) {
     f = &now;
   }
   for (int i = 0; i < 31; i += 3) {
-    for (int j = i; j < i + 3 && j < 31; j++)
-      kprintf("  x%-2d %016llx", j, static_cast<unsigned long long>(f->x[j]));
+    for (int j = i; j < i + 3 && j < 31; j++) kprintf("  x%-2d %016llx", j, static_cast<unsigned long long>(f->x[j]));
     kprintf("\n");
   }
   kprintf("  sp  %016llx  pc  %016llx  spsr %08llx\n  esr %016llx  far %016llx\n",
@@ -260,13 +260,14 @@ intptr_t psci::smccc(Conduit conduit, uint32_t fn, uintptr_t a1, uintptr_t a2, u
     asm volatile("hvc #0"
                  : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
                  :
-                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", "memory");
+                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17",
+                   "memory");
   else if (conduit == Conduit::kSmc)
     asm volatile("smc #0"
                  : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
                  :
-                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", "memory");
-  else
-    return -1;
+                 : "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17",
+                   "memory");
+  else return -1;
   return static_cast<intptr_t>(x0);
 }

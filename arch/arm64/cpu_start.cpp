@@ -44,9 +44,7 @@ namespace {
 // window (384 GiB): a page the kernel maps for the release write alone.
 constexpr uintptr_t kReleaseWindow = uintptr_t{0x5f} << 32;
 
-void clean_to_poc(const volatile void* p) {
-  asm volatile("dc civac, %0" ::"r"(p) : "memory");
-}
+void clean_to_poc(const volatile void* p) { asm volatile("dc civac, %0" ::"r"(p) : "memory"); }
 
 fdt::Node cpu_node(const fdt::Tree& t, uint64_t hwid) {
   fdt::Node cpus = t.find("/cpus");

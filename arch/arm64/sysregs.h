@@ -30,5 +30,5 @@
 #define TRAP_IRQ 1
 #define TRAP_FIQ 2
 #define TRAP_SERROR 3
-#define TRAP_BAD 4  // from SP_EL0 or a lower EL: never expected
+#define TRAP_BAD 4           // from SP_EL0 or a lower EL: never expected
 #define TRAP_OVERFLOW 0x100  // or'ed in: the frame is on the overflow stack (kernel/stack.h)

@@ -49,8 +49,8 @@ namespace {
 constexpr uint64_t kCauseInterrupt = 1ull << 63;
 constexpr uint64_t kStimecmp = 0x14d;  // Sstc
 
-bool g_sstc;            // program the timer through stimecmp, not SBI
-uintptr_t g_test_dev;   // QEMU's "sifive,test" finisher, 0 if none
+bool g_sstc;           // program the timer through stimecmp, not SBI
+uintptr_t g_test_dev;  // QEMU's "sifive,test" finisher, 0 if none
 constexpr uint32_t kTestFail = 0x3333;
 
 // A cause name for every exception code the privileged spec defines.
@@ -85,9 +85,14 @@ bool is_page_fault(uint64_t code) { return code == 12 || code == 13 || code == 1
 // The access a fault code stands for, or null.
 const char* access_kind(uint64_t code) {
   switch (code) {
-    case 1: case 12: return "execute";
-    case 4: case 5: case 13: return "read";
-    case 6: case 7: case 15: return "write";
+    case 1:
+    case 12: return "execute";
+    case 4:
+    case 5:
+    case 13: return "read";
+    case 6:
+    case 7:
+    case 15: return "write";
   }
   return nullptr;
 }
@@ -100,12 +105,10 @@ const char* describe_exception(const TrapFrame* f, char* buf, size_t size) {
   if (is_page_fault(code))
     ksnprintf(buf, size, "%s: %s, %s", exception_name(code), access_kind(code),
               arch::describe_mapping(f->stval, how, sizeof how));
-  else if (access_kind(code))
-    ksnprintf(buf, size, "%s: %s", exception_name(code), access_kind(code));
+  else if (access_kind(code)) ksnprintf(buf, size, "%s: %s", exception_name(code), access_kind(code));
   else if (code == 2 && f->stval)
     ksnprintf(buf, size, "%s (0x%08llx)", exception_name(code), static_cast<unsigned long long>(f->stval));
-  else
-    ksnprintf(buf, size, "%s (scause %llu)", exception_name(code), static_cast<unsigned long long>(code));
+  else ksnprintf(buf, size, "%s (scause %llu)", exception_name(code), static_cast<unsigned long long>(code));
   return buf;
 }
 
@@ -128,8 +131,8 @@ bool isa_has(const char* isa, const char* ext) {
 
 namespace arch {
 bool spurious_fault(uintptr_t va, bool write, bool exec);  // mmu.cpp
-void tlb_fence_service();                                   // mmu.cpp: a remote fence request
-}
+void tlb_fence_service();                                  // mmu.cpp: a remote fence request
+}  // namespace arch
 
 // overflow: trap.S found no room for the frame on the stack and saved it on
 // the overflow stack (kernel/stack.h).
@@ -152,17 +155,13 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
     cpu.irq_frame = f;  // where the interrupted registers are (smp::freeze_others)
     cpu.irq_depth++;
     switch (code) {
-      case IRQ_S_TIMER:
-        timer_interrupt();
-        break;
+      case IRQ_S_TIMER: timer_interrupt(); break;
       case IRQ_S_SOFT:
         asm volatile("csrc sip, %0" ::"r"(SIE_SSIE) : "memory");
         arch::tlb_fence_service();
         ipi_interrupt();
         break;
-      case IRQ_S_EXT:
-        irq::dispatch();
-        break;
+      case IRQ_S_EXT: irq::dispatch(); break;
       default: {
         char buf[48];
         ksnprintf(buf, sizeof buf, "unexpected interrupt %llu", static_cast<unsigned long long>(code));
@@ -193,12 +192,13 @@ extern "C" void riscv_trap(TrapFrame* f, unsigned long overflow) {
   }
   char buf[96];
   // An instruction fetch a probe expects (expected_fault::probe_execute).
-  if (cause == 12 || cause == 1) expected_fault::instruction_fetch(f->sepc, f->stval, describe_exception(f, buf, sizeof buf));
+  if (cause == 12 || cause == 1)
+    expected_fault::instruction_fetch(f->sepc, f->stval, describe_exception(f, buf, sizeof buf));
   // A probing instruction (probe_write, the stimecmp probe) resumes at its
   // fixup; the fault is recorded for the caller to look at.
   if (extable::fixup(f->sepc)) {
-    f->sepc = rseq::restart_pc(extable::recover(f->sepc, f->stval, has_address(f->scause),
-                                                exception_name(f->scause), describe_exception(f, buf, sizeof buf)));
+    f->sepc = rseq::restart_pc(extable::recover(f->sepc, f->stval, has_address(f->scause), exception_name(f->scause),
+                                                describe_exception(f, buf, sizeof buf)));
     return;
   }
   fatal_exception(describe_exception(f, buf, sizeof buf), has_address(f->scause) ? f->stval : 0, f);
@@ -280,8 +280,8 @@ bool start_cpu(PerCpu& cpu) {
   // in smp::start_secondaries orders (OpenSBI fences before raising the
   // start IPI too).
   __atomic_store_n(&riscv_starting_cpu, &cpu, __ATOMIC_RELEASE);
-  sbi::Result r = sbi::hart_start(cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry),
-                                  reinterpret_cast<uintptr_t>(&cpu));
+  sbi::Result r =
+      sbi::hart_start(cpu.hwid, reinterpret_cast<uintptr_t>(secondary_entry), reinterpret_cast<uintptr_t>(&cpu));
   // Without HSM the firmware started every hart at _start, where the others
   // wait for riscv_starting_cpu to name them.
   if (r.error == sbi::kErrNotSupported) return true;
@@ -334,8 +334,8 @@ void exit(int code) {
 }
 
 void dump_registers(const TrapFrame* f) {
-  static const char* const kNames[32] = {"zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0",
-                                         "a1",   "a2", "a3", "a4", "a5", "a6", "a7", "s2", "s3", "s4", "s5",
+  static const char* const kNames[32] = {"zero", "ra", "sp", "gp", "tp",  "t0",  "t1", "t2", "s0", "s1", "a0",
+                                         "a1",   "a2", "a3", "a4", "a5",  "a6",  "a7", "s2", "s3", "s4", "s5",
                                          "s6",   "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6"};
   TrapFrame now;
   if (!f) {
@@ -364,9 +364,9 @@ void dump_registers(const TrapFrame* f) {
     for (int j = i; j < i + 4; j++) kprintf("  %-4s %016llx", kNames[j], static_cast<unsigned long long>(f->x[j]));
     kprintf("\n");
   }
-  kprintf("  sepc %016llx  sstatus %016llx  scause %016llx  stval %016llx\n",
-          static_cast<unsigned long long>(f->sepc), static_cast<unsigned long long>(f->sstatus),
-          static_cast<unsigned long long>(f->scause), static_cast<unsigned long long>(f->stval));
+  kprintf("  sepc %016llx  sstatus %016llx  scause %016llx  stval %016llx\n", static_cast<unsigned long long>(f->sepc),
+          static_cast<unsigned long long>(f->sstatus), static_cast<unsigned long long>(f->scause),
+          static_cast<unsigned long long>(f->stval));
 }
 
 uintptr_t trap_frame_fp(const TrapFrame* f) { return f ? f->x[8] : 0; }

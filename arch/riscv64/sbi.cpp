@@ -6,11 +6,10 @@
 namespace sbi {
 namespace {
 
-constexpr long kEidBase = 0x10, kEidTime = 0x54494D45, kEidIpi = 0x735049, kEidRfence = 0x52464E43,
-               kEidHsm = 0x48534D, kEidSrst = 0x53525354;
+constexpr long kEidBase = 0x10, kEidTime = 0x54494D45, kEidIpi = 0x735049, kEidRfence = 0x52464E43, kEidHsm = 0x48534D,
+               kEidSrst = 0x53525354;
 // Legacy (v0.1) extensions, one function each.
-constexpr long kLegacySetTimer = 0x00, kLegacySendIpi = 0x04, kLegacyRemoteSfenceVma = 0x06,
-               kLegacyShutdown = 0x08;
+constexpr long kLegacySetTimer = 0x00, kLegacySendIpi = 0x04, kLegacyRemoteSfenceVma = 0x06, kLegacyShutdown = 0x08;
 
 struct Support {
   long spec_version;  // major << 24 | minor

@@ -92,11 +92,9 @@ Error Tree::open(const void* blob, size_t available) {
   if (version < 16 || last_comp > 17) return Error::kBadVersion;
   if (total < kHeaderSize || total > available) return Error::kTooSmall;
   if (version < 17) size_struct = total - off_struct;  // v16 has no size field
-  auto inside = [&](uint32_t off, uint32_t size) {
-    return off >= kHeaderSize && off <= total && size <= total - off;
-  };
-  if (!inside(off_struct, size_struct) || !inside(off_strings, size_strings) ||
-      !inside(off_rsv, 0) || (off_struct & 3) || size_struct < 4)
+  auto inside = [&](uint32_t off, uint32_t size) { return off >= kHeaderSize && off <= total && size <= total - off; };
+  if (!inside(off_struct, size_struct) || !inside(off_strings, size_strings) || !inside(off_rsv, 0) ||
+      (off_struct & 3) || size_struct < 4)
     return Error::kBadLayout;
   if (off_rsv & 7) return Error::kBadReserveMap;
   uint32_t nres = 0;
@@ -336,8 +334,7 @@ Node Tree::find_phandle(uint32_t phandle) const {
     if (tok == kBeginNode) {
       Property p;
       Node n = static_cast<Node>(off);
-      if ((prop(n, "phandle", p) || prop(n, "linux,phandle", p)) && p.len == 4 && p.u32() == phandle)
-        return n;
+      if ((prop(n, "phandle", p) || prop(n, "linux,phandle", p)) && p.len == 4 && p.u32() == phandle) return n;
     }
     off = skip(off);
   }

@@ -41,8 +41,8 @@ void emit_string(Sink sink, void* ctx, const char* s, const Spec& sp, size_t& to
   emit_padded(sink, ctx, s, len, sp, total);
 }
 
-void emit_number(Sink sink, void* ctx, uint64_t v, bool negative, unsigned base, bool upper,
-                 const char* prefix, const Spec& sp, size_t& total) {
+void emit_number(Sink sink, void* ctx, uint64_t v, bool negative, unsigned base, bool upper, const char* prefix,
+                 const Spec& sp, size_t& total) {
   char digits[24];
   int n = 0;
   const char* set = upper ? "0123456789ABCDEF" : "0123456789abcdef";
@@ -169,9 +169,7 @@ size_t vformat(Sink sink, void* ctx, const char* f, va_list ap) {
         emit_padded(sink, ctx, &ch, 1, sp, total);  // a NUL prints as itself
         break;
       }
-      case 's':
-        emit_string(sink, ctx, va_arg(ap, const char*), sp, total);
-        break;
+      case 's': emit_string(sink, ctx, va_arg(ap, const char*), sp, total); break;
       case '%':
         sink(ctx, "%", 1);
         total++;

@@ -6,15 +6,15 @@
 namespace mm_boot {
 
 struct MemAccounting {
-  uint64_t ram;            // bytes in the DTB's memory banks
-  uint64_t reserved;       // kernel, DTB, reserved ranges, page descriptors, unmappable RAM
-  uint64_t free;           // page allocator: buddy lists + per-CPU caches
-  uint64_t heap;           // pages mapped into the kernel heap (segkmem)
-  uint64_t heap_slabs;     //   of which kmem slabs
-  uint64_t kmem_meta;      // kmem's own pages (cache structures, hash tables)
-  uint64_t vmem_tags;      // vmem's boundary-tag pages
-  uint64_t page_tables;    // page-table pages taken after boot
-  uint64_t other;          // allocated pages none of the above claims
+  uint64_t ram;          // bytes in the DTB's memory banks
+  uint64_t reserved;     // kernel, DTB, reserved ranges, page descriptors, unmappable RAM
+  uint64_t free;         // page allocator: buddy lists + per-CPU caches
+  uint64_t heap;         // pages mapped into the kernel heap (segkmem)
+  uint64_t heap_slabs;   //   of which kmem slabs
+  uint64_t kmem_meta;    // kmem's own pages (cache structures, hash tables)
+  uint64_t vmem_tags;    // vmem's boundary-tag pages
+  uint64_t page_tables;  // page-table pages taken after boot
+  uint64_t other;        // allocated pages none of the above claims
 };
 
 void init();

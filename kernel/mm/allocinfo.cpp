@@ -69,8 +69,9 @@ int test_start(const char* cmd) {
   for (auto& p : t.seg) p = vmem_alloc(t.arena, 1000, VM_SLEEP);
   t.xseg = vmem_xalloc(t.arena, 4096, 4096, 0, 0, nullptr, nullptr, VM_SLEEP);
   t.live = true;
-  kprintf("allocinfo test: 12 kmem_alloc, 5 kmem_zalloc, 9 kmem_cache_alloc, 1 large kmem_alloc, 3 page_alloc, "
-          "1 page_alloc_va, 4 vmem_alloc, 1 vmem_xalloc at kernel/mm/allocinfo.cpp, live until 'allocinfo test done'\n");
+  kprintf(
+      "allocinfo test: 12 kmem_alloc, 5 kmem_zalloc, 9 kmem_cache_alloc, 1 large kmem_alloc, 3 page_alloc, "
+      "1 page_alloc_va, 4 vmem_alloc, 1 vmem_xalloc at kernel/mm/allocinfo.cpp, live until 'allocinfo test done'\n");
   return 0;
 }
 
@@ -123,8 +124,7 @@ int print_totals() {
 }
 
 int cmd_allocinfo(int argc, char** argv) {
-  const char* usage =
-      "usage: allocinfo [--top N] [--sort bytes|calls] [--nonzero] [--totals] | allocinfo test [done]";
+  const char* usage = "usage: allocinfo [--top N] [--sort bytes|calls] [--nonzero] [--totals] | allocinfo test [done]";
   if (argc >= 2 && strcmp(argv[1], "test") == 0) {
     if (argc == 2) return test_start(argv[0]);
     if (argc == 3 && strcmp(argv[2], "done") == 0) return test_done(argv[0]);
@@ -158,7 +158,8 @@ int cmd_allocinfo(int argc, char** argv) {
     kprintf("allocinfo: profiling is never (booted with sysctl.vm.mem_profiling=never): nothing is counted\n");
   else if (mm::prof_mode() == mm::ProfMode::kOff)
     kprintf("allocinfo: profiling is off (sysctl vm.mem_profiling 1 counts from then on)\n");
-  bool ok = mm::allocinfo_print(opt, [](const char* line, void*) { kprintf("%s", line); }, nullptr);
+  bool ok = mm::allocinfo_print(
+      opt, [](const char* line, void*) { kprintf("%s", line); }, nullptr);
   if (!ok) {
     kprintf("allocinfo: no memory for the counters of %zu tags, or another allocinfo is printing\n",
             mm::alloc_tag_count());
@@ -270,6 +271,8 @@ void start() {
 bool counting_since_boot() { return g_since_boot && mm::prof_mode() == mm::ProfMode::kOn; }
 }  // namespace allocinfo_boot
 
-SHELL_COMMAND(allocinfo, "live bytes and objects per allocation call site: allocinfo [--top N] [--sort bytes|calls] "
-              "[--nonzero] [--totals] | allocinfo test [done]", cmd_allocinfo);
+SHELL_COMMAND(allocinfo,
+              "live bytes and objects per allocation call site: allocinfo [--top N] [--sort bytes|calls] "
+              "[--nonzero] [--totals] | allocinfo test [done]",
+              cmd_allocinfo);
 SHELL_COMMAND(sysctl, "read or set allocation profiling: sysctl vm.mem_profiling [0|1]", cmd_sysctl);

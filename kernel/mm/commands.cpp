@@ -22,16 +22,14 @@ namespace {
 
 using ull = unsigned long long;
 
-int no_args(int argc, char** argv) {
-  return argc == 1 ? 0 : shell::usage_error(argv[0], "takes no arguments");
-}
+int no_args(int argc, char** argv) { return argc == 1 ? 0 : shell::usage_error(argv[0], "takes no arguments"); }
 
 // slabinfo: one row per cache, like illumos ::kmastat.
 int cmd_slabinfo(int argc, char** argv) {
   if (argc > 2) return shell::usage_error(argv[0], "usage: slabinfo [name-substring]");
   const char* filter = argc == 2 ? argv[1] : nullptr;
-  kprintf("%-22s %6s %8s %8s %6s %5s %9s %9s %5s %4s %6s %5s %5s\n", "cache", "buf", "inuse", "total", "slabs",
-          "mag", "allocs", "frees", "fail", "cont", "depot", "reaps", "moves");
+  kprintf("%-22s %6s %8s %8s %6s %5s %9s %9s %5s %4s %6s %5s %5s\n", "cache", "buf", "inuse", "total", "slabs", "mag",
+          "allocs", "frees", "fail", "cont", "depot", "reaps", "moves");
   struct Ctx {
     const char* filter;
     unsigned shown;
@@ -56,8 +54,8 @@ int cmd_slabinfo(int argc, char** argv) {
 
 int cmd_vmem(int argc, char** argv) {
   if (int r = no_args(argc, argv)) return r;
-  kprintf("%-16s %8s %12s %12s %12s %6s %6s %6s %8s %8s %s\n", "arena", "quantum", "size", "inuse", "imported",
-          "spans", "alloc", "free", "allocs", "fails", "source");
+  kprintf("%-16s %8s %12s %12s %12s %6s %6s %6s %8s %8s %s\n", "arena", "quantum", "size", "inuse", "imported", "spans",
+          "alloc", "free", "allocs", "fails", "source");
   mm::vmem_walk(
       [](const vmem_t* vmp, void*) {
         mm::VmemStats s;
@@ -158,10 +156,11 @@ int exercise_report(unsigned cpus) {
   kmem_cache_destroy(x.cache);
   vmem_destroy(x.arena);
   auto d = [&](unsigned i) { return static_cast<ull>(x.done[i].load()); };
-  kprintf("kmem exercise: %u cpus x %u rounds: kmem_alloc %llu, kmem_zalloc %llu, large kmem_alloc %llu, "
-          "kmem_cache_alloc %llu, page_alloc %llu, vmem_alloc %llu, each freed; %llu failed\n",
-          cpus, x.rounds, d(kSiteKmem), d(kSiteZalloc), d(kSiteLarge), d(kSiteCache), d(kSitePage), d(kSiteVmem),
-          static_cast<ull>(x.failed.load()));
+  kprintf(
+      "kmem exercise: %u cpus x %u rounds: kmem_alloc %llu, kmem_zalloc %llu, large kmem_alloc %llu, "
+      "kmem_cache_alloc %llu, page_alloc %llu, vmem_alloc %llu, each freed; %llu failed\n",
+      cpus, x.rounds, d(kSiteKmem), d(kSiteZalloc), d(kSiteLarge), d(kSiteCache), d(kSitePage), d(kSiteVmem),
+      static_cast<ull>(x.failed.load()));
   // Failures are the command's failure unless fault injection made at
   // least as many meanwhile (anywhere: the exercise cannot tell its own).
   uint64_t injected = injected_now() - x.injected_before;
@@ -194,7 +193,8 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
   bool background = false;
   int i = 2;
   if (i < argc && strcmp(argv[i], "background") != 0) {
-    if (!shell::parse_u64(argv[i], rounds) || rounds == 0 || rounds > 1000000) return shell::usage_error(cmd, "%s", usage);
+    if (!shell::parse_u64(argv[i], rounds) || rounds == 0 || rounds > 1000000)
+      return shell::usage_error(cmd, "%s", usage);
     i++;
   }
   if (i < argc && strcmp(argv[i], "background") == 0) {
@@ -202,7 +202,8 @@ int cmd_exercise(const char* cmd, int argc, char** argv) {
     i++;
   }
   if (i != argc) return shell::usage_error(cmd, "%s", usage);
-  if (g_exercise_background) return shell::usage_error(cmd, "a background exercise is still to be collected (kmem exercise status)");
+  if (g_exercise_background)
+    return shell::usage_error(cmd, "a background exercise is still to be collected (kmem exercise status)");
   if (background && cpus_online() < 2) return shell::usage_error(cmd, "background needs a second core");
   x.rounds = static_cast<unsigned>(rounds);
   for (auto& d : x.done) d.store(0);

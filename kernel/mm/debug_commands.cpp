@@ -165,7 +165,7 @@ const Misuse kMisuses[] = {
      [](kmem_cache_t* cp, kmem_cache_t*) {
        auto* p = static_cast<uint8_t*>(kmem_cache_alloc(cp, KM_SLEEP));
        kmem_cache_free(cp, p);
-       p[8] = 0;  // into the freed buffer
+       p[8] = 0;                                  // into the freed buffer
        void* q = kmem_cache_alloc(cp, KM_SLEEP);  // the same buffer: reported here
        kmem_cache_free(cp, q);
      }},
@@ -202,8 +202,8 @@ const Misuse kMisuses[] = {
      }},
     {"destroy-live",
      [](kmem_cache_t*, kmem_cache_t*) {
-       kmem_cache_t* c = kmem_cache_create("kmem_test_live", 32, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                           KMC_AUDIT);
+       kmem_cache_t* c =
+           kmem_cache_create("kmem_test_live", 32, 0, nullptr, nullptr, nullptr, nullptr, nullptr, KMC_AUDIT);
        void* p = kmem_cache_alloc(c, KM_SLEEP);
        kmem_cache_destroy(c);  // refused
        kmem_cache_free(c, p);
@@ -246,10 +246,11 @@ int cmd_test(const char* cmd, int argc, char** argv) {
   bool clean = mm::kmem_verify(cp, &checked) == 0;
   kmem_cache_free(cp, held);
   bool destroyed = kmem_cache_destroy(cp) && kmem_cache_destroy(other);
-  kprintf("kmem test: %u misuse(s), %llu report(s); afterwards the caches verify %s (%llu buffers checked) and %s "
-          "destroyed\n",
-          ran, (ull)(mm::error_count() - before), clean ? "clean" : "CORRUPT", (ull)checked,
-          destroyed ? "are" : "could NOT be");
+  kprintf(
+      "kmem test: %u misuse(s), %llu report(s); afterwards the caches verify %s (%llu buffers checked) and %s "
+      "destroyed\n",
+      ran, (ull)(mm::error_count() - before), clean ? "clean" : "CORRUPT", (ull)checked,
+      destroyed ? "are" : "could NOT be");
   return clean && destroyed ? 0 : 1;
 }
 
@@ -259,7 +260,8 @@ namespace kmem_debug_shell {
 
 int command(const char* cmd, int argc, char** argv) {
   if (strcmp(argv[1], "debug") == 0) {
-    if (argc != 2) return shell::usage_error(cmd, "usage: kmem debug (the debug modes are chosen at boot: kmem.debug=)");
+    if (argc != 2)
+      return shell::usage_error(cmd, "usage: kmem debug (the debug modes are chosen at boot: kmem.debug=)");
     return cmd_debug_show();
   }
   if (strcmp(argv[1], "verify") == 0) return cmd_verify(cmd, argc, argv);

@@ -29,9 +29,7 @@ uint64_t g_table_pages;  // page-table pages the arch took from the page allocat
 uint64_t g_kept_at_boot;
 bool g_ready;
 
-uint64_t kept_now() {
-  return page_table_pages() + mm::vmem_metadata_pages() + mm::kmem_metadata_pages();
-}
+uint64_t kept_now() { return page_table_pages() + mm::vmem_metadata_pages() + mm::kmem_metadata_pages(); }
 }  // namespace
 
 bool ready() { return g_ready; }
@@ -88,7 +86,8 @@ void init() {
       continue;
     }
     if (end > limit) {
-      kprintf("mm: RAM above 0x%llx is beyond what this arch maps; left unused\n", static_cast<unsigned long long>(limit));
+      kprintf("mm: RAM above 0x%llx is beyond what this arch maps; left unused\n",
+              static_cast<unsigned long long>(limit));
       end = limit;
     }
     banks[nb++] = {base, end - base};
@@ -107,7 +106,7 @@ void init() {
   });
   kmem_debug_shell::setup();  // kmem.debug=: before the first cache
   mm::kmem_init();
-  allocinfo_boot::start();  // sysctl.vm.mem_profiling=1: before anything outside mm/ allocates
+  allocinfo_boot::start();   // sysctl.vm.mem_profiling=1: before anything outside mm/ allocates
   kmemtrace::setup_rings();  // its rings are heap memory from now on: before the boot count
   kmemleak_boot::setup();
   failslab_setup();

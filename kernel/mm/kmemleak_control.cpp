@@ -39,15 +39,16 @@ bool parse_on_off(const char* s, bool& on) {
 void print_scan(size_t new_reports) {
   mm::LeakScanStats st;
   mm::kmemleak_last_scan(st);
-  kprintf("kmemleak: scan %llu: %llu.%03llu ms, longest pause %llu.%03llu ms, %llu bytes scanned, %llu objects, "
-          "%llu unreferenced\n",
-          (ull)st.scans, (ull)(st.duration_ns / 1000000), (ull)(st.duration_ns / 1000 % 1000),
-          (ull)(st.pause_ns / 1000000), (ull)(st.pause_ns / 1000 % 1000), (ull)st.bytes_scanned, (ull)st.objects,
-          (ull)st.unreferenced);
+  kprintf(
+      "kmemleak: scan %llu: %llu.%03llu ms, longest pause %llu.%03llu ms, %llu bytes scanned, %llu objects, "
+      "%llu unreferenced\n",
+      (ull)st.scans, (ull)(st.duration_ns / 1000000), (ull)(st.duration_ns / 1000 % 1000), (ull)(st.pause_ns / 1000000),
+      (ull)(st.pause_ns / 1000 % 1000), (ull)st.bytes_scanned, (ull)st.objects, (ull)st.unreferenced);
   if (st.untracked_objects || st.untracked_slabs)
-    kprintf("kmemleak: %llu objects in %llu slabs untracked (no memory for their records): scanned as roots, not "
-            "reported\n",
-            (ull)st.untracked_objects, (ull)st.untracked_slabs);
+    kprintf(
+        "kmemleak: %llu objects in %llu slabs untracked (no memory for their records): scanned as roots, not "
+        "reported\n",
+        (ull)st.untracked_objects, (ull)st.untracked_slabs);
   if (new_reports) kprintf("kmemleak: %zu new suspected memory leaks (see: kmemleak)\n", new_reports);
 }
 
@@ -175,7 +176,7 @@ void hold_on_stack(void* arg) {
     if (smp::another_call_waits()) {
       g_test_hold.store(false, std::memory_order_relaxed);  // a next 'kmemleak test' holds again
       kprintf("kmemleak test: cpu %u let go of 0x%llx for another cross-call: it leaks from now on\n", cpu_id(),
-              (ull)reinterpret_cast<uintptr_t>(arg));
+              (ull) reinterpret_cast<uintptr_t>(arg));
       break;
     }
     asm volatile("" ::"r"(arg) : "memory");
@@ -198,7 +199,7 @@ __attribute__((noinline)) void* leak_outer() { return kept(kmem_zalloc(200, KM_S
 __attribute__((noinline)) void* leak_inner() { return kept(kmem_zalloc(32, KM_SLEEP)); }
 
 void say_leaked(const char* what, const void* p) {
-  kprintf("kmemleak test: leaked 0x%llx (%s)\n", (ull)reinterpret_cast<uintptr_t>(p), what);
+  kprintf("kmemleak test: leaked 0x%llx (%s)\n", (ull) reinterpret_cast<uintptr_t>(p), what);
 }
 
 __attribute__((noinline)) int test_start() {
@@ -222,7 +223,7 @@ __attribute__((noinline)) int test_start() {
     if (!holder) g_test_hold.store(false);
   }
   kprintf("kmemleak test: kept 0x%llx (.bss), 0x%llx (interior pointer), 0x%llx (cpu %u's per-CPU word)%s\n",
-          (ull)reinterpret_cast<uintptr_t>(g_test_root), (ull)reinterpret_cast<uintptr_t>(g_test_interior),
+          (ull) reinterpret_cast<uintptr_t>(g_test_root), (ull) reinterpret_cast<uintptr_t>(g_test_interior),
           (ull)this_cpu().test_slot, cpu_id(), holder ? ", and one on another core's stack" : "");
   if (holder) kprintf("kmemleak test: cpu %u holds an object on its stack until 'kmemleak test done'\n", holder);
   // Leaked: lone objects, a cycle, one referenced only from a leaked one.
@@ -297,13 +298,15 @@ int run_kmemleak(int argc, char** argv) {
   }
   if (argc == 2 && strncmp(a, "min_age=", 8) == 0) {
     uint64_t ms;
-    if (!shell::parse_u64(a + 8, ms) || ms > 3600000) return shell::usage_error(argv[0], "min_age= takes milliseconds (up to 3600000)");
+    if (!shell::parse_u64(a + 8, ms) || ms > 3600000)
+      return shell::usage_error(argv[0], "min_age= takes milliseconds (up to 3600000)");
     kmemleak_set_min_age_ms(static_cast<unsigned>(ms));
     return 0;
   }
   if (argc == 2 && strncmp(a, "dump=", 5) == 0) {
     uint64_t addr;
-    if (!shell::parse_u64(a + 5, addr) || addr > UINTPTR_MAX) return shell::usage_error(argv[0], "dump= takes an address");
+    if (!shell::parse_u64(a + 5, addr) || addr > UINTPTR_MAX)
+      return shell::usage_error(argv[0], "dump= takes an address");
     mm::LeakObject o;
     if (!mm::kmemleak_lookup(reinterpret_cast<const void*>(static_cast<uintptr_t>(addr)), o)) {
       kprintf("kmemleak: unknown object at 0x%llx\n", (ull)addr);

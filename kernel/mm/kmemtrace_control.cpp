@@ -53,7 +53,7 @@ constexpr size_t kMaxRing = 64 * 1024 * 1024;
 // shell's core (the boot core) afterwards.
 size_t g_ring_capacity;
 unsigned g_ring_cpus;  // CPUs 0 .. g_ring_cpus-1 have rings
-bool g_streaming;  // the shell's core only (Streaming)
+bool g_streaming;      // the shell's core only (Streaming)
 
 // Output goes out a line at a time, or a buffer's worth of a longer one
 // (a frame line is about 1.04 x kDefaultPayload plus its header: several
@@ -108,14 +108,15 @@ bool parse_ring_size(const char* s, size_t& out) {
 
 void print_state() {
   kprintf("kmemtrace: %s, abi_version %u, %u rings of %llu KiB%s\n", kmemtrace::enabled() ? "on" : "off",
-          static_cast<unsigned>(kmemtrace::kAbiVersion), g_ring_cpus, (ull)(g_ring_capacity >> 10), g_streaming ? ", streaming" : "");
+          static_cast<unsigned>(kmemtrace::kAbiVersion), g_ring_cpus, (ull)(g_ring_capacity >> 10),
+          g_streaming ? ", streaming" : "");
 }
 
 
 int cmd_stats() {
   print_state();
-  kprintf("%-4s %10s %10s %10s %10s %8s  %-13s %-13s %-13s %s\n", "cpu", "recorded", "pending", "bytes",
-          "overruns", "dropped", "kmalloc a/f", "cache a/f", "pages a/f", "vmem a/f");
+  kprintf("%-4s %10s %10s %10s %10s %8s  %-13s %-13s %-13s %s\n", "cpu", "recorded", "pending", "bytes", "overruns",
+          "dropped", "kmalloc a/f", "cache a/f", "pages a/f", "vmem a/f");
   for (unsigned cpu = 0; cpu < g_ring_cpus; cpu++) {
     kmemtrace::CpuStats st;
     kmemtrace::TypeCounts tc;
@@ -126,9 +127,9 @@ int cmd_stats() {
       pending += tc.allocs[t] + tc.frees[t];
       ksnprintf(col[t], sizeof col[t], "%llu/%llu", (ull)tc.allocs[t], (ull)tc.frees[t]);
     }
-    kprintf("%-4u %10llu %10llu %10llu %10llu %8llu  %-13s %-13s %-13s %s\n", cpu, (ull)st.ring.events,
-            (ull)pending, (ull)(st.ring.committed - st.ring.consumed), (ull)st.ring.overrun_bytes,
-            (ull)st.ring.dropped_events, col[0], col[1], col[2], col[3]);
+    kprintf("%-4u %10llu %10llu %10llu %10llu %8llu  %-13s %-13s %-13s %s\n", cpu, (ull)st.ring.events, (ull)pending,
+            (ull)(st.ring.committed - st.ring.consumed), (ull)st.ring.overrun_bytes, (ull)st.ring.dropped_events,
+            col[0], col[1], col[2], col[3]);
   }
   kprintf("total_overruns %llu\n", (ull)kmemtrace::total_overruns());
   return 0;

@@ -3,7 +3,8 @@
 // so a test run by hand behaves as under ctest. ASAN_OPTIONS and
 // UBSAN_OPTIONS in the environment still override these.
 
-#define MAGPIE_SANITIZER_HOOK extern "C" __attribute__((visibility("default"), used, no_sanitize("address", "undefined")))
+#define MAGPIE_SANITIZER_HOOK \
+  extern "C" __attribute__((visibility("default"), used, no_sanitize("address", "undefined")))
 
 MAGPIE_SANITIZER_HOOK const char* __asan_default_options() {
 #if defined(MAGPIE_ASAN_LOCALS_ON_STACK)  // programs whose stacks kmemleak scans

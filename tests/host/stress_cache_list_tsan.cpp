@@ -159,14 +159,15 @@ int main(int argc, char** argv) {
   g_stop = true;
   for (auto& t : ts) t.join();
   bool destroyed = kmem_cache_destroy(g_stable);
-  std::printf("%.0f s: %llu caches created and destroyed, %llu caches walked, %llu reaps, %llu reclaim callbacks, "
-              "%llu allocations, %llu caches destroyed by their own reclaim callback; %llu bad, %llu kmem errors, "
-              "destroy %s\n",
-              seconds, static_cast<unsigned long long>(g_creates.load()),
-              static_cast<unsigned long long>(g_walked.load()), static_cast<unsigned long long>(g_reaps.load()),
-              static_cast<unsigned long long>(g_reclaims.load()), static_cast<unsigned long long>(g_allocs.load()),
-              static_cast<unsigned long long>(g_self_destroyed.load()), static_cast<unsigned long long>(g_bad.load()), static_cast<unsigned long long>(g_errors.load()),
-              destroyed ? "ok" : "refused");
+  std::printf(
+      "%.0f s: %llu caches created and destroyed, %llu caches walked, %llu reaps, %llu reclaim callbacks, "
+      "%llu allocations, %llu caches destroyed by their own reclaim callback; %llu bad, %llu kmem errors, "
+      "destroy %s\n",
+      seconds, static_cast<unsigned long long>(g_creates.load()), static_cast<unsigned long long>(g_walked.load()),
+      static_cast<unsigned long long>(g_reaps.load()), static_cast<unsigned long long>(g_reclaims.load()),
+      static_cast<unsigned long long>(g_allocs.load()), static_cast<unsigned long long>(g_self_destroyed.load()),
+      static_cast<unsigned long long>(g_bad.load()), static_cast<unsigned long long>(g_errors.load()),
+      destroyed ? "ok" : "refused");
   bool ok = g_bad.load() == 0 && g_errors.load() == 0 && destroyed && g_creates.load() > 0 && g_walked.load() > 0 &&
             g_reaps.load() > 0 && g_self_destroyed.load() > 0;
   return ok ? 0 : 1;

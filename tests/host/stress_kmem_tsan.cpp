@@ -78,7 +78,7 @@ int main() {
   for (auto& b : g_boxes)
     for (Obj* o : b.items) check_and_free(o);
   bool destroyed = kmem_cache_destroy(g_cache);
-  std::printf("%d threads x %d ops: %d corrupted objects, %llu kmem errors, destroy %s\n", kThreads, kOps,
-              g_bad.load(), static_cast<unsigned long long>(g_errors.load()), destroyed ? "ok" : "refused");
+  std::printf("%d threads x %d ops: %d corrupted objects, %llu kmem errors, destroy %s\n", kThreads, kOps, g_bad.load(),
+              static_cast<unsigned long long>(g_errors.load()), destroyed ? "ok" : "refused");
   return g_bad.load() == 0 && g_errors.load() == 0 && destroyed ? 0 : 1;
 }

@@ -143,9 +143,7 @@ void mutator(unsigned t) {
         }
         break;
       }
-      case 3:
-        hold_on_stack(t, i, rng, 1 + rng() % 4);
-        break;
+      case 3: hold_on_stack(t, i, rng, 1 + rng() % 4); break;
       default: {  // allocate and free something unrelated
         Node* n = make(rng);
         destroy(n);
@@ -303,15 +301,15 @@ int main(int argc, char** argv) {
   for (uintptr_t e : g_expected)
     if (!got.count(e)) std::fprintf(stderr, "not reported: %#lx\n", static_cast<unsigned long>(~e));
 
-  std::printf("%llu scans over %.1f s (%llu switches off and on), %llu moves, %llu whatis, %llu annotations, "
-              "%llu figures read, longest pause %.2f ms; "
-              "%llu reports of live nodes; at the end %zu of %zu dropped nodes reported (%zu in all)%s\n",
-              static_cast<unsigned long long>(scans), seconds, static_cast<unsigned long long>(switches),
-              static_cast<unsigned long long>(g_moves.load()), static_cast<unsigned long long>(g_whatis.load()),
-              static_cast<unsigned long long>(g_annotations.load()), static_cast<unsigned long long>(g_figures.load()),
-              max_pause_ns / 1e6,
-              static_cast<unsigned long long>(false_reports), reported, g_expected.size(), total,
-              exact ? "" : ": NOT the dropped set");
+  std::printf(
+      "%llu scans over %.1f s (%llu switches off and on), %llu moves, %llu whatis, %llu annotations, "
+      "%llu figures read, longest pause %.2f ms; "
+      "%llu reports of live nodes; at the end %zu of %zu dropped nodes reported (%zu in all)%s\n",
+      static_cast<unsigned long long>(scans), seconds, static_cast<unsigned long long>(switches),
+      static_cast<unsigned long long>(g_moves.load()), static_cast<unsigned long long>(g_whatis.load()),
+      static_cast<unsigned long long>(g_annotations.load()), static_cast<unsigned long long>(g_figures.load()),
+      max_pause_ns / 1e6, static_cast<unsigned long long>(false_reports), reported, g_expected.size(), total,
+      exact ? "" : ": NOT the dropped set");
   // Tidy up: the reports become roots; free them.
   mm::kmemleak_clear();
   for (uintptr_t e : g_expected) {

@@ -146,14 +146,15 @@ int main(int argc, char** argv) {
     unsigned n = trace(i, pcs);
     if (mm::stackdepot_save(pcs, n) != h || !matches(h, i)) g_bad.fetch_add(1);
   }
-  std::printf("%s, %.0f s: %llu saves (%llu before init, %llu returned 0 after), %llu cross-thread fetches, "
-              "%llu lookups; %u traces handed out, depot: %llu traces, %llu of %llu bytes, %llu dropped; %llu bad\n",
-              full ? "full" : "fit", seconds, static_cast<unsigned long long>(g_saves.load()),
-              static_cast<unsigned long long>(g_before_init.load()), static_cast<unsigned long long>(g_zero.load()),
-              static_cast<unsigned long long>(g_fetches.load()), static_cast<unsigned long long>(g_lookups.load()),
-              stored, static_cast<unsigned long long>(s.traces), static_cast<unsigned long long>(s.bytes_used),
-              static_cast<unsigned long long>(s.bytes_total), static_cast<unsigned long long>(s.dropped),
-              static_cast<unsigned long long>(g_bad.load()));
+  std::printf(
+      "%s, %.0f s: %llu saves (%llu before init, %llu returned 0 after), %llu cross-thread fetches, "
+      "%llu lookups; %u traces handed out, depot: %llu traces, %llu of %llu bytes, %llu dropped; %llu bad\n",
+      full ? "full" : "fit", seconds, static_cast<unsigned long long>(g_saves.load()),
+      static_cast<unsigned long long>(g_before_init.load()), static_cast<unsigned long long>(g_zero.load()),
+      static_cast<unsigned long long>(g_fetches.load()), static_cast<unsigned long long>(g_lookups.load()), stored,
+      static_cast<unsigned long long>(s.traces), static_cast<unsigned long long>(s.bytes_used),
+      static_cast<unsigned long long>(s.bytes_total), static_cast<unsigned long long>(s.dropped),
+      static_cast<unsigned long long>(g_bad.load()));
   bool ok = g_bad.load() == 0 && g_fetches.load() > 0 && g_lookups.load() > 0 && stored == s.traces &&
             g_before_init.load() > 0 &&
             (full ? s.dropped > 0 && g_zero.load() > 0 : s.dropped == 0 && stored == kTraces);

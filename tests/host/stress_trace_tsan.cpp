@@ -41,8 +41,9 @@ std::atomic<int> g_done{0};
 std::atomic<uint64_t> g_errors{0};
 
 void error(const char* what, uint64_t a = 0, uint64_t b = 0) {
-  if (g_errors.fetch_add(1) < 10) fprintf(stderr, "stress_trace_tsan: %s (0x%llx, 0x%llx)\n", what,
-                                          static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
+  if (g_errors.fetch_add(1) < 10)
+    fprintf(stderr, "stress_trace_tsan: %s (0x%llx, 0x%llx)\n", what, static_cast<unsigned long long>(a),
+            static_cast<unsigned long long>(b));
 }
 
 // A synthetic event's fields all follow from (producer, i), so a torn or
@@ -94,7 +95,8 @@ struct Reader {
         return;
       }
       uint32_t seq = get32(e, kOffSeq);
-      if (any[cpu] && int32_t(seq - last_seq[cpu]) <= 0) error("sequence numbers do not rise within a ring", seq, last_seq[cpu]);
+      if (any[cpu] && int32_t(seq - last_seq[cpu]) <= 0)
+        error("sequence numbers do not rise within a ring", seq, last_seq[cpu]);
       any[cpu] = true;
       last_seq[cpu] = seq;
       seqs.push_back(seq);
@@ -103,8 +105,9 @@ struct Reader {
         int p = int(ptr >> 40 & 0xff);
         uint64_t i = ptr & 0xffffffffff;
         if (get64(e, kOffCaller) != caller_of(p)) error("a torn event: caller", ptr, get64(e, kOffCaller));
-        if (id == kEventAlloc && (get64(e, kOffRequested) != (i & 0xffff) || get64(e, kOffAllocated) != ((i & 0xffff) ^ 0x5555) ||
-                                  get32(e, kOffFlags) != uint32_t(p)))
+        if (id == kEventAlloc &&
+            (get64(e, kOffRequested) != (i & 0xffff) || get64(e, kOffAllocated) != ((i & 0xffff) ^ 0x5555) ||
+             get32(e, kOffFlags) != uint32_t(p)))
           error("a torn event: sizes or flags", ptr, get64(e, kOffRequested));
         synthetic++;
       } else if (type == kTypeCache) {
@@ -211,13 +214,15 @@ int main() {
   uint64_t decoded = reader.seqs.size();
   if (decoded != recorded) error("decoded events differ from the events the rings committed", decoded, recorded);
   std::sort(reader.seqs.begin(), reader.seqs.end());
-  if (std::adjacent_find(reader.seqs.begin(), reader.seqs.end()) != reader.seqs.end()) error("a sequence number repeats");
+  if (std::adjacent_find(reader.seqs.begin(), reader.seqs.end()) != reader.seqs.end())
+    error("a sequence number repeats");
   if (!kmem_cache_destroy(cp)) error("the cache could not be destroyed");
-  printf("stress_trace_tsan: %llu events decoded (%llu with tracing on throughout, %llu while it flipped; %llu synthetic, "
-         "%llu kmem_cache), %llu dropped by full rings; %llu errors\n",
-         static_cast<unsigned long long>(decoded), static_cast<unsigned long long>(steady),
-         static_cast<unsigned long long>(decoded - steady), static_cast<unsigned long long>(reader.synthetic),
-         static_cast<unsigned long long>(reader.cache), static_cast<unsigned long long>(dropped),
-         static_cast<unsigned long long>(g_errors.load()));
+  printf(
+      "stress_trace_tsan: %llu events decoded (%llu with tracing on throughout, %llu while it flipped; %llu synthetic, "
+      "%llu kmem_cache), %llu dropped by full rings; %llu errors\n",
+      static_cast<unsigned long long>(decoded), static_cast<unsigned long long>(steady),
+      static_cast<unsigned long long>(decoded - steady), static_cast<unsigned long long>(reader.synthetic),
+      static_cast<unsigned long long>(reader.cache), static_cast<unsigned long long>(dropped),
+      static_cast<unsigned long long>(g_errors.load()));
   return g_errors.load() == 0 ? 0 : 1;
 }

@@ -48,9 +48,7 @@ struct allocinfo : ::testing::Test {
   }
 };
 
-TEST_F(allocinfo, PathsAreRelativeToTheSourceTree) {
-  EXPECT_STREQ(__FILE__, "tests/host/test_allocinfo.cpp");
-}
+TEST_F(allocinfo, PathsAreRelativeToTheSourceTree) { EXPECT_STREQ(__FILE__, "tests/host/test_allocinfo.cpp"); }
 
 TEST_F(allocinfo, EveryAllocatorCountsExactlyAtItsCallSite) {
   kmem_cache_t* cp = kmem_cache_create("allocinfo_test", 48, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);

@@ -34,9 +34,15 @@ TEST(Failslab, RefusesBadSpecsAndSaysWhy) {
     const char* spec;
     const char* says;
   } bad[] = {
-      {"", "PROBABILITY"},       {"101,1,1", "PROBABILITY"},      {"x,1,1", "PROBABILITY"},
-      {"10", "INTERVAL"},        {"10,0,1", "INTERVAL"},          {"10,1", "TIMES"},
-      {"10,1,-2", "TIMES"},      {"10,1,1,cache=", "cache="},     {"10,1,1,space=lots", "space="},
+      {"", "PROBABILITY"},
+      {"101,1,1", "PROBABILITY"},
+      {"x,1,1", "PROBABILITY"},
+      {"10", "INTERVAL"},
+      {"10,0,1", "INTERVAL"},
+      {"10,1", "TIMES"},
+      {"10,1,-2", "TIMES"},
+      {"10,1,1,cache=", "cache="},
+      {"10,1,1,space=lots", "space="},
       {"10,1,1,colour=red", "after TIMES"},
       {"10,1,1,cache=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "31 characters"},
   };

@@ -319,8 +319,7 @@ WalkStats walk_tree(const fdt::Tree& t, bool paths) {
       st.checksum += p.has_string("okay");
       fdt::Property again;
       EXPECT_TRUE(t.prop(n, p.name, again));  // finds this or an earlier one of that name
-      if (p.len == 4 && (std::strcmp(p.name, "phandle") == 0 ||
-                         std::strcmp(p.name, "interrupt-parent") == 0)) {
+      if (p.len == 4 && (std::strcmp(p.name, "phandle") == 0 || std::strcmp(p.name, "interrupt-parent") == 0)) {
         Node target = t.find_phandle(p.u32());
         if (target != kNoNode) st.checksum += uint32_t(target);
       }
@@ -418,10 +417,18 @@ Sample make_sample(const FdtBuilder::Options& opts = {}) {
   s.cpus = b.here();
   b.begin("cpus").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {0});
   s.cpu0 = b.here();
-  b.begin("cpu@0").prop_str("device_type", {"cpu"}).prop_cells("reg", {0}).prop_str("compatible", {"arm,cortex-a53"}).end();
+  b.begin("cpu@0")
+      .prop_str("device_type", {"cpu"})
+      .prop_cells("reg", {0})
+      .prop_str("compatible", {"arm,cortex-a53"})
+      .end();
   b.nop();
   s.cpu1 = b.here();
-  b.begin("cpu@1").prop_str("device_type", {"cpu"}).prop_cells("reg", {1}).prop_str("compatible", {"arm,cortex-a53"}).end();
+  b.begin("cpu@1")
+      .prop_str("device_type", {"cpu"})
+      .prop_cells("reg", {1})
+      .prop_str("compatible", {"arm,cortex-a53"})
+      .end();
   b.end();  // cpus
   s.soc = b.here();
   b.begin("soc").prop_cells("#address-cells", {1}).prop_cells("#size-cells", {1}).prop_empty("ranges");
@@ -1323,12 +1330,9 @@ struct RealDtb {
 void PrintTo(const RealDtb& d, std::ostream* os) { *os << d.board; }
 
 const RealDtb kRealDtbs[] = {
-    {"qemu-virt-arm64", 0x40000000, 512u << 20, "arm,pl011", 0x9000000, "arm,cortex-a15-gic",
-     "/pl011@9000000"},
-    {"qemu-virt-arm", 0x40000000, 512u << 20, "arm,pl011", 0x9000000, "arm,cortex-a15-gic",
-     "/pl011@9000000"},
-    {"qemu-virt-riscv64", 0x80000000, 512u << 20, "ns16550a", 0x10000000, "riscv,plic0",
-     "/soc/serial@10000000"},
+    {"qemu-virt-arm64", 0x40000000, 512u << 20, "arm,pl011", 0x9000000, "arm,cortex-a15-gic", "/pl011@9000000"},
+    {"qemu-virt-arm", 0x40000000, 512u << 20, "arm,pl011", 0x9000000, "arm,cortex-a15-gic", "/pl011@9000000"},
+    {"qemu-virt-riscv64", 0x80000000, 512u << 20, "ns16550a", 0x10000000, "riscv,plic0", "/soc/serial@10000000"},
 };
 
 std::vector<uint8_t> load_dtb(const char* board) {
@@ -1425,8 +1429,7 @@ TEST_P(FdtReal, Cpus) {
   EXPECT_EQ(t.find("/cpus/cpu@4"), kNoNode);
   // find_device_type("cpu") yields the same four.
   std::vector<Node> by_type;
-  for (Node c = t.find_device_type("cpu"); c != kNoNode; c = t.find_device_type("cpu", c))
-    by_type.push_back(c);
+  for (Node c = t.find_device_type("cpu"); c != kNoNode; c = t.find_device_type("cpu", c)) by_type.push_back(c);
   EXPECT_EQ(by_type, cpu_nodes);
 }
 
@@ -1611,8 +1614,9 @@ TEST_P(FdtReal, RandomCorruption) {
   const uint32_t total = uint32_t(bytes_.size());
   const uint32_t off_struct = get_be32(bytes_, kOffStruct);
   const uint32_t size_struct = get_be32(bytes_, kSizeStruct);
-  const uint32_t interesting[] = {0, 1, 2, 3, 4, 8, 9, 12, 0x10, 0x7f, 0x80, 0xff, 0x100,
-                                  total - 1, total, total + 1, size_struct, 0x7fffffff,
+  const uint32_t interesting[] = {0,          1,          2,          3,         4,           8,
+                                  9,          12,         0x10,       0x7f,      0x80,        0xff,
+                                  0x100,      total - 1,  total,      total + 1, size_struct, 0x7fffffff,
                                   0x80000000, 0xfffffff0, 0xfffffffc, 0xffffffff};
   auto pick = [&](uint32_t n) { return uint32_t(rng() % n); };
   size_t accepted = 0;
@@ -1632,8 +1636,8 @@ TEST_P(FdtReal, RandomCorruption) {
           set_be32(b, off_struct + 4 * pick(size_struct / 4), 1 + pick(9));
           break;
         case 3:  // a header field (not the magic)
-          set_be32(b, 4 + 4 * pick(9), pick(2) ? interesting[pick(std::size(interesting))]
-                                               : get_be32(b, 4 + 4 * pick(9)) + pick(16) - 8);
+          set_be32(b, 4 + 4 * pick(9),
+                   pick(2) ? interesting[pick(std::size(interesting))] : get_be32(b, 4 + 4 * pick(9)) + pick(16) - 8);
           break;
       }
     }

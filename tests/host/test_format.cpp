@@ -116,7 +116,7 @@ TEST(Format, DecimalFlagsWidthPrecision) {
   EXPECT_FMT("+0042", "%+05d", 42);
   EXPECT_FMT(" 0042", "% 05d", 42);
   EXPECT_FMT("+42  |", "%-+5d|", 42);
-  EXPECT_FMT("42", "%1d", 42);       // width smaller than the number
+  EXPECT_FMT("42", "%1d", 42);  // width smaller than the number
   EXPECT_FMT("-2147483648", "%5d", INT_MIN);
   EXPECT_FMT("  -2147483648", "%13d", INT_MIN);
   EXPECT_FMT("-002147483648", "%013d", INT_MIN);
@@ -333,10 +333,9 @@ TEST(Format, CombinationsMatchLibc) {
     const char* length;
     char conv;
   };
-  const Conv convs[] = {{"", 'd'},  {"", 'i'},  {"", 'u'},   {"", 'x'},   {"", 'X'},  {"", 'o'},
-                        {"hh", 'd'}, {"h", 'i'}, {"hh", 'x'}, {"h", 'u'},  {"l", 'd'}, {"l", 'x'},
-                        {"ll", 'd'}, {"ll", 'o'}, {"ll", 'X'}, {"z", 'u'}, {"z", 'x'}, {"t", 'd'},
-                        {"j", 'd'},  {"j", 'u'}};
+  const Conv convs[] = {{"", 'd'},   {"", 'i'},   {"", 'u'},  {"", 'x'},  {"", 'X'},  {"", 'o'},   {"hh", 'd'},
+                        {"h", 'i'},  {"hh", 'x'}, {"h", 'u'}, {"l", 'd'}, {"l", 'x'}, {"ll", 'd'}, {"ll", 'o'},
+                        {"ll", 'X'}, {"z", 'u'},  {"z", 'x'}, {"t", 'd'}, {"j", 'd'}, {"j", 'u'}};
   size_t checked = 0;
   for (const Conv& c : convs) {
     const bool wide = c.length[0] == 'l' || c.length[0] == 'z' || c.length[0] == 't' || c.length[0] == 'j';
@@ -371,8 +370,8 @@ TEST(Format, CombinationsMatchLibc) {
                 if (wide) run(v);
                 else run(static_cast<int>(v));
                 ASSERT_EQ(std::string_view(kb), std::string_view(lb))
-                    << "format " << f << " value " << v << " star width " << star_widths[wi]
-                    << " star precision " << star_precisions[pi];
+                    << "format " << f << " value " << v << " star width " << star_widths[wi] << " star precision "
+                    << star_precisions[pi];
                 ASSERT_EQ(kn, static_cast<size_t>(ln)) << "format " << f << " value " << v;
                 checked++;
               }
@@ -529,10 +528,8 @@ TEST(Format, LongOutput) {
   for (int width : {15, 16, 17, 31, 32, 33, 100, 1000}) {
     SCOPED_TRACE(width);
     char kb[kBuf], lb[kBuf];
-    size_t kn = ksnprintf(kb, sizeof kb, "[%*d|%-*s|%0*x|%.*d]", width, 7, width, "ab", width, 0xau,
-                          width, 3);
-    int ln = libc_snprintf(lb, sizeof lb, "[%*d|%-*s|%0*x|%.*d]", width, 7, width, "ab", width,
-                           0xau, width, 3);
+    size_t kn = ksnprintf(kb, sizeof kb, "[%*d|%-*s|%0*x|%.*d]", width, 7, width, "ab", width, 0xau, width, 3);
+    int ln = libc_snprintf(lb, sizeof lb, "[%*d|%-*s|%0*x|%.*d]", width, 7, width, "ab", width, 0xau, width, 3);
     EXPECT_EQ(kn, static_cast<size_t>(ln));
     EXPECT_STREQ(kb, lb);
   }
@@ -568,8 +565,8 @@ size_t format_to(Collect& c, const char* f, ...) {
 
 TEST(Format, VformatSink) {
   Collect c;
-  size_t n = format_to(c, "boot: %s v%d.%d at %p%c", "magpie", 0, 1,
-                       reinterpret_cast<void*>(uintptr_t{0x80200000}), '\n');
+  size_t n =
+      format_to(c, "boot: %s v%d.%d at %p%c", "magpie", 0, 1, reinterpret_cast<void*>(uintptr_t{0x80200000}), '\n');
   EXPECT_EQ(c.text, "boot: magpie v0.1 at 0x80200000\n");
   EXPECT_EQ(n, c.text.size());
   EXPECT_GT(c.calls, 1u);  // delivered in pieces

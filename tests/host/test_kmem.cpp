@@ -37,9 +37,7 @@ uint64_t free_pages() {
 }
 
 // Pages kept once used (vmem boundary tags, kmem bookkeeping).
-uint64_t kept_pages() {
-  return mm::vmem_metadata_pages() + mm::kmem_metadata_pages();
-}
+uint64_t kept_pages() { return mm::vmem_metadata_pages() + mm::kmem_metadata_pages(); }
 
 struct CtorCounts {
   int ctors = 0, dtors = 0;
@@ -184,8 +182,8 @@ TEST(kmem, KmemAllocEverySizeAndZalloc) {
 // each class (one entry per 8 bytes: a size 1 past a class is the next
 // one's), and a size above the last class is a large allocation.
 TEST(kmem, EverySizeTakesTheSmallestClassThatFits) {
-  const size_t ladder[] = {8,    16,   32,   48,   64,   80,   96,   112,  128,   160,   192,  224,
-                           256,  320,  384,  448,  512,  640,  768,  896,  1024,  1280,  1536, 1792,
+  const size_t ladder[] = {8,    16,   32,   48,   64,   80,   96,   112,  128,  160,   192,   224,
+                           256,  320,  384,  448,  512,  640,  768,  896,  1024, 1280,  1536,  1792,
                            2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384};
   mm::WhatIs w;
   size_t c = 0;
@@ -276,7 +274,7 @@ TEST(kmem, BadFreesAreReportedWithCacheAddressAndCaller) {
 
   // Wrong size to kmem_free, small caches: caught on the free.
   void* y = kmem_alloc(40, KM_SLEEP);  // 48-byte size cache
-  kmem_free(y, 200);                    // 224-byte size cache
+  kmem_free(y, 200);                   // 224-byte size cache
   ASSERT_EQ(errors.seen.size(), 2u);
   EXPECT_NE(std::strstr(errors.seen[1].kind, "size"), nullptr);
   EXPECT_STREQ(errors.seen[1].where, "kmem_alloc_224");
@@ -721,8 +719,7 @@ TEST(kmem, OffSlabBadFreesAreCaughtOnTheFree) {
 // new one's address. The free must be reported and refused (pushed, it
 // would let the next allocation hand out a pointer into a page of no slab),
 // at every on-slab size (chunk <= page / 8).
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 TEST(kmem, StaleFreeIntoADestroyedOnSlabCacheIsRefused) {
   Errors errors;
@@ -815,8 +812,7 @@ TEST(kmem, OffSlabCachesBeyondTheOwnerIdsStillCheckEveryFree) {
   kmem_cache_t* last = nullptr;
   std::vector<uint32_t> ids;
   for (int i = 0; i < 5000; i++) {
-    kmem_cache_t* cp = kmem_cache_create("t_ids", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                         KMC_NOMAGAZINE);
+    kmem_cache_t* cp = kmem_cache_create("t_ids", 2000, 0, nullptr, nullptr, nullptr, nullptr, nullptr, KMC_NOMAGAZINE);
     ASSERT_NE(cp, nullptr);
     made.push_back(cp);
     uint32_t id = stats_of(cp).owner_id;
@@ -903,7 +899,7 @@ TEST(kmem, LargeKmemFreeChecksPointerAndSize) {
   ASSERT_EQ(errors.seen.size(), 1u);
   EXPECT_NE(std::strstr(errors.seen[0].kind, "wrong size"), nullptr);
   EXPECT_EQ(errors.seen[0].detail, 102400u);  // its real size, in pages
-  kmem_free(p + 8192, 100000 - 8192);  // interior pointer
+  kmem_free(p + 8192, 100000 - 8192);         // interior pointer
   ASSERT_EQ(errors.seen.size(), 2u);
   EXPECT_NE(std::strstr(errors.seen[1].kind, "middle"), nullptr);
   EXPECT_EQ(p[99999], 0x5a);  // still ours, still mapped
@@ -931,9 +927,9 @@ TEST(kmem, ImpossibleSizesAreRefusedNotWaitedFor) {
   ASSERT_EQ(errors.seen.size(), 4u);
   EXPECT_STREQ(errors.seen[3].where, "t_huge");
   EXPECT_EQ(errors.seen[3].detail, SIZE_MAX);
-  EXPECT_EQ(kmem_cache_create("t_huge2", mm::segkmem_heap_bytes() + 1, 0, nullptr, nullptr, nullptr, nullptr,
-                              nullptr, 0),
-            nullptr);
+  EXPECT_EQ(
+      kmem_cache_create("t_huge2", mm::segkmem_heap_bytes() + 1, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0),
+      nullptr);
   EXPECT_EQ(errors.seen.size(), 5u);
   EXPECT_EQ(kmem_cache_create("t_huge3", 1000, size_t{1} << 62, nullptr, nullptr, nullptr, nullptr, nullptr, 0),
             nullptr);
@@ -942,12 +938,12 @@ TEST(kmem, ImpossibleSizesAreRefusedNotWaitedFor) {
   // vmem_capacity ~0): a size whose rounding to the alignment wraps is
   // refused too (it made a chunk of 0, and cache setup divided by it).
   constexpr uintptr_t kHalf = uintptr_t{1} << 63;
-  vmem_t* a = vmem_create("t_a", reinterpret_cast<void*>(kHalf), kHalf - 4096, 4096, nullptr, nullptr, nullptr, 0,
-                          VM_SLEEP);
-  vmem_t* b = vmem_create("t_b", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, a, 0,
-                          VM_SLEEP);
-  vmem_t* c = vmem_create("t_c", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, b, 0,
-                          VM_SLEEP);
+  vmem_t* a =
+      vmem_create("t_a", reinterpret_cast<void*>(kHalf), kHalf - 4096, 4096, nullptr, nullptr, nullptr, 0, VM_SLEEP);
+  vmem_t* b =
+      vmem_create("t_b", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, a, 0, VM_SLEEP);
+  vmem_t* c =
+      vmem_create("t_c", reinterpret_cast<void*>(4096), kHalf - 8192, 4096, vmem_alloc, vmem_free, b, 0, VM_SLEEP);
   ASSERT_NE(c, nullptr);
   ASSERT_EQ(mm::vmem_capacity(c), ~uint64_t{0});
   EXPECT_EQ(kmem_cache_create("t_wrap", SIZE_MAX - 2, 0, nullptr, nullptr, nullptr, nullptr, c, 0), nullptr);
@@ -1179,8 +1175,8 @@ TEST(kmem, StatisticsCountEveryOperationOnEveryPath) {
 TEST(kmem, NullFreeToAnIntegerArenaCacheIsRefusedAndLosesNothing) {
   mm::kmem_init();  // the host starts kmem on first use; vmem's tags need it
   Errors errors;
-  vmem_t* ids = vmem_create("t_ids", reinterpret_cast<void*>(uintptr_t{1} << 20), size_t{1} << 20, 16, nullptr,
-                            nullptr, nullptr, 0, VM_SLEEP);
+  vmem_t* ids = vmem_create("t_ids", reinterpret_cast<void*>(uintptr_t{1} << 20), size_t{1} << 20, 16, nullptr, nullptr,
+                            nullptr, 0, VM_SLEEP);
   ASSERT_NE(ids, nullptr);
   kmem_cache_t* cp = kmem_cache_create("t_ids_cache", 16, 0, nullptr, nullptr, nullptr, nullptr, ids, 0);
   ASSERT_NE(cp, nullptr);

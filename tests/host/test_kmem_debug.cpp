@@ -102,8 +102,8 @@ TEST(kmem_debug, ParseAcceptsTheBootargSyntaxAndSaysWhatIsWrong) {
   EXPECT_EQ(c.flags, uint32_t{KMF_ALL});
   ASSERT_TRUE(mm::kmem_debug_parse("5", c, &why));
   EXPECT_EQ(c.flags, uint32_t{KMF_AUDIT | KMF_REDZONE});
-  for (const char* bad : {"", "redzone,,poison", "bogus", "cache=x", "redzone,cache=", "redzone,log=0",
-                          "redzone,log=x", "0x100", "redzone,", "redzone,cache=abcdefghijabcdefghijabcdefghijabc"}) {
+  for (const char* bad : {"", "redzone,,poison", "bogus", "cache=x", "redzone,cache=", "redzone,log=0", "redzone,log=x",
+                          "0x100", "redzone,", "redzone,cache=abcdefghijabcdefghijabcdefghijabc"}) {
     why = "";
     EXPECT_FALSE(mm::kmem_debug_parse(bad, c, &why)) << bad;
     EXPECT_STRNE(why, "") << bad;
@@ -347,7 +347,7 @@ TEST(kmem_debug, FreeListCorruptionIsReportedAndNeverFollowed) {
     // The last freed is the slab's free-list head; its link is next taken.
     char* head = v.back();
     size_t link_at = mm::kmem_cache_debug_flags(cp) ? 64 + 16 : 0;  // the tag's link, or the first word
-    uint32_t plausible = 2;  // an index that exists, written raw
+    uint32_t plausible = 2;                                         // an index that exists, written raw
     std::memcpy(head + link_at, &plausible, 4);
     {
       Errors e;
@@ -609,8 +609,9 @@ TEST(kmem_debug, AuditTrailsNameTheThreadThatAllocatedAndFreed) {
   mm::plat::context_name(tr.free.context, name, sizeof name);
   EXPECT_EQ(std::string(name), "tid " + std::to_string(syscall(SYS_gettid)));
   LogSeen seen;
-  mm::kmem_log_walk(reinterpret_cast<uintptr_t>(p),
-                    [](const mm::KmemLogEntry& e, void* arg) { static_cast<LogSeen*>(arg)->v.push_back(e); }, &seen);
+  mm::kmem_log_walk(
+      reinterpret_cast<uintptr_t>(p),
+      [](const mm::KmemLogEntry& e, void* arg) { static_cast<LogSeen*>(arg)->v.push_back(e); }, &seen);
   ASSERT_GE(seen.v.size(), 2u);
   EXPECT_EQ(seen.v[seen.v.size() - 2].context, tr.alloc.context);
   EXPECT_EQ(seen.v.back().context, tr.free.context);
@@ -679,8 +680,8 @@ TEST(kmem_debug, TheTransactionLogKeepsEveryOperationAndTheContents) {
   EXPECT_TRUE(kmem_cache_destroy(cp));
   // The log outlives the cache, and says so.
   seen.v.clear();
-  mm::kmem_log_walk(0, [](const mm::KmemLogEntry& e, void* arg) { static_cast<LogSeen*>(arg)->v.push_back(e); },
-                    &seen);
+  mm::kmem_log_walk(
+      0, [](const mm::KmemLogEntry& e, void* arg) { static_cast<LogSeen*>(arg)->v.push_back(e); }, &seen);
   ASSERT_FALSE(seen.v.empty());
   bool destroyed = false;
   for (auto& e : seen.v) destroyed |= std::string(e.cache) == "(destroyed cache)";
@@ -719,9 +720,12 @@ TEST(kmem_debug, VerifyWhileOthersAllocateReportsNothing) {
     passes++;
     // The log's lock-free reader against its writers (every operation of
     // an audited cache): each entry read whole or skipped.
-    logged += mm::kmem_log_walk(0, [](const mm::KmemLogEntry& e, void* arg) {
-      if (e.seq == 0 || !e.buffer) ++*static_cast<uint64_t*>(arg);  // never a torn entry
-    }, &torn);
+    logged += mm::kmem_log_walk(
+        0,
+        [](const mm::KmemLogEntry& e, void* arg) {
+          if (e.seq == 0 || !e.buffer) ++*static_cast<uint64_t*>(arg);  // never a torn entry
+        },
+        &torn);
   }
   stop = true;
   for (auto& t : ts) t.join();

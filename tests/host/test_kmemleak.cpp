@@ -122,8 +122,9 @@ class Kmemleak : public ::testing::Test {
 TEST_F(Kmemleak, ReportsExactlyTheLeakedSetAtTheSecondScan) {
   Graph g;
   build(g);
-  std::set<uintptr_t> want = {g.lone, g.cycle_a, g.cycle_b, g.via_leaked, g.big_leak, g.past_end_target,
-                              g.ignored_holder_target, g.noscan_target, g.area_out};
+  std::set<uintptr_t> want = {
+      g.lone,          g.cycle_a, g.cycle_b, g.via_leaked, g.big_leak, g.past_end_target, g.ignored_holder_target,
+      g.noscan_target, g.area_out};
   // First scan: every candidate is new (no checksum yet), nothing reported.
   EXPECT_EQ(kmemleak_scan(), 0u);
   EXPECT_TRUE(leaks().empty());

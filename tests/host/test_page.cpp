@@ -36,20 +36,18 @@ class PageTest : public ::testing::Test {
     B = host::memory().phys_base;
     // Bank 0: unaligned ends, trimmed to [B+20K, B+24M-4K).
     // Bank 1: [B+32M, B+50M) given as two overlapping pieces and an adjacent one.
-    banks = {{B + 36 * MiB, 12 * MiB},
-             {B + 16 * KiB + 0x123, 24 * MiB - 0x800 - 16 * KiB - 0x123},
-             {B + 56 * MiB + 0x10, 0x7f0},  // less than a frame: ignored
-             {B + 32 * MiB, 8 * MiB},
-             {B + 60 * MiB, 0},              // empty
+    banks = {{B + 36 * MiB, 12 * MiB},     {B + 16 * KiB + 0x123, 24 * MiB - 0x800 - 16 * KiB - 0x123},
+             {B + 56 * MiB + 0x10, 0x7f0},                     // less than a frame: ignored
+             {B + 32 * MiB, 8 * MiB},      {B + 60 * MiB, 0},  // empty
              {B + 48 * MiB, 2 * MiB}};
-    reserved = {{B + 1 * MiB, 0x2345},                 // 3 frames
-                {B + 9 * MiB, 2 * MiB + 1},            // overlaps the next
+    reserved = {{B + 1 * MiB, 0x2345},       // 3 frames
+                {B + 9 * MiB, 2 * MiB + 1},  // overlaps the next
                 {B + 8 * MiB, 2 * MiB},
-                {B + 26 * MiB, 1 * MiB},               // between the banks
-                {B + 31 * MiB, 1 * MiB + 8 * KiB},     // across bank 1's start
-                {B + 40 * MiB - 100, 200},             // 2 frames
-                {B + 33 * MiB, 0},                     // empty
-                {B + 50 * MiB - 4 * KiB, 4 * MiB}};    // bank 1's last frame and beyond
+                {B + 26 * MiB, 1 * MiB},             // between the banks
+                {B + 31 * MiB, 1 * MiB + 8 * KiB},   // across bank 1's start
+                {B + 40 * MiB - 100, 200},           // 2 frames
+                {B + 33 * MiB, 0},                   // empty
+                {B + 50 * MiB - 4 * KiB, 4 * MiB}};  // bank 1's last frame and beyond
     page_reset_for_tests();
     ASSERT_TRUE(page_init(banks.data(), static_cast<unsigned>(banks.size()), reserved.data(),
                           static_cast<unsigned>(reserved.size())));
@@ -332,7 +330,7 @@ TEST_F(page, FreeIntoAnEmptyCacheIsCachedAndThePopAfterItRefills) {
   EXPECT_TRUE(page_verify());
   EXPECT_EQ(page_alloc(0, KM_NOSLEEP), a);  // off the one slot above the sentinel
   EXPECT_EQ(stats().pcp_pages, 0u);
-  uint64_t b = page_alloc(0, KM_NOSLEEP);   // the sentinel: alloc_slow refills
+  uint64_t b = page_alloc(0, KM_NOSLEEP);  // the sentinel: alloc_slow refills
   ASSERT_NE(b, 0u);
   EXPECT_EQ(stats().pcp_pages, kPageCacheBatch - 1);
   EXPECT_TRUE(page_verify());
@@ -368,15 +366,15 @@ TEST_F(page, PerCpuCache) {
   uint64_t a = page_alloc(0, KM_NOSLEEP);
   ASSERT_NE(a, 0u);
   PageStats s = stats();
-  EXPECT_EQ(s.pcp_pages, kPageCacheBatch - 1);            // one batch came in, one page left
-  EXPECT_EQ(s.free_pages, initial.free_pages - 1);        // cached pages count as free
+  EXPECT_EQ(s.pcp_pages, kPageCacheBatch - 1);      // one batch came in, one page left
+  EXPECT_EQ(s.free_pages, initial.free_pages - 1);  // cached pages count as free
   uint64_t b = page_alloc(0, KM_NOSLEEP);
   ASSERT_NE(b, 0u);
   EXPECT_NE(b, a);
   EXPECT_EQ(stats().pcp_pages, kPageCacheBatch - 2);
   page_free(b, 0);
   EXPECT_EQ(page_of_phys(b)->flags, kPagePcp);
-  EXPECT_EQ(page_alloc(0, KM_NOSLEEP), b);                // LIFO: the hot page comes back
+  EXPECT_EQ(page_alloc(0, KM_NOSLEEP), b);  // LIFO: the hot page comes back
   page_free(b, 0);
   page_free(a, 0);
   EXPECT_EQ(stats().pcp_pages, kPageCacheBatch);
@@ -518,7 +516,7 @@ TEST_F(page, PageOfFirstLastMiddleAndNonRam) {
     EXPECT_EQ(page_of_phys(b.last + kPageBytes), nullptr);
   }
   EXPECT_EQ(page_of_phys(B + 16 * KiB + 0x200), nullptr);  // trimmed partial frame
-  EXPECT_EQ(page_of_phys(B + 28 * MiB), nullptr);           // between the banks
+  EXPECT_EQ(page_of_phys(B + 28 * MiB), nullptr);          // between the banks
   EXPECT_EQ(page_of_phys(0), nullptr);
   EXPECT_EQ(page_of_phys(~uint64_t{0}), nullptr);
   int on_stack = 0;
@@ -558,24 +556,24 @@ TEST_F(page, BadFreesAreReportedAndIgnored) {
     const char* why;
   };
   Bad bad[] = {
-      {one, 0, "already free"},                          // double free, page in the cache
-      {eight, 3, "already free"},                        // double free of a block
-      {eight + kPageBytes, 0, "already free"},           // a frame inside a free block
-      {in_cache, 0, "already free"},                     // a page in the per-CPU cache
+      {one, 0, "already free"},                 // double free, page in the cache
+      {eight, 3, "already free"},               // double free of a block
+      {eight + kPageBytes, 0, "already free"},  // a frame inside a free block
+      {in_cache, 0, "already free"},            // a page in the per-CPU cache
       {four, 1, "wrong order"},
       {four, 3, "wrong order"},
-      {four + 2 * kPageBytes, 1, "not its head"},        // a tail
+      {four + 2 * kPageBytes, 1, "not its head"},  // a tail
       {four + 8, 2, "misaligned"},
       {four, kMaxOrder + 1, "order out of range"},
-      {B + 28 * MiB, 0, "not RAM"},                      // between the banks
-      {B + 100 * MiB, 0, "not RAM"},                     // past them
-      {B + 8 * MiB, 0, "reserved"},                      // "kernel image"
+      {B + 28 * MiB, 0, "not RAM"},                                        // between the banks
+      {B + 100 * MiB, 0, "not RAM"},                                       // past them
+      {B + 8 * MiB, 0, "reserved"},                                        // "kernel image"
       {page_to_phys(page_of(page_of_phys(B + 32 * MiB))), 0, "reserved"},  // descriptor frame
   };
   testing::internal::CaptureStderr();
   for (const Bad& b : bad) page_free(b.pa, b.order);
   page_free_va(nullptr, 0);
-  page_free_va(va(four) , 0);
+  page_free_va(va(four), 0);
   std::string log = testing::internal::GetCapturedStderr();
   for (const Bad& b : bad) EXPECT_NE(log.find(b.why), std::string::npos) << b.why << "\n" << log;
   EXPECT_NE(log.find("caller"), std::string::npos);

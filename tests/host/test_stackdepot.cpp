@@ -134,8 +134,8 @@ TEST(stackdepot, InvalidHandlesFetchNothing) {
   ASSERT_NE(h, 0u);
   // Inside the record (its header, its frames), past the last record, in
   // no chunk, beyond the handle bits, and the smallest values.
-  for (StackHandle bad : {h + 1, h + 2, h + 5, h + 1000, h + (1u << 13), (1u << mm::kStackHandleBits) + h, ~0u,
-                          1u, 8191u, 1u << 21})
+  for (StackHandle bad :
+       {h + 1, h + 2, h + 5, h + 1000, h + (1u << 13), (1u << mm::kStackHandleBits) + h, ~0u, 1u, 8191u, 1u << 21})
     EXPECT_TRUE(fetch(bad).empty()) << "handle " << bad;
   EXPECT_EQ(fetch(h), t);
 }

@@ -73,22 +73,20 @@ std::vector<Event> parse(const Bytes& b, ParseStats& st, uint16_t cpu = 0) {
 
 TEST(TraceAbi, EncodersWriteTheReferenceLayout) {
   uint8_t buf[64];
-  ASSERT_EQ(encode_alloc(buf, kTypeCache, 0x01020304, 0xffff000012345678, 0xffff0000abcdef00, 100, 128, 0x5,
-                         kSameCpu),
+  ASSERT_EQ(encode_alloc(buf, kTypeCache, 0x01020304, 0xffff000012345678, 0xffff0000abcdef00, 100, 128, 0x5, kSameCpu),
             48u);
   Bytes want = {
       0x00, 0x01, 0x30, 0x00, 0x04, 0x03, 0x02, 0x01,  // id 0, type 1, size 48, seq
       0x78, 0x56, 0x34, 0x12, 0x00, 0x00, 0xff, 0xff,  // caller
       0x00, 0xef, 0xcd, 0xab, 0x00, 0x00, 0xff, 0xff,  // pointer
-      0x64, 0, 0, 0, 0, 0, 0, 0,                       // requested 100
-      0x80, 0, 0, 0, 0, 0, 0, 0,                       // allocated 128
-      0x05, 0, 0, 0,                                   // flags
+      0x64, 0,    0,    0,    0,    0,    0,    0,     // requested 100
+      0x80, 0,    0,    0,    0,    0,    0,    0,     // allocated 128
+      0x05, 0,    0,    0,                             // flags
       0xff, 0xff, 0xff, 0xff,                          // target CPU -1
   };
   EXPECT_EQ(Bytes(buf, buf + 48), want);
   EXPECT_EQ(encode_free(buf, kTypePages, 7, 0x1000, 0x2000), 24u);
-  Bytes want_free = {0x01, 0x02, 0x18, 0x00, 7, 0, 0, 0, 0x00, 0x10, 0, 0, 0, 0, 0, 0,
-                     0x00, 0x20, 0, 0, 0, 0, 0, 0};
+  Bytes want_free = {0x01, 0x02, 0x18, 0x00, 7, 0, 0, 0, 0x00, 0x10, 0, 0, 0, 0, 0, 0, 0x00, 0x20, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(Bytes(buf, buf + 24), want_free);
   EXPECT_EQ(kAbiVersion, 3u);  // version 1 + the vmem type id (2) + the clock anchor (3)
   EXPECT_EQ(kOldestAbiVersion, 2u);
@@ -244,19 +242,19 @@ TEST(TraceMerge, ClockAnchorsPlaceEveryCpuOnOneTimeLine) {
   Bytes c0, c1;
   append(c0, hand_clock(t0));
   append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x10), 0, 1));
-  append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x40000000), 0, 3));   // past the wrap
+  append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x40000000), 0, 3));  // past the wrap
   append(c0, hand_clock(t0 + 0x40000100));
   append(c0, hand_clock(t0 + 0x80000200));
   append(c0, hand_clock(t0 + 0xc0000300));
-  append(c0, hand_clock(t0 + 0x100000400));                                   // more than 2^32 later
+  append(c0, hand_clock(t0 + 0x100000400));  // more than 2^32 later
   append(c0, hand_free(0, static_cast<uint32_t>(t0 + 0x100000500), 0, 5));
-  append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x08), 0, 0));          // before CPU 1's first anchor
+  append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x08), 0, 0));  // before CPU 1's first anchor
   append(c1, hand_clock(t0 + 0x20));
   append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x30), 0, 2));
-  append(c1, hand_clock(t0 + 0x100000000));                                   // 68 s later
+  append(c1, hand_clock(t0 + 0x100000000));  // 68 s later
   append(c1, hand_free(0, static_cast<uint32_t>(t0 + 0x100000450), 0, 4));
   Trace t = read_raw({{1, c1}, {0, c0}}, Endian::kLittle);
-  ASSERT_EQ(t.events.size(), 6u);  // the anchors taken out...
+  ASSERT_EQ(t.events.size(), 6u);                                             // the anchors taken out...
   EXPECT_EQ(t.clock_events, (std::map<uint16_t, uint64_t>{{0, 5}, {1, 2}}));  // ...and counted
   EXPECT_EQ(t.parse.unknown_events, 0u);
   std::vector<uint64_t> ptrs;
@@ -274,7 +272,8 @@ TEST(TraceMerge, EventsOfOneClockTickGoInTheOrderTheirPointersAllow) {
   const uint64_t t0 = 5000;
   Bytes c0, c1;
   append(c0, hand_clock(t0));
-  append(c0, hand_alloc(kTypeCache, static_cast<uint32_t>(t0), 0, 0x2000, 64, 64, 0, kSameCpu));  // live before the tick
+  append(c0,
+         hand_alloc(kTypeCache, static_cast<uint32_t>(t0), 0, 0x2000, 64, 64, 0, kSameCpu));  // live before the tick
   append(c0, hand_free(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x1000));
   append(c0, hand_free(kTypeCache, static_cast<uint32_t>(t0 + 7), 0, 0x2000));
   append(c1, hand_clock(t0));
@@ -285,10 +284,10 @@ TEST(TraceMerge, EventsOfOneClockTickGoInTheOrderTheirPointersAllow) {
   std::vector<std::pair<uint8_t, uint64_t>> got;
   for (auto& e : t.events) got.push_back({e.event_id, e.ptr});
   EXPECT_EQ(got, (std::vector<std::pair<uint8_t, uint64_t>>{{kEventAlloc, 0x2000},
-                                                             {kEventAlloc, 0x1000},
-                                                             {kEventFree, 0x1000},
-                                                             {kEventFree, 0x2000},
-                                                             {kEventAlloc, 0x2000}}));
+                                                            {kEventAlloc, 0x1000},
+                                                            {kEventFree, 0x1000},
+                                                            {kEventFree, 0x2000},
+                                                            {kEventAlloc, 0x2000}}));
 }
 
 TEST(TraceMerge, TiesWithoutAnchorsAreBrokenTheSameWay) {
@@ -330,8 +329,8 @@ TEST(TraceFrame, AlphabetAvoidsControlBytes) {
   std::set<uint8_t> seen(frame::kAlphabet, frame::kAlphabet + frame::kRadix);
   EXPECT_EQ(seen.size(), frame::kRadix);
   for (int c = 0; c < 256; c++) {
-    bool bad = c < 0x20 || c == 0x7f || c == 0xff || c == 0x90 || c == 0x98 || c == 0x9b || c == 0x9d ||
-               c == 0x9e || c == 0x9f;
+    bool bad = c < 0x20 || c == 0x7f || c == 0xff || c == 0x90 || c == 0x98 || c == 0x9b || c == 0x9d || c == 0x9e ||
+               c == 0x9f;
     EXPECT_EQ(seen.count(static_cast<uint8_t>(c)) == 0, bad) << c;
     EXPECT_EQ(frame::kDigit[c] < 0, bad) << c;
   }
@@ -596,7 +595,7 @@ TEST(TraceRing, OverrunAccountingExact) {
   Ring r;
   ASSERT_TRUE(r.init(mem, sizeof mem));
   for (uint32_t i = 0; i < 5; i++) ASSERT_TRUE(r.put_alloc(Ring::alloc_tag(0), i, 1, 2, 3, 4, 5, -1));  // 240
-  EXPECT_FALSE(r.put_free(Ring::free_tag(0), 5, 1, 2));   // 264 > 256: dropped
+  EXPECT_FALSE(r.put_free(Ring::free_tag(0), 5, 1, 2));  // 264 > 256: dropped
   EXPECT_FALSE(r.put_alloc(Ring::alloc_tag(0), 6, 1, 2, 3, 4, 5, -1));
   Ring::Stats s = r.stats();
   EXPECT_EQ(s.dropped_events, 2u);
@@ -633,10 +632,8 @@ TEST(TraceRing, EventsStayWholeAcrossTheEnd) {
     // Mixed sizes so events cross the end at every possible offset.
     int n = 1 + static_cast<int>(rng() % 6);
     for (int i = 0; i < n; i++) {
-      if (rng() % 2)
-        r.put_alloc(Ring::alloc_tag(1), seq, seq, seq * 2, seq * 3, seq * 4, seq, -1);
-      else
-        r.put_free(Ring::free_tag(1), seq, seq, seq * 2);
+      if (rng() % 2) r.put_alloc(Ring::alloc_tag(1), seq, seq, seq * 2, seq * 3, seq * 4, seq, -1);
+      else r.put_free(Ring::free_tag(1), seq, seq, seq * 2);
       seq++;
     }
     uint8_t out[512];
@@ -701,10 +698,8 @@ TEST(TraceRing, ConcurrentProducersAndADumperNeverSeeTornEvents) {
         uint32_t s = seq.fetch_add(1, std::memory_order_relaxed);
         // Fields derived from (cpu, i) so a reader can check each event.
         uint64_t tag = (uint64_t{c} << 56) | i;
-        if (i % 3 == 2)
-          rings[c].put_free(Ring::free_tag(kTypeCache), s, tag, ~tag);
-        else
-          rings[c].put_alloc(Ring::alloc_tag(kTypeKmalloc), s, tag, ~tag, i, tag ^ 0x5555, c, -1);
+        if (i % 3 == 2) rings[c].put_free(Ring::free_tag(kTypeCache), s, tag, ~tag);
+        else rings[c].put_alloc(Ring::alloc_tag(kTypeKmalloc), s, tag, ~tag, i, tag ^ 0x5555, c, -1);
         if (i % 64 == 0) std::this_thread::yield();  // let the reader keep up, mostly
       }
       running.fetch_sub(1);
@@ -886,10 +881,11 @@ bool inside(uint64_t caller, void (*fn)()) {
 
 TEST(Kmemtrace, AllocatorHooksRecordOneEventPerCallWithTheCallersAddress) {
   static std::vector<Bytes> mem(kmemtrace::max_cpus(), Bytes(Ring::bytes_for(1 << 16)));
-  for (unsigned c = 0; c < kmemtrace::max_cpus(); c++) ASSERT_TRUE(kmemtrace::init_cpu(c, mem[c].data(), mem[c].size()));
+  for (unsigned c = 0; c < kmemtrace::max_cpus(); c++)
+    ASSERT_TRUE(kmemtrace::init_cpu(c, mem[c].data(), mem[c].size()));
   kmem_cache_t* cp = kmem_cache_create("hooked", 72, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-  vmem_t* vmp = vmem_create("hooked", reinterpret_cast<void*>(0x100000), 1 << 24, 4096, nullptr, nullptr, nullptr, 0,
-                            VM_SLEEP);
+  vmem_t* vmp =
+      vmem_create("hooked", reinterpret_cast<void*>(0x100000), 1 << 24, 4096, nullptr, nullptr, nullptr, 0, VM_SLEEP);
   ASSERT_TRUE(cp && vmp);
   hook_kmem(0);  // warm (slabs, spans) untraced
   kmemtrace::reset();
@@ -988,8 +984,9 @@ TEST(TraceFrame, OverheadOnARealisticEventMixIsAtMost5Percent) {
     }
     unsigned kind = static_cast<unsigned>(rng() % 100);
     uint8_t type = kind < 55 ? kTypeKmalloc : kind < 85 ? kTypeCache : kind < 95 ? kTypePages : kTypeVmem;
-    uint64_t req = type == kTypePages ? 4096ull << (rng() % 3) : type == kTypeVmem ? 4096 * (1 + rng() % 64)
-                                                                                    : 1 + rng() % 1500;
+    uint64_t req = type == kTypePages  ? 4096ull << (rng() % 3)
+                   : type == kTypeVmem ? 4096 * (1 + rng() % 64)
+                                       : 1 + rng() % 1500;
     uint64_t alloc = req;
     for (uint64_t s : kSizes)
       if (s >= req) {
@@ -1022,8 +1019,8 @@ TEST(TraceFrame, OverheadOnARealisticEventMixIsAtMost5Percent) {
          static_cast<unsigned long long>(small.payload_bytes), static_cast<unsigned long long>(small.chars),
          static_cast<double>(small.chars) / static_cast<double>(small.payload_bytes));
   // Full frames alone: the format's own ratio.
-  printf("[          ] one full frame: %zu characters for %zu bytes: %.4fx\n", frame::line_chars(4096),
-         size_t{4096}, static_cast<double>(frame::line_chars(4096)) / 4096.0);
+  printf("[          ] one full frame: %zu characters for %zu bytes: %.4fx\n", frame::line_chars(4096), size_t{4096},
+         static_cast<double>(frame::line_chars(4096)) / 4096.0);
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ __attribute__((noinline)) void plain_free(void* p) {
 __attribute__((noinline)) void* traced_alloc(size_t n) {
   void* p = lower_alloc(n);
   asm volatile("" ::"r"(p) : "memory");
-  kmemtrace::record_alloc(kmemtrace::kTypeKmalloc, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), p, n,
-                          64, 0);
+  kmemtrace::record_alloc(kmemtrace::kTypeKmalloc, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), p, n, 64,
+                          0);
   return p;
 }
 __attribute__((noinline)) void traced_free(void* p) {
@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
       events += s.ring.events;
       dropped += s.ring.dropped_events;
     }
-  printf("events %llu dropped %llu\n", static_cast<unsigned long long>(events), static_cast<unsigned long long>(dropped));
+  printf("events %llu dropped %llu\n", static_cast<unsigned long long>(events),
+         static_cast<unsigned long long>(dropped));
   return 0;
 }

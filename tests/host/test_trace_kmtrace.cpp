@@ -143,14 +143,14 @@ struct Synthetic {
     r0.init(m0.data(), m0.size());
     r1.init(m1.data(), m1.size());
     uint32_t s = 0xfffffffc;  // the sequence wraps inside the trace
-    const uint64_t p1 = 0xffff000000001000, p2 = 0xffff000000002000, c1 = 0xffff000000003000,
-                   c2 = 0xffff000000004000, pg = 0x40001000, v1 = 0x10000000;
+    const uint64_t p1 = 0xffff000000001000, p2 = 0xffff000000002000, c1 = 0xffff000000003000, c2 = 0xffff000000004000,
+                   pg = 0x40001000, v1 = 0x10000000;
     r0.put_alloc(Ring::alloc_tag(kTypeKmalloc), s++, 0x80001000, p1, 10, 16, 0, -1);
     r1.put_alloc(Ring::alloc_tag(kTypeCache), s++, 0x80002000, c2, 24, 32, 1, -1);
     r0.put_alloc(Ring::alloc_tag(kTypeKmalloc), s++, 0x80001000, p2, 100, 128, 0, -1);
     r0.put_free(Ring::free_tag(kTypeKmalloc), s++, 0x80001100, p1);
     r0.put_alloc(Ring::alloc_tag(kTypeCache), s++, 0x80003000, c1, 64, 64, 0, -1);
-    r1.put_free(Ring::free_tag(kTypeCache), s++, 0x80003100, c1);  // freed on another CPU
+    r1.put_free(Ring::free_tag(kTypeCache), s++, 0x80003100, c1);          // freed on another CPU
     r0.put_free(Ring::free_tag(kTypePages), s++, 0x80004100, 0x40009000);  // never allocated here
     r1.put_alloc(Ring::alloc_tag(kTypeVmem), s++, 0x80005000, v1, 5000, 8192, 0x100, -1);
     r0.put_alloc(Ring::alloc_tag(kTypePages), s++, 0x80004000, pg, 4096, 4096, 4, -1);
@@ -198,7 +198,7 @@ TEST(Kmtrace, SummaryJsonIsExact) {
   EXPECT_EQ(json_num(j, "frees", "vmem"), 1);
   EXPECT_EQ(json_num(j, "bytes_requested"), 10 + 100 + 64 + 4096 + 24 + 5000);
   EXPECT_EQ(json_num(j, "bytes_allocated"), 16 + 128 + 64 + 4096 + 32 + 8192);
-  EXPECT_EQ(json_num(j, "live_objects"), 3);           // p2, c2, the pages
+  EXPECT_EQ(json_num(j, "live_objects"), 3);  // p2, c2, the pages
   EXPECT_EQ(json_num(j, "live_bytes"), 128 + 32 + 4096);
   EXPECT_EQ(json_num(j, "unmatched_frees"), 1);
   EXPECT_EQ(json_num(j, "unknown_events"), 1);
@@ -302,7 +302,8 @@ TEST(Kmtrace, SitesWithSymbolsFromARealElf) {
   std::vector<uint8_t> m(Ring::bytes_for(4096));
   Ring r;
   r.init(m.data(), m.size());
-  for (uint32_t i = 0; i < 5; i++) r.put_alloc(Ring::alloc_tag(kTypeKmalloc), i, main_addr + 16, 0x1000 + i * 64, 40, 64, 0, -1);
+  for (uint32_t i = 0; i < 5; i++)
+    r.put_alloc(Ring::alloc_tag(kTypeKmalloc), i, main_addr + 16, 0x1000 + i * 64, 40, 64, 0, -1);
   r.put_free(Ring::free_tag(kTypeKmalloc), 5, main_addr + 32, 0x1000);
   std::string path = dump_to_file(r, "kmt_sites.log");
   Result s = run("sites --elf " + std::string(KMTRACE_PATH) + " " + path);
@@ -515,8 +516,10 @@ TEST(KmtraceAllocinfoRules, FunctionAsFuncGivesIt) {
 
 TEST(KmtraceAllocinfoRules, PathsRelativeToTheSourceRoot) {
   using kmtrace::relative_path;
-  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie"), "kernel/mm/kmemleak_control.cpp");
-  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie/"), "kernel/mm/kmemleak_control.cpp");
+  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie"),
+            "kernel/mm/kmemleak_control.cpp");
+  EXPECT_EQ(relative_path("/src/magpie/kernel/mm/kmemleak_control.cpp", "/src/magpie/"),
+            "kernel/mm/kmemleak_control.cpp");
   EXPECT_EQ(relative_path("/src/magpie2/kernel/x.cpp", "/src/magpie"), "/src/magpie2/kernel/x.cpp");
   EXPECT_EQ(relative_path("/usr/include/c++/12/new", "/src/magpie"), "/usr/include/c++/12/new");
   EXPECT_EQ(relative_path("kernel/x.cpp", ""), "kernel/x.cpp");
@@ -531,7 +534,7 @@ TEST(KmtraceAllocinfoRules, PathsRelativeToTheSourceRoot) {
   // Relative names are relative to their compilation directory.
   EXPECT_EQ(source_root({{"/src/magpie", "kernel/main.cpp"}, {"/src/magpie", "mm/kmem.cpp"}}), "/src/magpie");
   EXPECT_EQ(source_root({{"/a", "/a/x.cpp"}, {"/a", "/b/y.cpp"}}), "");  // only "/" in common
-  EXPECT_EQ(source_root({{"", "x.cpp"}}), "");                            // nothing absolute
+  EXPECT_EQ(source_root({{"", "x.cpp"}}), "");                           // nothing absolute
   EXPECT_EQ(source_root({}), "");
 }
 
@@ -591,9 +594,13 @@ TEST(Kmtrace, CallSitesBehindArtificialWrappers) {
   ASSERT_GT(n, 0);
   self[n] = 0;
   const std::string file = "tests/host/test_trace_kmtrace.cpp:";
-  const std::string expected = "allocinfo - version: 1.0\n#     <size>  <calls> <tag info>\n"
-                               "        4096        1 " + file + std::to_string(direct.line) + " func:fixture_caller \n"
-                               "        8192        1 " + file + std::to_string(helper.line) + " func:fixture_helper \n";
+  const std::string expected =
+      "allocinfo - version: 1.0\n#     <size>  <calls> <tag info>\n"
+      "        4096        1 " +
+      file + std::to_string(direct.line) +
+      " func:fixture_caller \n"
+      "        8192        1 " +
+      file + std::to_string(helper.line) + " func:fixture_helper \n";
   for (const char* backend : {"libdw", "addr2line"}) {
     SCOPED_TRACE(backend);
     std::string env = std::string("KMTRACE_SYMBOLIZER=") + backend + " ";

@@ -272,11 +272,11 @@ TEST_F(vmem, ShrunkSegmentStaysOnItsListUntilTooSmallToBeSure) {
   EXPECT_EQ(take(16), 2001u);  // 63 >= 16: taken from there (exact lists: the lowest list from 4 up is its own)
   // 33 needs list 6; the head, 47, is below it: it goes to list 5, the 100 is taken.
   EXPECT_EQ(take(33), 1000u);
-  EXPECT_EQ(take(33), 1033u);  // the 34 left moves to list 5 at once: the 47 is there
-  EXPECT_EQ(take(8), 1066u);   // list 5's head; the 26 left (list 4) stays at the head of list 5
-  EXPECT_EQ(take(20), 2017u);  // needs list 5: the 26 goes to list 4, the 47 is taken
-  EXPECT_EQ(take(16), 2037u);  // list 4, newest first: the 27 left by the 20
-  EXPECT_EQ(take(26), 1074u);  // needs list 5 (empty): the list that might fit, list 4: the 26
+  EXPECT_EQ(take(33), 1033u);                  // the 34 left moves to list 5 at once: the 47 is there
+  EXPECT_EQ(take(8), 1066u);                   // list 5's head; the 26 left (list 4) stays at the head of list 5
+  EXPECT_EQ(take(20), 2017u);                  // needs list 5: the 26 goes to list 4, the 47 is taken
+  EXPECT_EQ(take(16), 2037u);                  // list 4, newest first: the 27 left by the 20
+  EXPECT_EQ(take(26), 1074u);                  // needs list 5 (empty): the list that might fit, list 4: the 26
   EXPECT_EQ(stats(a).searches, searches + 1);  // only that last one searched
   EXPECT_EQ(vmem_size(a, VMEM_FREE), 11u);
 }
@@ -371,16 +371,23 @@ TEST_F(vmem, XallocConstraints) {
   for (int i = 0; i < 64; i++) {
     size_t size = 16 * (1 + i % 5);
     void* p = vmem_alloc(a, size, VM_NOSLEEP);
-    if (i % 3) a.keep(p, size); else vmem_free(a, p, size);
+    if (i % 3) a.keep(p, size);
+    else vmem_free(a, p, size);
   }
   struct Case {
     size_t size, align, phase, nocross;
     uintptr_t min, max;
   };
   const Case cases[] = {
-      {16, 4096, 0, 0, 0, 0},    {100, 4096, 32, 0, 0, 0},  {48, 64, 16, 0, 0, 0},
-      {200, 0, 0, 256, 0, 0},    {240, 16, 0, 256, 0, 0},   {96, 32, 16, 128, 0, 0},
-      {64, 0, 0, 0, 0x60000, 0}, {64, 0, 0, 0, 0, 0x41000}, {64, 256, 0, 0, 0x50010, 0x50400},
+      {16, 4096, 0, 0, 0, 0},
+      {100, 4096, 32, 0, 0, 0},
+      {48, 64, 16, 0, 0, 0},
+      {200, 0, 0, 256, 0, 0},
+      {240, 16, 0, 256, 0, 0},
+      {96, 32, 16, 128, 0, 0},
+      {64, 0, 0, 0, 0x60000, 0},
+      {64, 0, 0, 0, 0, 0x41000},
+      {64, 256, 0, 0, 0x50010, 0x50400},
       {0x1000, 0x1000, 0, 0x2000, 0x70000, 0x80000},
   };
   for (const Case& c : cases) {
@@ -702,7 +709,7 @@ TEST_F(vmem, SleepRefusesWhatCanNeverFit) {
   EXPECT_EQ(g_errors[0].kind, "request the arena can never satisfy (refused, not waited for)");
   EXPECT_EQ(g_errors[0].where, "t_never");
   EXPECT_EQ(vmem_xalloc(a, 0x100, 0, 0, 0, P(0x100000), P(0x100080), VM_SLEEP), nullptr);  // window too small
-  EXPECT_EQ(vmem_xalloc(a, 0x20000, 0x1000, 0, 0, nullptr, nullptr, VM_SLEEP), nullptr);    // too big, constrained
+  EXPECT_EQ(vmem_xalloc(a, 0x20000, 0x1000, 0, 0, nullptr, nullptr, VM_SLEEP), nullptr);   // too big, constrained
   EXPECT_EQ(g_errors.size(), 3u);
   // An importing arena reaches as far as its source.
   Arena child(vmem_create("t_never_child", nullptr, 0, 16, vmem_alloc, vmem_free, a, 0, VM_SLEEP));
@@ -789,7 +796,7 @@ TEST_F(vmem, ArenaSlotsRunOutCleanly) {
 // run with it.
 TEST_F(vmem, QuantumCachesAreCreatedWhenTheCacheLayerIsRegistered) {
   Arena a(vmem_create("t_qc", P(0x100000), 0x100000, 16, nullptr, nullptr, nullptr, 64, VM_SLEEP));
-  EXPECT_EQ(stats(a).qcache_max, 0u);  // no cache layer yet: recorded, not created
+  EXPECT_EQ(stats(a).qcache_max, 0u);           // no cache layer yet: recorded, not created
   void* early = vmem_alloc(a, 32, VM_NOSLEEP);  // straight from the arena
   EXPECT_EQ(stats(a).segs_alloc, 1u);
 
@@ -806,7 +813,7 @@ TEST_F(vmem, QuantumCachesAreCreatedWhenTheCacheLayerIsRegistered) {
   void* p = vmem_alloc(a, 40, VM_NOSLEEP);  // the 48-byte cache
   EXPECT_EQ(mine[2]->allocs, 1u);
   void* large = vmem_alloc(a, 128, VM_NOSLEEP);  // beyond qcache_max: the arena
-  vmem_free(a, early, 32);  // allocated before the caches: back to the arena
+  vmem_free(a, early, 32);                       // allocated before the caches: back to the arena
   EXPECT_EQ(mine[1]->frees, 0u);
   EXPECT_EQ(stats(a).segs_alloc, 2u);  // p's "slab" and large
 
@@ -1124,7 +1131,7 @@ struct ExactLists {
     uintptr_t end;
     unsigned list;
   };
-  std::map<uintptr_t, Seg> segs;  // free segments by start
+  std::map<uintptr_t, Seg> segs;                                                        // free segments by start
   std::vector<std::vector<uintptr_t>> lists = std::vector<std::vector<uintptr_t>>(64);  // starts, newest first
 
   static unsigned cls(uintptr_t n) { return 63 - static_cast<unsigned>(__builtin_clzll(n)); }

@@ -233,8 +233,8 @@ KTEST(allocinfo_books_balance) {
   const size_t lsize = mm::page_ram_bytes() < (uint64_t{1} << 20) ? 0 : 50000;  // 13 pages
   void* large = lsize ? kmem_alloc(lsize, KM_SLEEP) : nullptr;
   for (auto& p : pg) p = mm::page_alloc(1, KM_SLEEP);
-  uint64_t bytes = 10 * chunk_of(a[0]) + 7 * chunk_of(c[0]) + (lsize + mm::kPageBytes - 1) / mm::kPageBytes * mm::kPageBytes +
-                   3 * 2 * mm::kPageBytes;
+  uint64_t bytes = 10 * chunk_of(a[0]) + 7 * chunk_of(c[0]) +
+                   (lsize + mm::kPageBytes - 1) / mm::kPageBytes * mm::kPageBytes + 3 * 2 * mm::kPageBytes;
   KASSERT(allocinfo_totals(t1));
   expect_parts_hold(t1, 3 * 2 * mm::kPageBytes);
   KEXPECT_EQ(t1.tagged - t0.tagged, static_cast<int64_t>(bytes));

@@ -121,7 +121,8 @@ KTEST(static_branch_patches_sites_on_every_boundary_the_arch_allows) {
   const uint32_t before = site_insn(pick->site);
   const bool was_on = before != arch::static_branch_insn(pick->site, pick->target, false);
   // On, a three-way site may hold its branch to alt (kmemtrace alone).
-  const uintptr_t to = was_on && before == arch::static_branch_insn(pick->site, pick->alt, true) ? pick->alt : pick->target;
+  const uintptr_t to =
+      was_on && before == arch::static_branch_insn(pick->site, pick->alt, true) ? pick->alt : pick->target;
   KEXPECT_EQ(before, arch::static_branch_insn(pick->site, to, was_on));
   KASSERT(static_branch::patch_site(pick->site, to, !was_on));
   KEXPECT_EQ(site_insn(pick->site), arch::static_branch_insn(pick->site, to, !was_on));
@@ -156,7 +157,7 @@ KTEST(static_branch_two_half_patch_leaves_no_mix_when_a_mapping_fails) {
 #else
   const auto base = reinterpret_cast<uintptr_t>(test_two_half_sites);
   KASSERT((base & 4095) == 0);
-  const uintptr_t target = base + 8;  // in the text, in reach; never run
+  const uintptr_t target = base + 8;                  // in the text, in reach; never run
   const uintptr_t sites[] = {base + 2, base + 4094};  // inside a page; across two
   for (uintptr_t site : sites) {
     KASSERT(static_branch::patch_site(site, target, false));
@@ -169,9 +170,11 @@ KTEST(static_branch_two_half_patch_leaves_no_mix_when_a_mapping_fails) {
         static_branch::fail_alias_maps_after(-1);
         const uint32_t now = site_insn(site);
         if (now != (ok ? after : before))
-          ktest::fail(__FILE__, __LINE__, "site 0x%lx, %d mappings allowed: patch_site said %s, the site holds 0x%08x "
-                      "(before 0x%08x, wanted 0x%08x)", static_cast<unsigned long>(site), succeed, ok ? "done" : "not done",
-                      static_cast<unsigned>(now), static_cast<unsigned>(before), static_cast<unsigned>(after));
+          ktest::fail(__FILE__, __LINE__,
+                      "site 0x%lx, %d mappings allowed: patch_site said %s, the site holds 0x%08x "
+                      "(before 0x%08x, wanted 0x%08x)",
+                      static_cast<unsigned long>(site), succeed, ok ? "done" : "not done", static_cast<unsigned>(now),
+                      static_cast<unsigned>(before), static_cast<unsigned>(after));
         if (succeed == 0) KEXPECT(!ok);
         if (ok || now != before) KASSERT(static_branch::patch_site(site, target, !on));  // back, whole
         KEXPECT_EQ(site_insn(site), before);
@@ -212,7 +215,7 @@ KTEST(static_branch_refuses_patching_from_a_cross_call) {
   KASSERT(&__static_branches_free_start[0] > &__static_branches_start[0]);
   // What the allocation sites hold (mm/hooks.cpp: kmemtrace alone takes the alt).
   const unsigned f = mm::alloc_hooks_features() & mm::kFeaturesOnAlloc;
-  const static_branch::Way way = f == 0                        ? static_branch::Way::kOff
+  const static_branch::Way way = f == 0                       ? static_branch::Way::kOff
                                  : f == mm::kFeatureKmemtrace ? static_branch::Way::kAlt
                                                               : static_branch::Way::kTarget;
   const StaticSite s = __static_branches_start[0];
@@ -263,7 +266,8 @@ KTEST(static_branch_refuses_a_target_out_of_reach) {
   KEXPECT(!static_branch::patch_site(s.site, reinterpret_cast<uintptr_t>(__text_end) + 64, true));
   KEXPECT_EQ(*insn, before);
   // What the site held is written back whatever happened above.
-  if (*insn != before) static_branch::patch_site(s.site, s.target, before != arch::static_branch_insn(s.site, s.target, false));
+  if (*insn != before)
+    static_branch::patch_site(s.site, s.target, before != arch::static_branch_insn(s.site, s.target, false));
 }
 
 // smp::stop_others: while fn runs, every other core is parked with

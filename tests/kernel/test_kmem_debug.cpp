@@ -428,10 +428,8 @@ void alloc_in_tick() {
   if (!p) return;
   // The first core to publish wins; the release store pairs with the
   // test's acquire load of g_who.obj, so the buffer's trail is visible.
-  if (__atomic_exchange_n(&g_who.taken, 1u, __ATOMIC_ACQ_REL) == 0)
-    __atomic_store_n(&g_who.obj, p, __ATOMIC_RELEASE);
-  else
-    kmem_cache_free(g_who.cp, p);
+  if (__atomic_exchange_n(&g_who.taken, 1u, __ATOMIC_ACQ_REL) == 0) __atomic_store_n(&g_who.obj, p, __ATOMIC_RELEASE);
+  else kmem_cache_free(g_who.cp, p);
 }
 }  // namespace
 

@@ -19,7 +19,8 @@ KTEST(kmem_torture_checker_reports_a_changed_byte) {
 }
 
 KTEST(kmem_torture_short_run_passes) {
-  if (mm::page_ram_bytes() < kTortureRam) KSKIP("less than 1 MiB of RAM: no room for the torture's state and working set");
+  if (mm::page_ram_bytes() < kTortureRam)
+    KSKIP("less than 1 MiB of RAM: no room for the torture's state and working set");
   char a0[] = "kmem", a1[] = "torture", a2[] = "5000", a3[] = "3";
   char* argv[] = {a0, a1, a2, a3};
   uint64_t errors = mm::error_count();

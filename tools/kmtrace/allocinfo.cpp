@@ -145,10 +145,8 @@ std::string source_root(const std::vector<std::pair<std::string, std::string>>& 
   std::map<std::string, std::vector<std::string>> by_dir;  // compilation dir -> absolute source files
   for (auto& [dir, name] : compile_units) {
     if (name.empty() || name[0] == '<') continue;  // "<artificial>" (LTO)
-    if (name[0] == '/')
-      by_dir[dir].push_back(name);
-    else if (!dir.empty() && dir[0] == '/')
-      by_dir[dir].push_back(dir + "/" + name);
+    if (name[0] == '/') by_dir[dir].push_back(name);
+    else if (!dir.empty() && dir[0] == '/') by_dir[dir].push_back(dir + "/" + name);
   }
   const std::vector<std::string>* project = nullptr;
   for (auto& [dir, files] : by_dir)

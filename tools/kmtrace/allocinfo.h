@@ -37,8 +37,8 @@ enum class AllocinfoSort { kSite, kBytes, kCalls };  // kBytes, kCalls: largest 
 struct AllocinfoOptions {
   std::string source_root;  // stripped from the front of file names; "" keeps them
   AllocinfoSort sort = AllocinfoSort::kSite;
-  size_t top = 0;           // 0: every line
-  bool nonzero = false;     // only lines with calls != 0
+  size_t top = 0;        // 0: every line
+  bool nonzero = false;  // only lines with calls != 0
 };
 
 // The sites' live objects, grouped by (file, line, function), filtered,

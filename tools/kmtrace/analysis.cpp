@@ -207,7 +207,8 @@ std::vector<std::string> damage_report(const kmemtrace::Trace& t) {
     if (!v.empty())
       what += " abi_version " + v + " (this kmtrace reads " + std::to_string(kmemtrace::kOldestAbiVersion) + " to " +
               std::to_string(kmemtrace::kAbiVersion) + ")";
-    if (!f.empty()) what += " frame format " + f + " (this kmtrace reads " + std::to_string(kmemtrace::frame::kFormat) + ")";
+    if (!f.empty())
+      what += " frame format " + f + " (this kmtrace reads " + std::to_string(kmemtrace::frame::kFormat) + ")";
     out.push_back(what);
   }
   if (c.boots > 1)

@@ -25,14 +25,14 @@ struct TypeCounts {
 
 struct Summary {
   uint64_t events = 0, allocs = 0, frees = 0;  // events: allocs, frees and clock anchors
-  uint64_t clock_events = 0;  // kEventClock anchors (ABI version 3): in events and per_cpu
+  uint64_t clock_events = 0;                   // kEventClock anchors (ABI version 3): in events and per_cpu
   std::array<TypeCounts, kTypeCount> by_type{};
   uint64_t bytes_requested = 0, bytes_allocated = 0;
   uint64_t live_objects = 0, live_bytes = 0;
   uint64_t unmatched_frees = 0;
-  uint64_t failed_allocs = 0;       // null pointer
-  uint64_t replaced_allocs = 0;     // allocation of a pointer already live
-  uint64_t unknown_events = 0;      // unknown event ids and types, skipped
+  uint64_t failed_allocs = 0;    // null pointer
+  uint64_t replaced_allocs = 0;  // allocation of a pointer already live
+  uint64_t unknown_events = 0;   // unknown event ids and types, skipped
   std::map<uint16_t, uint64_t> per_cpu;
 };
 Summary summarize(const kmemtrace::Trace& t);
@@ -40,7 +40,7 @@ Summary summarize(const kmemtrace::Trace& t);
 // Per allocation call site (the caller address of the allocation events).
 struct Site {
   uint64_t caller = 0;
-  uint8_t type = 0;  // of its first allocation
+  uint8_t type = 0;                // of its first allocation
   uint64_t allocs = 0, frees = 0;  // frees: of objects it allocated
   uint64_t bytes_requested = 0, bytes_allocated = 0;
   uint64_t live_objects = 0, live_bytes = 0;

@@ -80,7 +80,7 @@ struct Options {
   std::string command;
   bool json = false;
   std::string elf;
-  size_t top = 0;  // 0: not given (sites, live: 30; allocinfo: every line)
+  size_t top = 0;    // 0: not given (sites, live: 30; allocinfo: every line)
   std::string sort;  // allocinfo: "", "bytes" or "calls"
   bool nonzero = false;
   std::string source_root;

@@ -57,14 +57,14 @@ std::string chart(const Timeline& tl, const std::string& title, const std::vecto
   for (auto* s : series)
     for (uint64_t v : *s) ymax = std::max(ymax, v);
   std::string o = "<g transform=\"translate(" + std::to_string(ox) + "," + std::to_string(oy) + ")\">\n";
-  o += "<text x=\"" + std::to_string(left) + "\" y=\"18\" font-size=\"15\" font-weight=\"bold\">" +
-       xml_escape(title) + "</text>\n";
+  o += "<text x=\"" + std::to_string(left) + "\" y=\"18\" font-size=\"15\" font-weight=\"bold\">" + xml_escape(title) +
+       "</text>\n";
   o += "<rect x=\"" + std::to_string(left) + "\" y=\"" + std::to_string(top) + "\" width=\"" + std::to_string(w) +
        "\" height=\"" + std::to_string(h) + "\" fill=\"#fafafa\" stroke=\"#888\"/>\n";
   for (int i = 0; i <= 4; i++) {  // y grid and labels
     int y = top + h - h * i / 4;
-    o += "<line x1=\"" + std::to_string(left) + "\" y1=\"" + std::to_string(y) + "\" x2=\"" +
-         std::to_string(left + w) + "\" y2=\"" + std::to_string(y) + "\" stroke=\"#ddd\"/>\n";
+    o += "<line x1=\"" + std::to_string(left) + "\" y1=\"" + std::to_string(y) + "\" x2=\"" + std::to_string(left + w) +
+         "\" y2=\"" + std::to_string(y) + "\" stroke=\"#ddd\"/>\n";
     o += "<text x=\"" + std::to_string(left - 6) + "\" y=\"" + std::to_string(y + 4) +
          "\" font-size=\"11\" text-anchor=\"end\">" + human_bytes(ymax * i / 4) + "</text>\n";
   }
@@ -85,7 +85,8 @@ std::string chart(const Timeline& tl, const std::string& title, const std::vecto
       pts += b;
     }
     const char* color = kColors[k % (sizeof kColors / sizeof kColors[0])];
-    o += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + std::string(color) + "\" points=\"" + pts + "\"/>\n";
+    o +=
+        "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + std::string(color) + "\" points=\"" + pts + "\"/>\n";
     int ly = top + 14 + static_cast<int>(k) * 16;
     o += "<rect x=\"" + std::to_string(left + w + 12) + "\" y=\"" + std::to_string(ly - 9) +
          "\" width=\"10\" height=\"10\" fill=\"" + color + "\"/>";
@@ -185,8 +186,8 @@ std::string summary_text(const Summary& s, const kmemtrace::Trace& t) {
   o += "bytes requested " + num(s.bytes_requested) + ", allocated " + num(s.bytes_allocated) +
        " (internal fragmentation " + num(s.bytes_allocated - s.bytes_requested) + ")\n";
   o += "live at the end: " + num(s.live_objects) + " objects, " + num(s.live_bytes) + " bytes\n";
-  o += "unmatched frees " + num(s.unmatched_frees) + ", failed allocs " + num(s.failed_allocs) +
-       ", unknown events " + num(s.unknown_events) + "\n";
+  o += "unmatched frees " + num(s.unmatched_frees) + ", failed allocs " + num(s.failed_allocs) + ", unknown events " +
+       num(s.unknown_events) + "\n";
   o += "per cpu:";
   for (auto& [cpu, n] : s.per_cpu) o += " cpu" + num(cpu) + "=" + num(n);
   o += "\n";
@@ -210,8 +211,8 @@ std::string sites_text(const std::vector<Site>& sites, const SymbolMap& syms, si
   o += b;
   for (size_t i = 0; i < sites.size() && i < top; i++) {
     const Site& s = sites[i];
-    snprintf(b, sizeof b, "%-8s %9" PRIu64 " %9" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %9" PRIu64
-             " %12" PRIu64 "  %s",
+    snprintf(b, sizeof b,
+             "%-8s %9" PRIu64 " %9" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %9" PRIu64 " %12" PRIu64 "  %s",
              type_name(s.type), s.allocs, s.frees, s.bytes_requested, s.bytes_allocated, s.fragmentation(),
              s.live_objects, s.live_bytes, hex(s.caller).c_str());
     o += b;
@@ -231,8 +232,8 @@ std::string site_json(const Site& s, const SymbolMap& syms) {
   std::string o = "{\"caller\": \"" + hex(s.caller) + "\", \"type\": \"" + type_name(s.type) + "\"";
   auto it = syms.find(s.caller);
   if (it != syms.end()) {
-    o += ", \"function\": \"" + json_escape(it->second.function) + "\", \"file\": \"" +
-         json_escape(it->second.file) + "\", \"line\": " + num(static_cast<uint64_t>(it->second.line));
+    o += ", \"function\": \"" + json_escape(it->second.function) + "\", \"file\": \"" + json_escape(it->second.file) +
+         "\", \"line\": " + num(static_cast<uint64_t>(it->second.line));
     if (!it->second.inlined_in.empty()) o += ", \"inlined_in\": \"" + json_escape(it->second.inlined_in) + "\"";
   }
   o += ", \"allocs\": " + num(s.allocs) + ", \"frees\": " + num(s.frees) +
@@ -262,8 +263,8 @@ std::string live_text(const std::vector<Site>& sites, const SymbolMap& syms, siz
     objs += s.live_objects;
     bytes += s.live_bytes;
   }
-  std::string o = num(objs) + " allocations never freed (" + num(bytes) + " bytes) from " + num(live.size()) +
-                  " sites\n";
+  std::string o =
+      num(objs) + " allocations never freed (" + num(bytes) + " bytes) from " + num(live.size()) + " sites\n";
   char b[512];
   for (size_t i = 0; i < live.size() && i < top; i++) {
     snprintf(b, sizeof b, "%9" PRIu64 " objects %12" PRIu64 " bytes  %-7s ", live[i].live_objects, live[i].live_bytes,

@@ -86,8 +86,7 @@ bool call_location(Dwarf_Die* inlined, std::string* file, int* line) {
   Dwarf_Die cu;
   Dwarf_Files* files = nullptr;
   size_t nfiles = 0;
-  if (!dwarf_diecu(inlined, &cu, nullptr, nullptr) || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0 ||
-      index >= nfiles)
+  if (!dwarf_diecu(inlined, &cu, nullptr, nullptr) || dwarf_getsrcfiles(&cu, &files, &nfiles) != 0 || index >= nfiles)
     return false;
   const char* name = dwarf_filesrc(files, index, nullptr, nullptr);
   if (!name) return false;
@@ -99,10 +98,8 @@ bool call_location(Dwarf_Die* inlined, std::string* file, int* line) {
 std::string die_function(Dwarf_Die* die) {
   Dwarf_Attribute attr;
   const char* name = nullptr;
-  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr))
-    name = dwarf_formstring(&attr);
-  else if (dwarf_attr_integrate(die, DW_AT_name, &attr))
-    name = dwarf_formstring(&attr);
+  if (dwarf_attr_integrate(die, DW_AT_linkage_name, &attr)) name = dwarf_formstring(&attr);
+  else if (dwarf_attr_integrate(die, DW_AT_name, &attr)) name = dwarf_formstring(&attr);
   return name ? demangle(name) : "";
 }
 
@@ -180,8 +177,8 @@ class DwSymbolizer : public Symbolizer {
   }
   bool open(const std::string& elf, std::string* error) {
     arm32_ = is_arm32_elf(elf);
-    static const Dwfl_Callbacks callbacks = {
-        nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address, nullptr};
+    static const Dwfl_Callbacks callbacks = {nullptr, dwfl_standard_find_debuginfo, dwfl_offline_section_address,
+                                             nullptr};
     dwfl_ = dwfl_begin(&callbacks);
     if (!dwfl_) return fail(error, elf);
     dwfl_report_begin(dwfl_);
@@ -277,10 +274,8 @@ class Addr2lineSymbolizer : public Symbolizer {
     char line[4096];
     while (p && fgets(line, sizeof line, p)) {
       line[strcspn(line, "\n")] = 0;
-      if (is_address_line(line))
-        answers.emplace_back();
-      else if (!answers.empty())
-        answers.back().push_back(line);
+      if (is_address_line(line)) answers.emplace_back();
+      else if (!answers.empty()) answers.back().push_back(line);
     }
     if (p) pclose(p);
     unlink(path);
@@ -344,7 +339,10 @@ std::unique_ptr<Symbolizer> Symbolizer::open(const std::string& elf, std::string
     return nullptr;
   }
   char magic[4] = {};
-  bool is_elf = read(fd, magic, 4) == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+  bool is_elf = read(fd, magic, 4) == 4 && memcmp(magic,
+                                                  "\x7f"
+                                                  "ELF",
+                                                  4) == 0;
   close(fd);
   if (!is_elf) {
     if (error) *error = elf + ": not an ELF file";

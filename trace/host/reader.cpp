@@ -35,10 +35,8 @@ Intervals merged(Intervals v) {
   Intervals out;
   for (auto [a, b] : v) {
     if (a >= b) continue;
-    if (!out.empty() && a <= out.back().second)
-      out.back().second = std::max(out.back().second, b);
-    else
-      out.push_back({a, b});
+    if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
+    else out.push_back({a, b});
   }
   return out;
 }
@@ -62,8 +60,8 @@ Intervals minus(const Intervals& want, const Intervals& have) {  // both merged
 
 // --- Events ----------------------------------------------------------------
 
-void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint64_t offset,
-                  std::vector<Event>& out, ParseStats& st) {
+void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint64_t offset, std::vector<Event>& out,
+                  ParseStats& st) {
   size_t pos = 0;
   while (pos < n) {
     size_t left = n - pos;
@@ -394,10 +392,8 @@ void CaptureReader::frame(const frame::Header& h, std::vector<uint8_t>&& payload
   using namespace frame;
   if (h.format != kFormat || h.abi_version < kOldestAbiVersion || h.abi_version > kAbiVersion) {
     stats_.rejected_frames++;
-    if (h.format != kFormat)
-      stats_.rejected_formats.insert(h.format);
-    else
-      stats_.rejected_versions.insert(h.abi_version);
+    if (h.format != kFormat) stats_.rejected_formats.insert(h.format);
+    else stats_.rejected_versions.insert(h.abi_version);
     return;
   }
   stats_.frames++;
@@ -449,8 +445,7 @@ void CaptureReader::frame(const frame::Header& h, std::vector<uint8_t>&& payload
       }
       break;
     }
-    default:
-      break;  // a kind we do not know: ignore
+    default: break;  // a kind we do not know: ignore
   }
 }
 

@@ -12,16 +12,14 @@
 // no tag counts (allocated while profiling was off): 0 when it was on from
 // boot. A snapshot: exact when nothing allocates or frees meanwhile.
 struct AllocTotals {
-  int64_t tagged;    // live objects and pages at call sites outside mm/ (kmem and the page allocator)
-  int64_t untagged;  // live ones no tag counts
-  uint64_t held;     // held for reuse: free buffers, slab overhead, per-CPU page caches, mapped free heap
-  uint64_t metadata; // the allocators' own: kmem's and vmem's pages, mm's caches and tables, page tables
-  uint64_t free;     // the page allocator's free lists
-  uint64_t reserved; // kernel image, DTB, reserved ranges, page descriptors and their tag references
+  int64_t tagged;     // live objects and pages at call sites outside mm/ (kmem and the page allocator)
+  int64_t untagged;   // live ones no tag counts
+  uint64_t held;      // held for reuse: free buffers, slab overhead, per-CPU page caches, mapped free heap
+  uint64_t metadata;  // the allocators' own: kmem's and vmem's pages, mm's caches and tables, page tables
+  uint64_t free;      // the page allocator's free lists
+  uint64_t reserved;  // kernel image, DTB, reserved ranges, page descriptors and their tag references
   uint64_t ram;
-  int64_t sum() const {
-    return tagged + untagged + static_cast<int64_t>(held + metadata + free + reserved);
-  }
+  int64_t sum() const { return tagged + untagged + static_cast<int64_t>(held + metadata + free + reserved); }
 };
 bool allocinfo_totals(AllocTotals& out);  // false before mm is up
 

@@ -179,10 +179,10 @@ void unwind_forget();
 // Kernel entry points the arch calls.
 extern "C" [[noreturn]] void kernel_main(uintptr_t dtb, uintptr_t boot_hwid);
 extern "C" [[noreturn]] void secondary_main(PerCpu* cpu);
-void timer_interrupt();          // from the arch's timer interrupt
+void timer_interrupt();  // from the arch's timer interrupt
 // The DTB's power-off device (kernel/poweroff.h), for an arch::poweroff()
 // whose firmware cannot turn the board off; returns if there is none.
 void board_poweroff();
-void ipi_interrupt();            // from the arch's IPI interrupt
+void ipi_interrupt();  // from the arch's IPI interrupt
 // Reports an unexpected exception and panics (cause names the exception).
 [[noreturn]] void fatal_exception(const char* cause, uintptr_t fault_addr, const TrapFrame* frame);

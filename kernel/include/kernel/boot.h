@@ -22,7 +22,7 @@ struct BootInfo {
   unsigned reserved_count = 0;
   uint64_t cpu_hwid[kMaxCpus] = {};
   unsigned cpu_count = 0;
-  unsigned cpus_ignored = 0;   // listed in the DTB beyond kMaxCpus
+  unsigned cpus_ignored = 0;  // listed in the DTB beyond kMaxCpus
   uint64_t boot_hwid = 0;
   const char* bootargs = nullptr;
   const char* model = nullptr;
@@ -35,8 +35,8 @@ extern BootInfo g_boot;
 constexpr uint64_t kMaxDtbSize = 2 << 20;
 
 // Linker-script symbols bounding the kernel image and its sections.
-extern "C" char __kernel_start[], __text_start[], __text_end[], __rodata_start[], __rodata_end[],
-    __data_start[], __data_end[], __bss_start[], __bss_end[], __kernel_end[];
+extern "C" char __kernel_start[], __text_start[], __text_end[], __rodata_start[], __rodata_end[], __data_start[],
+    __data_end[], __bss_start[], __bss_end[], __kernel_end[];
 
 namespace boot {
 // True if the bootargs contain word (as "word" or "word=...").

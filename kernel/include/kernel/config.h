@@ -18,6 +18,6 @@ constexpr size_t kPageSize = 4096;
 #endif
 constexpr unsigned kMaxVmemArenas = MAGPIE_MAX_ARENAS;
 constexpr size_t kKernelStackSize = KSTACK_SIZE;  // see kernel/stack_layout.h
-constexpr unsigned kTimerHz = 100;           // periodic tick per core
+constexpr unsigned kTimerHz = 100;                // periodic tick per core
 constexpr unsigned kMaxMemBanks = 16;
 constexpr unsigned kMaxReserved = 32;

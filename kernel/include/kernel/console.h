@@ -11,7 +11,7 @@
 struct UartOps {
   const char* name;
   void (*putc)(uintptr_t base, char c);
-  int (*getc)(uintptr_t base);              // -1 when nothing is waiting
+  int (*getc)(uintptr_t base);  // -1 when nothing is waiting
   // on: received bytes raise an interrupt; off: they wait in the UART's
   // FIFO (and, once it is full, the sender waits where there is flow
   // control, as QEMU's serial backends do; on a bare line they are lost).

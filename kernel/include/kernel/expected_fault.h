@@ -21,10 +21,10 @@
 struct ExpectedFault {
   enum Kind : unsigned { kStackOverflow, kInstructionFetch };
   Kind kind = kStackOverflow;
-  uintptr_t address = 0;        // kInstructionFetch: where the function branches to
+  uintptr_t address = 0;  // kInstructionFetch: where the function branches to
   arch::RecoveryPoint resume{};
   bool happened = false;
-  char report[112] = {};        // the line the handler printed (without "\n")
+  char report[112] = {};  // the line the handler printed (without "\n")
 };
 
 namespace expected_fault {

@@ -17,18 +17,18 @@ namespace fdt {
 
 enum class Error : uint8_t {
   kOk,
-  kNull,          // no blob pointer
-  kTooSmall,      // fewer bytes than a header
-  kBadMagic,      // not a device tree
-  kBadVersion,    // older than v16 or incompatible
-  kBadLayout,     // a block lies outside the blob or overlaps the header
-  kBadReserveMap, // memory reservation map unterminated or misaligned
-  kBadToken,      // unknown token in the structure block
-  kBadName,       // node name runs off the structure block
-  kBadProperty,   // property data runs off the structure block
-  kBadString,     // property name offset outside the strings block
-  kBadNesting,    // unbalanced nodes, or no single root
-  kTruncated,     // structure block ends before FDT_END
+  kNull,           // no blob pointer
+  kTooSmall,       // fewer bytes than a header
+  kBadMagic,       // not a device tree
+  kBadVersion,     // older than v16 or incompatible
+  kBadLayout,      // a block lies outside the blob or overlaps the header
+  kBadReserveMap,  // memory reservation map unterminated or misaligned
+  kBadToken,       // unknown token in the structure block
+  kBadName,        // node name runs off the structure block
+  kBadProperty,    // property data runs off the structure block
+  kBadString,      // property name offset outside the strings block
+  kBadNesting,     // unbalanced nodes, or no single root
+  kTruncated,      // structure block ends before FDT_END
 };
 
 const char* error_name(Error e);
@@ -44,9 +44,7 @@ struct Property {
   uint32_t len = 0;
 
   // Cell i (a big-endian u32) or 0 when out of range.
-  uint32_t u32(uint32_t i = 0) const {
-    return (uint64_t{i} + 1) * 4 <= len ? be32(data + 4 * uint64_t{i}) : 0;
-  }
+  uint32_t u32(uint32_t i = 0) const { return (uint64_t{i} + 1) * 4 <= len ? be32(data + 4 * uint64_t{i}) : 0; }
   // A number of ncells (1 or 2) cells starting at cell i; false if out of range.
   bool cells(uint32_t i, uint32_t ncells, uint64_t& out) const;
   // The value as one NUL-terminated string (nullptr if it is not one).

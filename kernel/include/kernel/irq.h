@@ -21,12 +21,12 @@ class Tree;
 
 struct IrqChip {
   const char* name;
-  void (*init_cpu)();                             // per-core set-up, on that core
-  void (*enable)(unsigned irq, unsigned cpu);     // route irq to cpu and unmask
+  void (*init_cpu)();                          // per-core set-up, on that core
+  void (*enable)(unsigned irq, unsigned cpu);  // route irq to cpu and unmask
   void (*disable)(unsigned irq);
-  unsigned (*claim)();                            // next pending irq, or kNoIrq
+  unsigned (*claim)();  // next pending irq, or kNoIrq
   void (*complete)(unsigned irq);
-  void (*send_ipi)(unsigned cpu);                 // may be null (RISC-V uses SBI)
+  void (*send_ipi)(unsigned cpu);  // may be null (RISC-V uses SBI)
 };
 
 namespace irq {

@@ -37,33 +37,33 @@ void skip(const char* reason);
 unsigned run_all(const char* filter, unsigned* passed_out);
 }  // namespace ktest
 
-#define KTEST(tname)                                                                    \
-  static void ktest_fn_##tname();                                                       \
-  extern const KTestCase ktest_case_##tname                                             \
+#define KTEST(tname)                                                                                \
+  static void ktest_fn_##tname();                                                                   \
+  extern const KTestCase ktest_case_##tname                                                         \
       __attribute__((section(".ktests"), used, aligned(8))) = {#tname, __FILE__, ktest_fn_##tname}; \
   static void ktest_fn_##tname()
 
-#define KSKIP(reason)      \
-  do {                     \
-    ktest::skip(reason);   \
-    return;                \
+#define KSKIP(reason)    \
+  do {                   \
+    ktest::skip(reason); \
+    return;              \
   } while (0)
-#define KEXPECT(c)                                                    \
-  do {                                                                \
-    if (!(c)) ktest::fail(__FILE__, __LINE__, "expected: %s", #c);    \
+#define KEXPECT(c)                                                 \
+  do {                                                             \
+    if (!(c)) ktest::fail(__FILE__, __LINE__, "expected: %s", #c); \
   } while (0)
-#define KASSERT(c)                                                    \
-  do {                                                                \
-    if (!(c)) {                                                       \
-      ktest::fail(__FILE__, __LINE__, "assertion: %s", #c);           \
-      return;                                                         \
-    }                                                                 \
+#define KASSERT(c)                                          \
+  do {                                                      \
+    if (!(c)) {                                             \
+      ktest::fail(__FILE__, __LINE__, "assertion: %s", #c); \
+      return;                                               \
+    }                                                       \
   } while (0)
-#define KEXPECT_EQ(a, b)                                                                    \
-  do {                                                                                      \
-    auto ka_ = (a);                                                                         \
-    auto kb_ = (b);                                                                         \
-    if (!(ka_ == kb_))                                                                      \
-      ktest::fail(__FILE__, __LINE__, "expected %s == %s (0x%llx vs 0x%llx)", #a, #b,       \
-                  (unsigned long long)ka_, (unsigned long long)kb_);                        \
+#define KEXPECT_EQ(a, b)                                                                                       \
+  do {                                                                                                         \
+    auto ka_ = (a);                                                                                            \
+    auto kb_ = (b);                                                                                            \
+    if (!(ka_ == kb_))                                                                                         \
+      ktest::fail(__FILE__, __LINE__, "expected %s == %s (0x%llx vs 0x%llx)", #a, #b, (unsigned long long)ka_, \
+                  (unsigned long long)kb_);                                                                    \
   } while (0)

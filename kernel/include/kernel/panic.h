@@ -17,8 +17,8 @@ struct TrapFrame;
 [[noreturn]] void panic_assert(const char* expr, const char* file, int line);
 bool in_panic();
 
-#define ASSERT(x)                                          \
-  do {                                                     \
+#define ASSERT(x)                                             \
+  do {                                                        \
     if (unlikely(!(x))) panic_assert(#x, __FILE__, __LINE__); \
   } while (0)
 

@@ -16,21 +16,21 @@ struct ExpectedFault;
 
 // Registers a fault-expecting probe (see arch_probe_write) fills in.
 struct FaultRecord {
-  uintptr_t address = 0;   // faulting data address
-  uintptr_t pc = 0;        // faulting instruction
+  uintptr_t address = 0;  // faulting data address
+  uintptr_t pc = 0;       // faulting instruction
   const char* cause = nullptr;
 };
 
 struct PerCpu {
-  unsigned index = 0;      // dense 0..cpu_count-1, 0 is the boot core
+  unsigned index = 0;  // dense 0..cpu_count-1, 0 is the boot core
   // index * 64: this core's entry in an array of one-line (64-byte) per-CPU
   // entries (mm's plat::cpu_line_offset), kept scaled for arches without a
   // scaled-index add (riscv64: no shift on each magazine operation). Set
   // with index (set_index).
   unsigned line_offset = 0;
-  uint64_t hwid = 0;       // MPIDR affinity or RISC-V hart id
+  uint64_t hwid = 0;  // MPIDR affinity or RISC-V hart id
   uintptr_t stack_top = 0;
-  std::atomic<uint64_t> ticks{0};   // timer interrupts taken on this core
+  std::atomic<uint64_t> ticks{0};  // timer interrupts taken on this core
   std::atomic<bool> online{false};
   // Cross-call mailbox: another core posts fn/arg, this core runs it.
   std::atomic<void (*)(void*)> call_fn{nullptr};
@@ -40,8 +40,8 @@ struct PerCpu {
   // Set by the exception path when a probing access faulted.
   FaultRecord last_fault;
   unsigned irq_depth = 0;
-  uintptr_t arch_scratch[4] = {};   // for the arch's trap entry
-  unsigned in_call = 0;  // running a cross-call's fn (smp.cpp): it may not make one
+  uintptr_t arch_scratch[4] = {};  // for the arch's trap entry
+  unsigned in_call = 0;            // running a cross-call's fn (smp.cpp): it may not make one
   // The stack this core runs on starts at stack_bottom (a guard page lies
   // below); a trap that finds sp too close to it saves its frame on the
   // overflow stack, below overflow_top (kernel/stack.h). Read by the trap
@@ -86,7 +86,7 @@ struct PerCpu {
 static_assert(offsetof(PerCpu, trace_ring) < 2048, "PerCpu::trace_ring out of a load's reach");
 
 extern PerCpu g_percpu[kMaxCpus];
-extern unsigned g_cpu_count;        // cores described by the DTB and started
+extern unsigned g_cpu_count;  // cores described by the DTB and started
 
 #include <arch/ops.h>  // arch::this_cpu()
 

@@ -16,8 +16,8 @@ struct alignas(8) ShellCommand {  // sizeof a multiple of the aligned(8) below (
   int (*run)(int argc, char** argv);
 };
 
-#define SHELL_COMMAND(cmd, help_text, fn)                                              \
-  extern const ShellCommand shell_cmd_##cmd                                            \
+#define SHELL_COMMAND(cmd, help_text, fn)   \
+  extern const ShellCommand shell_cmd_##cmd \
       __attribute__((section(".shell_commands"), used, aligned(8))) = {#cmd, help_text, fn}
 
 namespace shell {

@@ -37,7 +37,7 @@ struct TrapFrame;
 struct alignas(KSTACK_GUARD_SIZE ? KSTACK_GUARD_SIZE : 8) KernelStacks {
   char guard_low[KSTACK_GUARD_SIZE];  // below the overflow stack: unmapped
   char overflow[KSTACK_OVERFLOW_SIZE];
-  char guard[KSTACK_GUARD_SIZE];      // below the kernel stack: unmapped
+  char guard[KSTACK_GUARD_SIZE];  // below the kernel stack: unmapped
   char stack[KSTACK_SIZE];
 };
 static_assert(sizeof(KernelStacks) == KSTACK_SLOT_SIZE);

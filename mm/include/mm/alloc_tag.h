@@ -51,8 +51,8 @@ bool prof_set(bool on);
 // One tag's counters, summed over the CPUs.
 struct AllocTagCounts {
   const AllocTag* tag;
-  int64_t bytes;  // live bytes (each object counted at its allocated size)
-  uint64_t calls; // live objects
+  int64_t bytes;   // live bytes (each object counted at its allocated size)
+  uint64_t calls;  // live objects
 };
 // The number of tags in the image.
 size_t alloc_tag_count();
@@ -95,11 +95,11 @@ bool allocinfo_print(const AllocInfoOptions& opt, void (*out)(const char* line, 
 // outside alloc_tags and the call not counted (the CTest BOARD/alloc-tags
 // fails the build's image if one is; call a non-template function there).
 // An inline function is fine.
-#define MM_ALLOC_TAG_AS(kind_, internal_)                                                                    \
-  ({                                                                                                          \
-    static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = {              \
-        __FILE__, __func__, __LINE__, ::mm::AllocKind::kind_, internal_};                                     \
-    &mm_alloc_tag_;                                                                                          \
+#define MM_ALLOC_TAG_AS(kind_, internal_)                                                      \
+  ({                                                                                           \
+    static const ::mm::AllocTag mm_alloc_tag_ __attribute__((section("alloc_tags"), used)) = { \
+        __FILE__, __func__, __LINE__, ::mm::AllocKind::kind_, internal_};                      \
+    &mm_alloc_tag_;                                                                            \
   })
 #define MM_ALLOC_TAG(kind_) MM_ALLOC_TAG_AS(kind_, ::mm::alloc_site_internal(__FILE__))
 // The functions' own tags: the calls that do not go through the macros.

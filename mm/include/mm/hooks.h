@@ -16,9 +16,9 @@ namespace mm {
 enum AllocFeature : unsigned {
   kFeatureKmemtrace = 1u << 0,
   kFeatureKmemleak = 1u << 1,
-  kFeatureFailslab = 1u << 2,  // fault injection (mm/failslab.h): allocations only
-  kFeatureDebug = 1u << 3,     // debugged kmem_alloc caches (mm/kmem_debug.h): the sizes asked for and freed
-  kFeatureProfile = 1u << 4,   // allocation profiling counts (mm/alloc_tag.h)
+  kFeatureFailslab = 1u << 2,     // fault injection (mm/failslab.h): allocations only
+  kFeatureDebug = 1u << 3,        // debugged kmem_alloc caches (mm/kmem_debug.h): the sizes asked for and freed
+  kFeatureProfile = 1u << 4,      // allocation profiling counts (mm/alloc_tag.h)
   kFeatureProfileFree = 1u << 5,  // allocation profiling: frees subtract (stays on once profiling was on)
 };
 // The features that need the frees hooked too, and those that need the
@@ -27,8 +27,8 @@ constexpr unsigned kFeaturesOnFree = kFeatureKmemtrace | kFeatureDebug | kFeatur
 constexpr unsigned kFeaturesOnAlloc = ~unsigned{kFeatureProfileFree};
 
 // Turns a feature's use of the hooks on or off; the allocation switch is on
-// while any of kFeaturesOnAlloc is, the free switch while one of kFeaturesOnFree is. Not from interrupt context (the kernel patches code and
-// cross-calls every core). False if the platform could not flip the switch.
+// while any of kFeaturesOnAlloc is, the free switch while one of kFeaturesOnFree is. Not from interrupt context (the
+// kernel patches code and cross-calls every core). False if the platform could not flip the switch.
 bool alloc_hooks_set(unsigned feature, bool on);
 // The features that have the hooks on.
 unsigned alloc_hooks_features();

@@ -7,7 +7,7 @@
 namespace mm::host {
 
 struct HostMemory {
-  uint64_t phys_base;   // "physical" address of the memfd's first byte
+  uint64_t phys_base;  // "physical" address of the memfd's first byte
   uint64_t phys_size;
   uintptr_t heap_base;  // reserved heap window (kernel heap stand-in)
   size_t heap_size;

@@ -31,8 +31,9 @@ typedef enum kmem_cbrc {
 #define KMC_NOHASH 0x00080000      // (internal) bookkeeping inside the slab
 #define KMC_QCACHE 0x00100000      // (internal) a vmem quantum cache
 #define KMC_KMEM_ALLOC 0x00200000  // (internal) a kmem_alloc size cache
-#define KMC_NOTRACK 0x00400000     // not leak-tracked: buffers are never kmemleak objects nor scanned
-                                   // (the allocators' own metadata; kmemleak's own state)
+// Not leak-tracked: buffers are never kmemleak objects nor scanned (the
+// allocators' own metadata; kmemleak's own state).
+#define KMC_NOTRACK 0x00400000
 // Debug modes for this cache (mm/kmem_debug.h), as illumos's kmem_flags
 // KMF_AUDIT, KMF_DEADBEEF, KMF_REDZONE and KMF_CONTENTS give them to every
 // cache: KMC_DEBUG_FLAGS(KMF_...) or the KMC_ names below.
@@ -45,8 +46,8 @@ typedef enum kmem_cbrc {
 
 kmem_cache_t* kmem_cache_create(const char* name, size_t bufsize, size_t align,
                                 int (*constructor)(void* buf, void* priv, int kmflags),
-                                void (*destructor)(void* buf, void* priv), void (*reclaim)(void* priv),
-                                void* priv, vmem_t* vmp, int cflags);
+                                void (*destructor)(void* buf, void* priv), void (*reclaim)(void* priv), void* priv,
+                                vmem_t* vmp, int cflags);
 // Destroying a cache with live objects is reported (name, count) and
 // refused: returns false.
 bool kmem_cache_destroy(kmem_cache_t* cp);
@@ -75,18 +76,18 @@ void* kmem_alloc_trace_only(size_t size, int kmflag, const mm::AllocTag* tag);
 #define MM_ALLOC_HOOKS(tagged, plain) (::mm::plat::alloc_hooks_on() ? (tagged) : (plain))
 // One site (alloc_hooks_mode() once) and one tag (MM_ALLOC_TAG once) per
 // call: fn_trace_only / fn_tagged take (a, b, tag), fn (a, b).
-#define MM_ALLOC_HOOKS3(fn_trace_only, fn_tagged, fn, a, b)                               \
-  ({                                                                                    \
-    ::mm::plat::HookMode mm_mode_ = ::mm::plat::alloc_hooks_mode();                    \
-    void* mm_p_;                                                                        \
-    if (mm_mode_ == ::mm::plat::HookMode::kOff) {                                       \
-      mm_p_ = fn((a), (b));                                                             \
-    } else {                                                                            \
-      const ::mm::AllocTag* mm_tag_ = MM_ALLOC_TAG(kKmem);                              \
+#define MM_ALLOC_HOOKS3(fn_trace_only, fn_tagged, fn, a, b)                                       \
+  ({                                                                                              \
+    ::mm::plat::HookMode mm_mode_ = ::mm::plat::alloc_hooks_mode();                               \
+    void* mm_p_;                                                                                  \
+    if (mm_mode_ == ::mm::plat::HookMode::kOff) {                                                 \
+      mm_p_ = fn((a), (b));                                                                       \
+    } else {                                                                                      \
+      const ::mm::AllocTag* mm_tag_ = MM_ALLOC_TAG(kKmem);                                        \
       if (mm_mode_ == ::mm::plat::HookMode::kTraceOnly) mm_p_ = fn_trace_only((a), (b), mm_tag_); \
-      else mm_p_ = fn_tagged((a), (b), mm_tag_);                                        \
-    }                                                                                   \
-    mm_p_;                                                                              \
+      else mm_p_ = fn_tagged((a), (b), mm_tag_);                                                  \
+    }                                                                                             \
+    mm_p_;                                                                                        \
   })
 #define kmem_cache_alloc(cp, kmflag) \
   MM_ALLOC_HOOKS3(::kmem_cache_alloc_trace_only, ::kmem_cache_alloc_tagged, ::kmem_cache_alloc, cp, kmflag)
@@ -106,10 +107,10 @@ struct KmemCacheStats {
   uint64_t slab_creates, slab_destroys;
   uint64_t magazine_size, depot_full, depot_empty, depot_contention;
   uint64_t reaps, moves_yes, moves_no, moves_later, moves_dont_need, moves_dont_know;
-  uint64_t cpu_rounds;        // objects held in per-CPU magazines
-  uint64_t pages;             // pages held by the cache's slabs
-  bool offslab;               // bookkeeping kept outside the slab
-  uint32_t owner_id;          // an off-slab heap cache's owner id (the free's check), 0 if it has none
+  uint64_t cpu_rounds;  // objects held in per-CPU magazines
+  uint64_t pages;       // pages held by the cache's slabs
+  bool offslab;         // bookkeeping kept outside the slab
+  uint32_t owner_id;    // an off-slab heap cache's owner id (the free's check), 0 if it has none
   const char* arena;
 };
 void kmem_cache_stats(const kmem_cache_t* cp, KmemCacheStats& out);
@@ -146,11 +147,11 @@ uint64_t kmem_metadata_pages();
 // own to capture it.
 struct MemDetail;  // what a debug mode found (mm/kmem_debug.h)
 struct MemError {
-  const char* kind;      // "double free", "free of unallocated buffer", ...
-  const char* where;     // cache or arena name
+  const char* kind;   // "double free", "free of unallocated buffer", ...
+  const char* where;  // cache or arena name
   uintptr_t address;
   uintptr_t caller;
-  uint64_t detail;       // size passed, count outstanding, ...
+  uint64_t detail;  // size passed, count outstanding, ...
   // Reports of the debug modes: the buffer, the bytes found and its audit
   // trail (null otherwise). Valid during the hook only.
   const MemDetail* more = nullptr;

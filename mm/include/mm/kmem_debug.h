@@ -85,16 +85,16 @@ void print_audit(const char* what, const BufAudit& a);
 
 // What a debug mode found, attached to the MemError it reports.
 struct MemDetail {
-  uintptr_t buffer;        // the buffer's start (0: none)
-  uint64_t size;           // the size its caller asked for
-  int64_t offset;          // of the first bad byte from buffer (negative: before it), if nfound
-  uint8_t found[16];       // bytes from offset
+  uintptr_t buffer;   // the buffer's start (0: none)
+  uint64_t size;      // the size its caller asked for
+  int64_t offset;     // of the first bad byte from buffer (negative: before it), if nfound
+  uint8_t found[16];  // bytes from offset
   uint8_t nfound;
-  uint16_t reached;        // buffers after this one that the write ran into
-  uint32_t reached_off;    // the first of them, from buffer (in the padding: the size stays)
-  const char* expected;    // what should have been there ("0xbb", "0xdeadbeef")
-  const char* other;       // the other cache of a wrong-cache free (or null)
-  BufAudit alloc, free;    // the buffer's trail (audit)
+  uint16_t reached;      // buffers after this one that the write ran into
+  uint32_t reached_off;  // the first of them, from buffer (in the padding: the size stays)
+  const char* expected;  // what should have been there ("0xbb", "0xdeadbeef")
+  const char* other;     // the other cache of a wrong-cache free (or null)
+  BufAudit alloc, free;  // the buffer's trail (audit)
 };
 
 // Checks every redzone and every poisoned free buffer of one cache (null:
@@ -110,7 +110,7 @@ uint64_t kmem_verify(kmem_cache_t* cp, uint64_t* checked = nullptr);
 struct KmemTrail {
   kmem_cache_t* cache;
   uintptr_t buffer;
-  uint64_t size;       // bytes asked for by its last allocation
+  uint64_t size;  // bytes asked for by its last allocation
   bool allocated;
   BufAudit alloc, free;
 };
@@ -118,7 +118,7 @@ bool kmem_debug_trail(const void* addr, KmemTrail& out);
 
 // The transaction log: the last N allocations and frees of audited caches.
 struct KmemLogEntry {
-  uint64_t seq;       // order of the operations (1, 2, ...)
+  uint64_t seq;  // order of the operations (1, 2, ...)
   uintptr_t buffer;
   const char* cache;  // the cache's name, or "(destroyed cache)"
   bool alloc;         // else a free

@@ -74,14 +74,14 @@ unsigned kmemleak_min_age_ms();
 
 // What a scan did.
 struct LeakScanStats {
-  uint64_t scans;            // since boot
-  uint64_t duration_ns;      // this scan, all phases
-  uint64_t pause_ns;         // the longest time the other CPUs were stopped
+  uint64_t scans;        // since boot
+  uint64_t duration_ns;  // this scan, all phases
+  uint64_t pause_ns;     // the longest time the other CPUs were stopped
   uint64_t bytes_scanned;
-  uint64_t objects;          // live objects found
-  uint64_t unreferenced;     // of them, unreferenced (reported or not yet old/settled enough)
+  uint64_t objects;       // live objects found
+  uint64_t unreferenced;  // of them, unreferenced (reported or not yet old/settled enough)
   uint64_t new_reports;
-  uint64_t gray_overflows;   // times the mark stack filled (extra passes)
+  uint64_t gray_overflows;  // times the mark stack filled (extra passes)
   // Buffers of slabs that have no records (memory was short when they were
   // wanted): scanned as roots, never reported; and those slabs.
   uint64_t untracked_objects, untracked_slabs;
@@ -91,15 +91,15 @@ void kmemleak_last_scan(LeakScanStats& out);
 // One object, as reports, dump=, since and summary show it.
 struct LeakObject {
   uintptr_t start;
-  size_t size;         // what the allocation asked for, where known (kmem_alloc); else the buffer's size
-  uint32_t ticks;      // timer ticks at allocation, 0 if not recorded
-  unsigned cpu;        // that allocated it
-  uint32_t stack;      // stack depot handle, 0 if not recorded
-  uint32_t crc;        // crc32_le(0, object, size) at the last scan
-  uint8_t flags;       // kmemleak's (mm/kmemleak_meta.h LeakFlags)
+  size_t size;     // what the allocation asked for, where known (kmem_alloc); else the buffer's size
+  uint32_t ticks;  // timer ticks at allocation, 0 if not recorded
+  unsigned cpu;    // that allocated it
+  uint32_t stack;  // stack depot handle, 0 if not recorded
+  uint32_t crc;    // crc32_le(0, object, size) at the last scan
+  uint8_t flags;   // kmemleak's (mm/kmemleak_meta.h LeakFlags)
   int min_count, count;
-  const char* kind;    // "kmem_alloc_128", the cache's name; "kmem_alloc" (large); "registered"
-  uint8_t head[32];    // its first bytes (at most 32)
+  const char* kind;  // "kmem_alloc_128", the cache's name; "kmem_alloc" (large); "registered"
+  uint8_t head[32];  // its first bytes (at most 32)
 };
 // The current reports, skipping the first `skip`: fills out[0..max), returns
 // how many it filled. Taken with every other CPU stopped (contents copied).
@@ -116,7 +116,7 @@ unsigned kmemleak_mark();
 struct LeakGroup {
   uint32_t stack;
   uint64_t count, bytes;
-  uintptr_t example;   // one object's start
+  uintptr_t example;  // one object's start
   const char* kind;
 };
 // Fills groups (the max with the most bytes, most first), returns how many

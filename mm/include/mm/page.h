@@ -58,16 +58,16 @@ enum PageFlags : uint16_t {
 // the heap index) say what orders them.
 struct Page {
   uint16_t flags;
-  uint8_t order;     // block order, valid for heads and free heads
+  uint8_t order;       // block order, valid for heads and free heads
   uint8_t alloc_bits;  // the page allocator's own: bank index, on-free-list bit
-  uint32_t count;    // owner's use
+  uint32_t count;      // owner's use
   union {
-    Page* next;            // free-list links (or the owner's)
+    Page* next;             // free-list links (or the owner's)
     uintptr_t large_start;  // kPageLarge
   };
   union {
     Page* prev;
-    void* owner;     // kmem slab; a tail's head
+    void* owner;  // kmem slab; a tail's head
   };
 };
 
@@ -77,15 +77,15 @@ struct PhysRange {
 };
 
 struct PageStats {
-  uint64_t total_pages;          // allocatable frames (RAM minus reserved ranges
-                                 // minus descriptor_pages)
-  uint64_t free_pages;           // in buddy lists + per-CPU caches
-  uint64_t reserve_pages;        // target size of the KM_PUSHPAGE reserve
-  uint64_t pcp_pages;            // of free_pages: held in per-CPU caches
-  uint64_t descriptor_pages;     // frames used by the Page arrays themselves
+  uint64_t total_pages;       // allocatable frames (RAM minus reserved ranges
+                              // minus descriptor_pages)
+  uint64_t free_pages;        // in buddy lists + per-CPU caches
+  uint64_t reserve_pages;     // target size of the KM_PUSHPAGE reserve
+  uint64_t pcp_pages;         // of free_pages: held in per-CPU caches
+  uint64_t descriptor_pages;  // frames used by the Page arrays themselves
   uint64_t free_blocks[kMaxOrder + 1];
   uint64_t allocs, frees, failures, pushpage_allocs;  // pushpage_allocs: took reserve pages
-  uint64_t bad_frees;            // reported and ignored
+  uint64_t bad_frees;                                 // reported and ignored
 };
 
 // Sets the allocator up over banks minus reserved ranges (both in physical
@@ -116,11 +116,11 @@ void page_free_va(void* va, unsigned order);
 [[nodiscard]] uint64_t page_alloc_tagged(unsigned order, int kmflag, const AllocTag* tag);
 [[nodiscard]] void* page_alloc_va_tagged(unsigned order, int kmflag, const AllocTag* tag);
 [[nodiscard]] __attribute__((always_inline, artificial)) inline uint64_t page_alloc_site(unsigned order, int kmflag,
-                                                                            const AllocTag* tag) {
+                                                                                         const AllocTag* tag) {
   return plat::alloc_hooks_on() ? page_alloc_tagged(order, kmflag, tag) : (page_alloc)(order, kmflag);
 }
 [[nodiscard]] __attribute__((always_inline, artificial)) inline void* page_alloc_va_site(unsigned order, int kmflag,
-                                                                            const AllocTag* tag) {
+                                                                                         const AllocTag* tag) {
   return plat::alloc_hooks_on() ? page_alloc_va_tagged(order, kmflag, tag) : (page_alloc_va)(order, kmflag);
 }
 #define page_alloc(order, kmflag) page_alloc_site((order), (kmflag), MM_ALLOC_TAG(kPage))

@@ -43,16 +43,16 @@ typedef void vmem_free_t(vmem_t*, void*, size_t);
 #define VMEM_SPAN 0x10
 #define VMEM_NAMELEN 32
 
-vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, vmem_alloc_t* afunc,
-                    vmem_free_t* ffunc, vmem_t* source, size_t qcache_max, int vmflag);
+vmem_t* vmem_create(const char* name, void* base, size_t size, size_t quantum, vmem_alloc_t* afunc, vmem_free_t* ffunc,
+                    vmem_t* source, size_t qcache_max, int vmflag);
 // Destroying an arena with live allocations, or one another arena imports
 // from, is reported (name and what is outstanding) and refused: returns
 // false. (illumos returns void and panics.)
 bool vmem_destroy(vmem_t* vmp);
 void* vmem_alloc(vmem_t* vmp, size_t size, int vmflag);
 void vmem_free(vmem_t* vmp, void* vaddr, size_t size);
-void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr,
-                  void* maxaddr, int vmflag);
+void* vmem_xalloc(vmem_t* vmp, size_t size, size_t align, size_t phase, size_t nocross, void* minaddr, void* maxaddr,
+                  int vmflag);
 void vmem_xfree(vmem_t* vmp, void* vaddr, size_t size);
 void* vmem_add(vmem_t* vmp, void* vaddr, size_t size, int vmflag);
 
@@ -67,10 +67,10 @@ void* vmem_xalloc_tagged(vmem_t* vmp, size_t size, size_t align, size_t phase, s
 #define vmem_alloc(vmp, size, vmflag)                                                               \
   (::mm::plat::alloc_hooks_on() ? ::vmem_alloc_tagged((vmp), (size), (vmflag), MM_ALLOC_TAG(kVmem)) \
                                 : ::vmem_alloc((vmp), (size), (vmflag)))
-#define vmem_xalloc(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag)                                   \
-  (::mm::plat::alloc_hooks_on()                                                                                   \
-       ? ::vmem_xalloc_tagged((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag),         \
-                              MM_ALLOC_TAG(kVmem))                                                                     \
+#define vmem_xalloc(vmp, size, align, phase, nocross, minaddr, maxaddr, vmflag)                           \
+  (::mm::plat::alloc_hooks_on()                                                                           \
+       ? ::vmem_xalloc_tagged((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag), \
+                              MM_ALLOC_TAG(kVmem))                                                        \
        : ::vmem_xalloc((vmp), (size), (align), (phase), (nocross), (minaddr), (maxaddr), (vmflag)))
 // Bytes allocated (VMEM_ALLOC), free (VMEM_FREE) or both.
 size_t vmem_size(vmem_t* vmp, int typemask);
@@ -80,17 +80,17 @@ namespace mm {
 struct VmemStats {
   char name[VMEM_NAMELEN];
   uint64_t quantum;
-  uint64_t span_bytes;        // total of all spans (added + imported)
-  uint64_t imported_bytes;    // of span_bytes: imported from the source
-  uint64_t alloc_bytes;       // currently allocated
+  uint64_t span_bytes;      // total of all spans (added + imported)
+  uint64_t imported_bytes;  // of span_bytes: imported from the source
+  uint64_t alloc_bytes;     // currently allocated
   uint64_t free_bytes;
   uint64_t spans, segs_alloc, segs_free;
   uint64_t allocs, frees, failures, imports, span_returns;
-  uint64_t searches;          // free segments examined by searching allocations
-                              // (instant fit's fast path examines none)
+  uint64_t searches;  // free segments examined by searching allocations
+                      // (instant fit's fast path examines none)
   uint64_t hash_buckets, hash_rescales;
   uint64_t qcache_max;
-  const char* source;         // source arena name or nullptr
+  const char* source;  // source arena name or nullptr
 };
 void vmem_stats(const vmem_t* vmp, VmemStats& out);
 // An upper bound of the largest allocation the arena could ever satisfy:

@@ -47,14 +47,14 @@ enum class BufferState : uint8_t {
 struct WhatIs {
   uintptr_t addr = 0;
   WhatKind kind = WhatKind::kUnknown;
-  uintptr_t start = 0;       // the buffer, allocation, block or region
+  uintptr_t start = 0;  // the buffer, allocation, block or region
   size_t size = 0;
-  const char* name = "";     // cache or region name
+  const char* name = "";  // cache or region name
   const kmem_cache* cache = nullptr;
   // kBuffer, kSlabOther
   BufferState state = BufferState::kAllocated;
-  unsigned cpu = 0;          // kFreeInMagazine; kRegion when a CPU's stack
-  uintptr_t slab = 0;        // the Slab (its header)
+  unsigned cpu = 0;               // kFreeInMagazine; kRegion when a CPU's stack
+  uintptr_t slab = 0;             // the Slab (its header)
   uint32_t index = 0, count = 0;  // buffer index, buffers in the slab
   // kPageBlock, kFreePage
   unsigned order = 0;

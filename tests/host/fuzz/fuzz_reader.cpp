@@ -39,8 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // 2. As raw per-CPU streams (two CPUs), both byte orders.
   {
     size_t half = size / 2;
-    std::vector<std::pair<uint16_t, std::vector<uint8_t>>> cpus = {
-        {0, std::vector<uint8_t>(data, data + half)}, {1, std::vector<uint8_t>(data + half, data + size)}};
+    std::vector<std::pair<uint16_t, std::vector<uint8_t>>> cpus = {{0, std::vector<uint8_t>(data, data + half)},
+                                                                   {1, std::vector<uint8_t>(data + half, data + size)}};
     analyse(kmemtrace::read_raw(cpus, kmemtrace::Endian::kLittle));
     analyse(kmemtrace::read_raw(cpus, kmemtrace::Endian::kBig));
   }

@@ -127,11 +127,13 @@ static_assert(__builtin_offsetof(AllocEvent, flags) == kOffFlags &&
 
 // Encoders: write one event at `out` (native byte order) and return its
 // size. `out` needs kAllocSize / kFreeSize bytes; no alignment required.
-inline size_t encode_alloc(void* out, uint8_t type, uint32_t seq, uint64_t caller, uint64_t ptr,
-                           uint64_t requested, uint64_t allocated, uint32_t flags,
-                           int32_t target_cpu = kSameCpu) {
+inline size_t encode_alloc(void* out, uint8_t type, uint32_t seq, uint64_t caller, uint64_t ptr, uint64_t requested,
+                           uint64_t allocated, uint32_t flags, int32_t target_cpu = kSameCpu) {
   AllocEvent e{{kEventAlloc, type, static_cast<uint16_t>(kAllocSize), seq, caller, ptr},
-               requested, allocated, flags, target_cpu};
+               requested,
+               allocated,
+               flags,
+               target_cpu};
   __builtin_memcpy(out, &e, sizeof e);
   return sizeof e;
 }

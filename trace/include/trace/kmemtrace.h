@@ -73,10 +73,10 @@ extern Recorder g_rec;
 // Out of line and cold (so the hooked function needs no frame for them
 // when tracing is off): tag is Ring::alloc_tag(type) / Ring::free_tag(type).
 // Each records only if the switch is still on once interrupts are masked.
-__attribute__((cold)) void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested, size_t allocated,
-                       uint32_t flags);
+__attribute__((cold)) void record_alloc_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
+                                             size_t allocated, uint32_t flags);
 __attribute__((cold)) void record_alloc_target_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr, size_t requested,
-                              size_t allocated, uint32_t flags, int32_t target_cpu);
+                                                    size_t allocated, uint32_t flags, int32_t target_cpu);
 __attribute__((cold)) void record_free_slow(uint32_t tag, uintptr_t caller, uintptr_t ptr);
 
 // A plain read, on purpose: it compiles to a compare with memory and a
@@ -92,8 +92,8 @@ inline bool enabled() { return __builtin_expect(g_enabled, 0); }
 
 // The recording hooks. `type` is a TypeId; `flags` the caller's KM_*/VM_*;
 // `ptr` an address or a vmem span's base.
-__attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t caller, uintptr_t ptr,
-                                                        size_t requested, size_t allocated, uint32_t flags) {
+__attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t caller, uintptr_t ptr, size_t requested,
+                                                        size_t allocated, uint32_t flags) {
   if (enabled()) record_alloc_slow(Ring::alloc_tag(type), caller, ptr, requested, allocated, flags);
 }
 __attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t caller, const void* ptr,
@@ -103,10 +103,9 @@ __attribute__((always_inline)) inline void record_alloc(uint8_t type, uintptr_t 
 // An allocation for another CPU than the recording one (the ABI's target
 // CPU field; record_alloc records kSameCpu).
 __attribute__((always_inline)) inline void record_alloc_for_cpu(uint8_t type, uintptr_t caller, uintptr_t ptr,
-                                                                size_t requested, size_t allocated,
-                                                                uint32_t flags, int32_t target_cpu) {
-  if (enabled())
-    record_alloc_target_slow(Ring::alloc_tag(type), caller, ptr, requested, allocated, flags, target_cpu);
+                                                                size_t requested, size_t allocated, uint32_t flags,
+                                                                int32_t target_cpu) {
+  if (enabled()) record_alloc_target_slow(Ring::alloc_tag(type), caller, ptr, requested, allocated, flags, target_cpu);
 }
 __attribute__((always_inline)) inline void record_free(uint8_t type, uintptr_t caller, uintptr_t ptr) {
   if (enabled()) record_free_slow(Ring::free_tag(type), caller, ptr);

@@ -86,8 +86,8 @@ struct ParseStats {
 
 // Parses n bytes of one CPU's stream that start on an event boundary at
 // stream offset `offset`; appends the known events to out.
-void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint64_t offset,
-                  std::vector<Event>& out, ParseStats& st);
+void parse_stream(const uint8_t* p, size_t n, Endian endian, uint16_t cpu, uint64_t offset, std::vector<Event>& out,
+                  ParseStats& st);
 
 // Orders events of all CPUs (each CPU's in stream order) by sequence number
 // and sets Event::order (the unwrapped number, or the 64-bit clock); takes
@@ -97,10 +97,10 @@ void merge_by_sequence(std::vector<Event>& events, std::map<uint16_t, uint64_t>*
 struct CaptureStats {
   uint64_t bytes = 0;
   uint64_t lines = 0;
-  uint64_t frames = 0;       // good frames of our versions
+  uint64_t frames = 0;  // good frames of our versions
   uint64_t data_frames = 0;
-  uint64_t bad_frames = 0;   // marker found, frame undecodable
-  uint64_t crc_errors = 0;   //   of which: CRC mismatch
+  uint64_t bad_frames = 0;       // marker found, frame undecodable
+  uint64_t crc_errors = 0;       //   of which: CRC mismatch
   uint64_t rejected_frames = 0;  // good frame, other abi_version / format
   std::set<unsigned> rejected_versions;
   std::set<unsigned> rejected_formats;
@@ -164,7 +164,7 @@ class CaptureReader {
     uint32_t boot_id = 0;
     uint32_t abi_version = 0;  // the newest of its frames'
     bool big_endian = false;
-    std::map<uint16_t, std::map<uint64_t, std::vector<uint8_t>>> chunks;  // cpu -> offset -> bytes
+    std::map<uint16_t, std::map<uint64_t, std::vector<uint8_t>>> chunks;       // cpu -> offset -> bytes
     std::map<uint16_t, std::vector<std::pair<uint64_t, uint64_t>>> announced;  // from kBegin
     std::map<uint16_t, CpuEndStats> end_stats;
   };

@@ -94,17 +94,16 @@ class Ring {
   static constexpr uint32_t tag(uint8_t id, uint8_t type, size_t size) {
     if constexpr (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
       return uint32_t{id} | uint32_t{type} << 8 | static_cast<uint32_t>(size) << 16;
-    else
-      return uint32_t{id} << 24 | uint32_t{type} << 16 | static_cast<uint32_t>(size);
+    else return uint32_t{id} << 24 | uint32_t{type} << 16 | static_cast<uint32_t>(size);
   }
   static constexpr uint32_t alloc_tag(uint8_t type) { return tag(kEventAlloc, type, kAllocSize); }
   static constexpr uint32_t free_tag(uint8_t type) { return tag(kEventFree, type, kFreeSize); }
 
   // Each returns false if the event was dropped (ring full). tag:
   // alloc_tag(type) / free_tag(type).
-  __attribute__((always_inline)) inline bool put_alloc(uint32_t tag, uint32_t seq, uintptr_t caller,
-                                                       uintptr_t ptr, size_t requested, size_t allocated,
-                                                       uint32_t flags, int32_t target_cpu) {
+  __attribute__((always_inline)) inline bool put_alloc(uint32_t tag, uint32_t seq, uintptr_t caller, uintptr_t ptr,
+                                                       size_t requested, size_t allocated, uint32_t flags,
+                                                       int32_t target_cpu) {
     uint32_t h = head_.load(std::memory_order_relaxed);  // our own store: no ordering needed
     uint8_t* p = buf_ + (h & mask_);
     uint32_t end = h + static_cast<uint32_t>(kAllocSize);
@@ -123,8 +122,7 @@ class Ring {
     return true;
   }
 
-  __attribute__((always_inline)) inline bool put_free(uint32_t tag, uint32_t seq, uintptr_t caller,
-                                                      uintptr_t ptr) {
+  __attribute__((always_inline)) inline bool put_free(uint32_t tag, uint32_t seq, uintptr_t caller, uintptr_t ptr) {
     uint32_t h = head_.load(std::memory_order_relaxed);  // our own store: no ordering needed
     uint8_t* p = buf_ + (h & mask_);
     uint32_t end = h + static_cast<uint32_t>(kFreeSize);

@@ -18,6 +18,10 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__);
 #include <cstdint>
 #include <kernel/rseq_asm.h>
 
+// The sections' assembly is laid out by hand, an instruction and its
+// comment per line: clang-format leaves this file as it is.
+// clang-format off
+
 #define ARCH_HAS_RSEQ 1
 
 // Two adjacent words (off2 = off1 + 4) to or from two registers. Thumb-2's
@@ -311,3 +315,4 @@ __attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, ui
 }
 
 }  // namespace arch
+// clang-format on

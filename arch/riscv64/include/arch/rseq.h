@@ -17,6 +17,10 @@
 #include <cstdint>
 #include <kernel/rseq_asm.h>
 
+// The sections' assembly is laid out by hand, an instruction and its
+// comment per line: clang-format leaves this file as it is.
+// clang-format off
+
 #define ARCH_HAS_RSEQ 1
 
 namespace arch {
@@ -281,3 +285,4 @@ __attribute__((always_inline)) inline void rseq_fault_probe(uint32_t* passes, ui
 }
 
 }  // namespace arch
+// clang-format on

@@ -16,7 +16,7 @@
 namespace arm {
 uint32_t leaf_descriptor(uintptr_t va, bool& is_section);
 unsigned l2_tables_available(bool& have_page_source);
-}
+}  // namespace arm
 
 namespace {
 
@@ -27,8 +27,7 @@ uint32_t hw_translate(uintptr_t va, bool write) {
   uint32_t par;
   if (write)
     asm volatile("mcr p15, 0, %1, c7, c8, 1\n isb\n mrc p15, 0, %0, c7, c4, 0" : "=r"(par) : "r"(va) : "memory");
-  else
-    asm volatile("mcr p15, 0, %1, c7, c8, 0\n isb\n mrc p15, 0, %0, c7, c4, 0" : "=r"(par) : "r"(va) : "memory");
+  else asm volatile("mcr p15, 0, %1, c7, c8, 0\n isb\n mrc p15, 0, %0, c7, c4, 0" : "=r"(par) : "r"(va) : "memory");
   return par;
 }
 
@@ -52,8 +51,7 @@ Leaf leaf(uintptr_t va) {
   bool section;
   uint32_t d = arm::leaf_descriptor(va, section);
   if (!d) return {};
-  if (section)
-    return {true, (d >> 12) & 7, (d >> 3) & 1, (d >> 2) & 1, (d >> 16) & 1, (d & (1u << 4)) != 0};
+  if (section) return {true, (d >> 12) & 7, (d >> 3) & 1, (d >> 2) & 1, (d >> 16) & 1, (d & (1u << 4)) != 0};
   return {true, (d >> 6) & 7, (d >> 3) & 1, (d >> 2) & 1, (d >> 10) & 1, (d & 1u) != 0};
 }
 
@@ -84,8 +82,8 @@ bool tables_for_test(unsigned need, const char* test) {
   bool page_source;
   unsigned left = arm::l2_tables_available(page_source);
   if (left >= need || page_source) return true;
-  kprintf("%s: SKIPPED: needs %u level-2 tables, the boot pool has %u left and mm/ offers no page source\n", test,
-          need, left);
+  kprintf("%s: SKIPPED: needs %u level-2 tables, the boot pool has %u left and mm/ offers no page source\n", test, need,
+          left);
   return false;
 }
 

@@ -14,8 +14,8 @@ uint64_t leaf_entry(uintptr_t va);
 }  // namespace riscv
 
 namespace {
-constexpr uint64_t kPteV = 1 << 0, kPteR = 1 << 1, kPteW = 1 << 2, kPteX = 1 << 3, kPteU = 1 << 4,
-                   kPteA = 1 << 6, kPteD = 1 << 7;
+constexpr uint64_t kPteV = 1 << 0, kPteR = 1 << 1, kPteW = 1 << 2, kPteX = 1 << 3, kPteU = 1 << 4, kPteA = 1 << 6,
+                   kPteD = 1 << 7;
 
 struct Census {
   unsigned leaves, tables, leaves_without_ad, tables_with_adu;
